@@ -1,0 +1,292 @@
+//! The command adapter: parse the arguments, read the key, run one pure
+//! transition from `core::lock`, then store, replicate and reply. Each
+//! handler is a few lines; the decisions are all in `core`.
+
+use std::sync::Mutex;
+
+use crate::clock;
+use crate::config;
+use crate::core::args::{self, ArgError};
+use crate::core::codec;
+use crate::core::fencing::Fencer;
+use crate::core::lock::{self, Grant, Kind, Lock, Outcome, Step};
+use crate::errors;
+use crate::ffi::{Call, Field, Key, KeyKind, Reply};
+use crate::stats;
+
+/// This node's fencing counter. Commands run on Redis' main thread, so the
+/// lock is never contended; it only makes the static safe.
+static FENCER: Mutex<Fencer> = Mutex::new(Fencer::new(0));
+
+fn with_fencer<T>(f: impl FnOnce(&mut Fencer) -> T) -> T {
+    let mut guard = FENCER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(&mut guard)
+}
+
+pub fn last_fence() -> u64 {
+    with_fencer(|f| f.last())
+}
+
+/// A FENCE floor may be at most this far ahead of this node's own clock.
+/// The quorum client only raises a node to another node's token, and nodes'
+/// clocks are assumed to agree far better than this; a floor beyond it is a
+/// bug or an attack that would exhaust the token space.
+pub const FENCE_AHEAD_MS_MAX: i64 = 3_600_000;
+
+/// `LOCK.ACQUIRE key token ttl-ms [WAIT timeout-ms]`
+pub fn acquire(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    grant(call, argv, Kind::Plain, "lock.acquire")
+}
+
+/// `LOCK.ENTER key owner ttl-ms [WAIT timeout-ms]`
+pub fn enter(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    grant(call, argv, Kind::Reentrant, "lock.enter")
+}
+
+fn grant(call: &Call<'_>, argv: &[&[u8]], kind: Kind, name: &str) -> Reply {
+    let request = match args::acquire(argv, config::limits()) {
+        Ok(request) => request,
+        Err(e) => return rejected(name, &e),
+    };
+    if request.wait_ms.is_some() {
+        stats::REJECTED.bump();
+        return Reply::Error(errors::wait_unsupported());
+    }
+    with_lock(call, Some(kind), |current, now| {
+        let out =
+            with_fencer(|f| lock::acquire(current, kind, request.owner, request.ttl_ms, now, f));
+        let reply = match out.reply {
+            Grant::Granted(fence) => {
+                stats::GRANTS.bump();
+                fence_reply(fence)
+            }
+            Grant::Renewed(fence) => {
+                stats::RENEWALS.bump();
+                fence_reply(fence)
+            }
+            Grant::Busy => {
+                stats::CONTENDED.bump();
+                Reply::Nil
+            }
+            Grant::TooManyHolds => Reply::Error(errors::too_many_holds(lock::HOLDS_MAX)),
+        };
+        (reply, Write::from_step(out.step), out.found_expired)
+    })
+}
+
+/// `LOCK.RELEASE key token`
+pub fn release(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let request = match args::owner(argv) {
+        Ok(request) => request,
+        Err(e) => return rejected("lock.release", &e),
+    };
+    with_lock(call, None, |current, now| {
+        let out = lock::release(current, request.owner, now);
+        if out.reply {
+            stats::RELEASES.bump();
+        }
+        bool_reply(out)
+    })
+}
+
+/// `LOCK.EXTEND key token ttl-ms`
+pub fn extend(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let request = match args::extend(argv, config::limits()) {
+        Ok(request) => request,
+        Err(e) => return rejected("lock.extend", &e),
+    };
+    with_lock(call, None, |current, now| {
+        let out = lock::extend(current, request.owner, request.ttl_ms, now);
+        if out.reply {
+            stats::EXTENSIONS.bump();
+        }
+        bool_reply(out)
+    })
+}
+
+/// `LOCK.EXIT key owner`
+pub fn exit(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let request = match args::owner(argv) {
+        Ok(request) => request,
+        Err(e) => return rejected("lock.exit", &e),
+    };
+    with_lock(call, Some(Kind::Reentrant), |current, now| {
+        let out = lock::exit(current, request.owner, now);
+        let reply = match out.reply {
+            Some(0) => {
+                stats::RELEASES.bump();
+                Reply::Int(0)
+            }
+            Some(holds) => Reply::Int(i64::from(holds)),
+            None => Reply::Nil,
+        };
+        (reply, Write::from_step(out.step), out.found_expired)
+    })
+}
+
+/// `LOCK.FENCE key token floor`
+pub fn fence(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let floor_max = Fencer::clock_floor(clock::now_ms().saturating_add(FENCE_AHEAD_MS_MAX));
+    let request = match args::fence(argv, floor_max) {
+        Ok(request) => request,
+        Err(e) => return rejected("lock.fence", &e),
+    };
+    with_lock(call, None, |current, now| {
+        let out = with_fencer(|f| lock::fence(current, request.owner, request.floor, now, f));
+        bool_reply(out)
+    })
+}
+
+/// `LOCK.INFO key`
+pub fn info(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    if let Err(e) = args::key_only(argv) {
+        return rejected("lock.info", &e);
+    }
+    let Some(key) = call.open_key(false) else {
+        return Reply::Nil;
+    };
+    let current = match read(&key, None) {
+        Ok(current) => current,
+        Err(reply) => return reply,
+    };
+    let now = clock::now_ms();
+    match lock::inspect(current, now) {
+        None => Reply::Nil,
+        Some(held) => Reply::Fields(vec![
+            ("kind", Field::Text(held.kind.name())),
+            ("holder", Field::Bytes(held.owner.to_vec())),
+            ("holds", Field::Int(i64::from(held.holds))),
+            ("fence", Field::Int(clamp(held.fence))),
+            ("ttl-ms", Field::Int(held.remaining_ms(now))),
+            ("deadline-ms", Field::Int(held.deadline_ms)),
+            ("waiters", Field::Int(0)),
+        ]),
+    }
+}
+
+fn rejected(command: &str, error: &ArgError) -> Reply {
+    stats::REJECTED.bump();
+    Reply::Error(errors::bad_args(command, error))
+}
+
+fn bool_reply(out: Outcome<'_, bool>) -> (Reply, Write, bool) {
+    (
+        Reply::Int(i64::from(out.reply)),
+        Write::from_step(out.step),
+        out.found_expired,
+    )
+}
+
+fn fence_reply(fence: u64) -> Reply {
+    Reply::Int(clamp(fence))
+}
+
+/// Tokens stay far below i64::MAX until the year 2262 (see fencing.rs).
+fn clamp(fence: u64) -> i64 {
+    i64::try_from(fence).unwrap_or(i64::MAX)
+}
+
+/// Opens the key for writing, reads the lock (checking its kind), runs
+/// `transition` on it with the module clock's "now", then applies the step.
+fn with_lock(
+    call: &Call<'_>,
+    kind: Option<Kind>,
+    transition: impl FnOnce(Option<Lock<'_>>, i64) -> (Reply, Write, bool),
+) -> Reply {
+    let Some(mut key) = call.open_key(true) else {
+        return Reply::Error(errors::write_failed());
+    };
+    let now = clock::now_ms();
+    let (reply, write) = {
+        let current = match read(&key, kind) {
+            Ok(current) => current,
+            Err(reply) => return reply,
+        };
+        // The transition encodes its step before the key is touched: a new
+        // value may borrow bytes of the old one.
+        let (reply, write, found_expired) = transition(current, now);
+        if found_expired {
+            stats::EXPIRIES.bump();
+        }
+        (reply, write)
+    };
+    if !write.apply(call, &mut key, now) {
+        return Reply::Error(errors::write_failed());
+    }
+    reply
+}
+
+/// Reads the lock stored at the key. `Err` is the WRONGTYPE reply for a key
+/// that holds anything else, or a lock of the wrong kind.
+fn read<'k>(key: &'k Key<'_>, kind: Option<Kind>) -> Result<Option<Lock<'k>>, Reply> {
+    match key.kind() {
+        KeyKind::Empty => Ok(None),
+        KeyKind::Other => Err(wrongtype(errors::not_a_lock())),
+        KeyKind::String => {
+            let Some(held) = key.value().and_then(codec::decode) else {
+                return Err(wrongtype(errors::not_a_lock()));
+            };
+            if let Some(wanted) = kind {
+                if held.kind != wanted {
+                    return Err(wrongtype(errors::wrong_kind(held.kind, wanted)));
+                }
+            }
+            // A token seen in stored state (loaded from disk, replicated from
+            // an old master) must never be issued again by this node.
+            with_fencer(|f| f.raise_to(held.fence));
+            Ok(Some(held))
+        }
+    }
+}
+
+fn wrongtype(line: String) -> Reply {
+    stats::REJECTED.bump();
+    Reply::Error(line)
+}
+
+/// A step with the new value already encoded, so it owns its bytes.
+enum Write {
+    Keep,
+    Store { value: Vec<u8>, deadline_ms: i64 },
+    Delete,
+}
+
+impl Write {
+    fn from_step(step: Step<'_>) -> Write {
+        match step {
+            Step::Keep => Write::Keep,
+            Step::Delete => Write::Delete,
+            Step::Write(held) => Write::Store {
+                value: codec::encode(&held),
+                deadline_ms: held.deadline_ms,
+            },
+        }
+    }
+
+    /// Applies the write to the key and replicates it as a core command, so
+    /// that replicas and the AOF reproduce it without the module.
+    fn apply(self, call: &Call<'_>, key: &mut Key<'_>, now_ms: i64) -> bool {
+        match self {
+            Write::Keep => true,
+            Write::Delete => {
+                let deleted = key.delete();
+                if deleted {
+                    call.replicate_del();
+                }
+                deleted
+            }
+            Write::Store { value, deadline_ms } => {
+                let tolerance = config::CLOCK_JUMP_TOLERANCE_MS.get();
+                let expire_at =
+                    clock::backstop_ms(deadline_ms, now_ms, clock::wall_ms(), tolerance);
+                let stored = key.store(&value, expire_at);
+                if stored {
+                    call.replicate_set_pxat(&value, expire_at);
+                }
+                stored
+            }
+        }
+    }
+}

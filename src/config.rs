@@ -1,0 +1,79 @@
+//! Module configuration (`lock.*`): settable in redis.conf, as `loadmodule`
+//! arguments, and with CONFIG SET / GET.
+//!
+//! Redis is given wide bounds and every value is validated here, so that a
+//! bad value (in redis.conf, on the loadmodule line, or in CONFIG SET) gets a
+//! log line and an error that name the setting and its range, instead of the
+//! misleading start-up failure Redis 7.0 prints on its own.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use redis_module::configuration::ConfigurationContext;
+use redis_module::{ConfigurationValue, RedisError};
+
+use crate::core::args::Limits;
+
+/// An integer setting with its valid range.
+pub struct BoundedI64 {
+    name: &'static str,
+    value: AtomicI64,
+    pub default: i64,
+    pub min: i64,
+    pub max: i64,
+}
+
+impl BoundedI64 {
+    const fn new(name: &'static str, default: i64, min: i64, max: i64) -> BoundedI64 {
+        BoundedI64 {
+            name,
+            value: AtomicI64::new(default),
+            default,
+            min,
+            max,
+        }
+    }
+
+    pub fn get(&self) -> i64 {
+        self.value.load(Ordering::Relaxed)
+    }
+
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+// The module runs on Redis' main thread; config callbacks run there too.
+impl ConfigurationValue<i64> for BoundedI64 {
+    fn get(&self, _ctx: &ConfigurationContext) -> i64 {
+        BoundedI64::get(self)
+    }
+
+    fn set(&self, _ctx: &ConfigurationContext, value: i64) -> Result<(), RedisError> {
+        if value < self.min || value > self.max {
+            let message = format!(
+                "lock.{} must be between {} and {}, got {}",
+                self.name, self.min, self.max, value
+            );
+            redis_module::logging::log_warning(&message);
+            return Err(RedisError::String(message));
+        }
+        self.value.store(value, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+/// The largest TTL a grant or extension may carry.
+pub static MAX_TTL_MS: BoundedI64 = BoundedI64::new("max-ttl-ms", 30_000, 1, DAY_MS);
+
+/// How long after a lock's deadline its key's native Redis expiry is set:
+/// the largest forward wall-clock jump a held lock survives.
+pub static CLOCK_JUMP_TOLERANCE_MS: BoundedI64 =
+    BoundedI64::new("clock-jump-tolerance-ms", 60_000, 0, DAY_MS);
+
+pub fn limits() -> Limits {
+    Limits {
+        ttl_ms_max: MAX_TTL_MS.get(),
+    }
+}

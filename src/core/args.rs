@@ -1,0 +1,443 @@
+//! Argument parsing for every LOCK.* command: typed, bounded, strict.
+//!
+//! Wire formats (argv[0] is the command name, argv[1] the key):
+//! ```text
+//! LOCK.ACQUIRE key token ttl-ms [WAIT timeout-ms]
+//! LOCK.ENTER   key owner ttl-ms [WAIT timeout-ms]
+//! LOCK.RELEASE key token
+//! LOCK.EXIT    key owner
+//! LOCK.EXTEND  key token ttl-ms
+//! LOCK.FENCE   key token floor
+//! LOCK.INFO    key
+//! ```
+//! Integers follow Redis' own rules (`string2ll`): optional `-`, no `+`, no
+//! leading zeros, no spaces, no fraction, within i64. Option names are
+//! case-insensitive; an option given twice, an unknown option, or anything
+//! after the last option is an error. A parse error changes nothing.
+
+use std::fmt;
+
+/// Longest token or owner accepted, in bytes. A UUID plus a thread id is
+/// about 45 bytes; 256 leaves room without letting a client store megabytes
+/// per lock.
+pub const TOKEN_LEN_MAX: usize = 256;
+
+/// Longest WAIT timeout, in ms (one day). `WAIT 0` means no bound.
+pub const WAIT_MS_MAX: i64 = 86_400_000;
+
+/// Bounds that come from configuration rather than constants.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub ttl_ms_max: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ArgError {
+    Arity,
+    NotInteger {
+        what: &'static str,
+    },
+    OutOfRange {
+        what: &'static str,
+        value: i64,
+        min: i64,
+        max: i64,
+        config: Option<&'static str>,
+    },
+    EmptyToken {
+        what: &'static str,
+    },
+    TokenTooLong {
+        what: &'static str,
+        len: usize,
+    },
+    UnknownOption(String),
+    DuplicateOption(&'static str),
+    MissingValue(&'static str),
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgError::Arity => write!(f, "wrong number of arguments"),
+            ArgError::NotInteger { what } => write!(f, "{what} is not an integer or out of range"),
+            ArgError::OutOfRange {
+                what,
+                value,
+                min,
+                max,
+                config,
+            } => {
+                write!(f, "{what} {value} is out of range, must be {min}..{max}")?;
+                match config {
+                    Some(name) => write!(f, " ({name})"),
+                    None => Ok(()),
+                }
+            }
+            ArgError::EmptyToken { what } => write!(f, "{what} must not be empty"),
+            ArgError::TokenTooLong { what, len } => {
+                write!(
+                    f,
+                    "{what} is {len} bytes, longer than the limit of {TOKEN_LEN_MAX}"
+                )
+            }
+            ArgError::UnknownOption(name) => write!(f, "unknown option '{name}'"),
+            ArgError::DuplicateOption(name) => write!(f, "option {name} given twice"),
+            ArgError::MissingValue(name) => write!(f, "option {name} needs a value"),
+        }
+    }
+}
+
+/// ACQUIRE and ENTER.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acquire<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: i64,
+    /// `Some(0)` waits without bound.
+    pub wait_ms: Option<i64>,
+}
+
+/// RELEASE and EXIT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner<'a> {
+    pub owner: &'a [u8],
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extend<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fence<'a> {
+    pub owner: &'a [u8],
+    pub floor: u64,
+}
+
+/// `argv` is the whole command line including the name and key.
+pub fn acquire<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Acquire<'a>, ArgError> {
+    let [_, _, owner, ttl, options @ ..] = argv else {
+        return Err(ArgError::Arity);
+    };
+    let owner = token(owner, "token")?;
+    let ttl_ms = ttl_ms(ttl, limits)?;
+    let mut wait_ms = None;
+    let mut rest = options;
+    while let [name, tail @ ..] = rest {
+        if name.eq_ignore_ascii_case(b"WAIT") {
+            if wait_ms.is_some() {
+                return Err(ArgError::DuplicateOption("WAIT"));
+            }
+            let [value, tail @ ..] = tail else {
+                return Err(ArgError::MissingValue("WAIT"));
+            };
+            wait_ms = Some(bounded(value, "timeout-ms", 0, WAIT_MS_MAX, None)?);
+            rest = tail;
+        } else {
+            return Err(ArgError::UnknownOption(
+                String::from_utf8_lossy(name).into_owned(),
+            ));
+        }
+    }
+    Ok(Acquire {
+        owner,
+        ttl_ms,
+        wait_ms,
+    })
+}
+
+pub fn owner<'a>(argv: &[&'a [u8]]) -> Result<Owner<'a>, ArgError> {
+    let [_, _, owner] = argv else {
+        return Err(ArgError::Arity);
+    };
+    Ok(Owner {
+        owner: token(owner, "token")?,
+    })
+}
+
+pub fn extend<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Extend<'a>, ArgError> {
+    let [_, _, owner, ttl] = argv else {
+        return Err(ArgError::Arity);
+    };
+    Ok(Extend {
+        owner: token(owner, "token")?,
+        ttl_ms: ttl_ms(ttl, limits)?,
+    })
+}
+
+/// `floor_max` is the largest floor this node accepts now (see
+/// `Fencer::clock_floor` and the FENCE bound in the adapter).
+pub fn fence<'a>(argv: &[&'a [u8]], floor_max: u64) -> Result<Fence<'a>, ArgError> {
+    let [_, _, owner, floor] = argv else {
+        return Err(ArgError::Arity);
+    };
+    let owner = token(owner, "token")?;
+    let max = i64::try_from(floor_max).unwrap_or(i64::MAX);
+    let floor = bounded(floor, "floor", 0, max, None)?;
+    Ok(Fence {
+        owner,
+        floor: u64::try_from(floor).unwrap_or(0),
+    })
+}
+
+pub fn key_only(argv: &[&[u8]]) -> Result<(), ArgError> {
+    match argv {
+        [_, _] => Ok(()),
+        _ => Err(ArgError::Arity),
+    }
+}
+
+fn token<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], ArgError> {
+    match bytes.len() {
+        0 => Err(ArgError::EmptyToken { what }),
+        len if len > TOKEN_LEN_MAX => Err(ArgError::TokenTooLong { what, len }),
+        _ => Ok(bytes),
+    }
+}
+
+fn ttl_ms(bytes: &[u8], limits: Limits) -> Result<i64, ArgError> {
+    bounded(
+        bytes,
+        "ttl-ms",
+        1,
+        limits.ttl_ms_max,
+        Some("lock.max-ttl-ms"),
+    )
+}
+
+fn bounded(
+    bytes: &[u8],
+    what: &'static str,
+    min: i64,
+    max: i64,
+    config: Option<&'static str>,
+) -> Result<i64, ArgError> {
+    let value = parse_i64(bytes).ok_or(ArgError::NotInteger { what })?;
+    if value < min || value > max {
+        return Err(ArgError::OutOfRange {
+            what,
+            value,
+            min,
+            max,
+            config,
+        });
+    }
+    Ok(value)
+}
+
+/// Redis' `string2ll`: `-?[1-9][0-9]*|0`, at most 20 bytes, no overflow.
+pub fn parse_i64(bytes: &[u8]) -> Option<i64> {
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, bytes),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] if !negative => return Some(0),
+        [b'0', ..] => return None,
+        _ => {}
+    }
+    if bytes.len() > 20 {
+        return None;
+    }
+    // Accumulate negatively so that i64::MIN parses.
+    digits.iter().try_fold(0i64, |acc, &b| {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        let digit = i64::from(b - b'0');
+        let acc = acc.checked_mul(10)?;
+        if negative {
+            acc.checked_sub(digit)
+        } else {
+            acc.checked_add(digit)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const LIMITS: Limits = Limits { ttl_ms_max: 30_000 };
+
+    fn argv(line: &str) -> Vec<&[u8]> {
+        line.split(' ').map(str::as_bytes).collect()
+    }
+
+    #[test]
+    fn integers_parse_like_redis() {
+        for (text, want) in [
+            ("0", Some(0)),
+            ("5", Some(5)),
+            ("-5", Some(-5)),
+            ("9223372036854775807", Some(i64::MAX)),
+            ("-9223372036854775808", Some(i64::MIN)),
+            ("9223372036854775808", None),
+            ("+5", None),
+            ("07", None),
+            ("-0", None),
+            (" 5", None),
+            ("5 ", None),
+            ("1.5", None),
+            ("", None),
+            ("-", None),
+            ("1e3", None),
+        ] {
+            assert_eq!(parse_i64(text.as_bytes()), want, "{text:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn parse_agrees_with_display(n: i64) {
+            prop_assert_eq!(parse_i64(n.to_string().as_bytes()), Some(n));
+        }
+
+        #[test]
+        fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..30)) {
+            let _ = parse_i64(&bytes);
+        }
+    }
+
+    #[test]
+    fn acquire_accepts_wait_in_any_case() {
+        let a = acquire(&argv("LOCK.ACQUIRE k t 100 wait 0"), LIMITS);
+        assert_eq!(
+            a,
+            Ok(Acquire {
+                owner: b"t",
+                ttl_ms: 100,
+                wait_ms: Some(0)
+            })
+        );
+        let a = acquire(&argv("LOCK.ACQUIRE k t 30000"), LIMITS);
+        assert_eq!(
+            a,
+            Ok(Acquire {
+                owner: b"t",
+                ttl_ms: 30_000,
+                wait_ms: None
+            })
+        );
+    }
+
+    #[test]
+    fn acquire_misuse() {
+        let long = "x".repeat(TOKEN_LEN_MAX + 1);
+        let cases: Vec<(String, ArgError)> = vec![
+            ("LOCK.ACQUIRE k t".into(), ArgError::Arity),
+            (
+                "LOCK.ACQUIRE k t 0".into(),
+                ArgError::OutOfRange {
+                    what: "ttl-ms",
+                    value: 0,
+                    min: 1,
+                    max: 30_000,
+                    config: Some("lock.max-ttl-ms"),
+                },
+            ),
+            (
+                "LOCK.ACQUIRE k t 30001".into(),
+                ArgError::OutOfRange {
+                    what: "ttl-ms",
+                    value: 30_001,
+                    min: 1,
+                    max: 30_000,
+                    config: Some("lock.max-ttl-ms"),
+                },
+            ),
+            (
+                "LOCK.ACQUIRE k t -1".into(),
+                ArgError::OutOfRange {
+                    what: "ttl-ms",
+                    value: -1,
+                    min: 1,
+                    max: 30_000,
+                    config: Some("lock.max-ttl-ms"),
+                },
+            ),
+            (
+                "LOCK.ACQUIRE k t +5".into(),
+                ArgError::NotInteger { what: "ttl-ms" },
+            ),
+            (
+                "LOCK.ACQUIRE k t 1.5".into(),
+                ArgError::NotInteger { what: "ttl-ms" },
+            ),
+            (
+                "LOCK.ACQUIRE k  5".into(),
+                ArgError::EmptyToken { what: "token" },
+            ),
+            (
+                format!("LOCK.ACQUIRE k {long} 5"),
+                ArgError::TokenTooLong {
+                    what: "token",
+                    len: TOKEN_LEN_MAX + 1,
+                },
+            ),
+            (
+                "LOCK.ACQUIRE k t 5 WAIT".into(),
+                ArgError::MissingValue("WAIT"),
+            ),
+            (
+                "LOCK.ACQUIRE k t 5 WAIT 1 WAIT 2".into(),
+                ArgError::DuplicateOption("WAIT"),
+            ),
+            (
+                "LOCK.ACQUIRE k t 5 WAIT -1".into(),
+                ArgError::OutOfRange {
+                    what: "timeout-ms",
+                    value: -1,
+                    min: 0,
+                    max: WAIT_MS_MAX,
+                    config: None,
+                },
+            ),
+            (
+                "LOCK.ACQUIRE k t 5 NX".into(),
+                ArgError::UnknownOption("NX".into()),
+            ),
+            (
+                "LOCK.ACQUIRE k t 5 WAIT 1 extra".into(),
+                ArgError::UnknownOption("extra".into()),
+            ),
+        ];
+        for (line, want) in cases {
+            assert_eq!(acquire(&argv(&line), LIMITS), Err(want), "{line}");
+        }
+    }
+
+    #[test]
+    fn other_commands_check_arity_and_values() {
+        assert_eq!(owner(&argv("LOCK.RELEASE k")), Err(ArgError::Arity));
+        assert_eq!(owner(&argv("LOCK.RELEASE k t x")), Err(ArgError::Arity));
+        assert_eq!(owner(&argv("LOCK.RELEASE k t")), Ok(Owner { owner: b"t" }));
+        assert_eq!(
+            extend(&argv("LOCK.EXTEND k t 5 6"), LIMITS),
+            Err(ArgError::Arity),
+        );
+        assert_eq!(
+            extend(&argv("LOCK.EXTEND k t 07"), LIMITS),
+            Err(ArgError::NotInteger { what: "ttl-ms" })
+        );
+        assert_eq!(
+            fence(&argv("LOCK.FENCE k t 100"), 99).map(|f| f.floor),
+            Err(ArgError::OutOfRange {
+                what: "floor",
+                value: 100,
+                min: 0,
+                max: 99,
+                config: None
+            })
+        );
+        assert_eq!(
+            fence(&argv("LOCK.FENCE k t 99"), 99).map(|f| f.floor),
+            Ok(99)
+        );
+        assert_eq!(key_only(&argv("LOCK.INFO k")), Ok(()));
+        assert_eq!(key_only(&argv("LOCK.INFO k x")), Err(ArgError::Arity));
+    }
+}

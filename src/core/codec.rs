@@ -1,0 +1,176 @@
+//! The stored form of a lock: one Redis string per lock key.
+//!
+//! ```text
+//! LK1|<kind>|<fence>|<deadline-ms>|<holds>|<owner>
+//! LK1|P|1795312345678001|1795312347678|1|worker-7f3a
+//! ```
+//!
+//! Text, so that `GET key` on any node (or a replica without the module)
+//! shows who holds the lock, its fencing token and its absolute deadline.
+//! The owner token comes last and runs to the end of the value, so it may hold
+//! any bytes (including `|`) without escaping. Integers are plain decimal with
+//! no sign or leading zeros; anything else is not a lock (the command answers
+//! WRONGTYPE rather than guessing).
+
+use super::lock::{Kind, Lock};
+
+/// Every lock value starts with this; a string that does not is not a lock.
+pub const MAGIC: &[u8] = b"LK1|";
+
+/// Longest encoded header: magic, kind, 20-digit fence, 20-digit deadline,
+/// 10-digit holds and five separators.
+pub const HEADER_LEN_MAX: usize = MAGIC.len() + 2 + 21 + 21 + 11;
+
+pub fn encode_into(lock: &Lock<'_>, out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(HEADER_LEN_MAX + lock.owner.len());
+    out.extend_from_slice(MAGIC);
+    out.push(lock.kind.letter());
+    out.push(b'|');
+    push_decimal(out, lock.fence);
+    out.push(b'|');
+    // Deadlines before 1970 cannot be produced by the module clock; clamp
+    // rather than write a sign the decoder would reject.
+    push_decimal(out, u64::try_from(lock.deadline_ms).unwrap_or(0));
+    out.push(b'|');
+    push_decimal(out, u64::from(lock.holds));
+    out.push(b'|');
+    out.extend_from_slice(lock.owner);
+}
+
+pub fn encode(lock: &Lock<'_>) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(lock, &mut out);
+    out
+}
+
+/// Reads a stored value; `None` when the bytes are not a lock this version
+/// wrote.
+pub fn decode(value: &[u8]) -> Option<Lock<'_>> {
+    let rest = value.strip_prefix(MAGIC)?;
+    let (kind, rest) = split_field(rest)?;
+    let kind = match kind {
+        [letter] => Kind::from_letter(*letter)?,
+        _ => return None,
+    };
+    let (fence, rest) = split_field(rest)?;
+    let (deadline, rest) = split_field(rest)?;
+    let (holds, owner) = split_field(rest)?;
+    let lock = Lock {
+        kind,
+        owner,
+        fence: parse_decimal(fence)?,
+        deadline_ms: i64::try_from(parse_decimal(deadline)?).ok()?,
+        holds: u32::try_from(parse_decimal(holds)?).ok()?,
+    };
+    if owner.is_empty() || lock.holds == 0 {
+        return None;
+    }
+    Some(lock)
+}
+
+fn split_field(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let at = bytes.iter().position(|&b| b == b'|')?;
+    Some((bytes.get(..at)?, bytes.get(at + 1..)?))
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        // `value % 10` is below 10, so the cast cannot truncate.
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[start..]);
+}
+
+/// Unsigned decimal without sign, spaces or leading zeros (the form
+/// `push_decimal` writes); `None` on anything else or on overflow.
+fn parse_decimal(bytes: &[u8]) -> Option<u64> {
+    match bytes {
+        [] => None,
+        [b'0'] => Some(0),
+        [b'0', ..] => None,
+        _ => bytes.iter().try_fold(0u64, |acc, &b| {
+            if !b.is_ascii_digit() {
+                return None;
+            }
+            acc.checked_mul(10)?.checked_add(u64::from(b - b'0'))
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sample(owner: &[u8]) -> Lock<'_> {
+        Lock {
+            kind: Kind::Plain,
+            owner,
+            fence: 1795312345678001,
+            deadline_ms: 1795312347678,
+            holds: 1,
+        }
+    }
+
+    #[test]
+    fn encodes_readable_text() {
+        assert_eq!(
+            encode(&sample(b"worker-7")),
+            b"LK1|P|1795312345678001|1795312347678|1|worker-7".to_vec()
+        );
+    }
+
+    #[test]
+    fn owner_may_contain_separators_and_binary() {
+        let owner = b"a|b\x00\xff|";
+        let bytes = encode(&sample(owner));
+        assert_eq!(decode(&bytes), Some(sample(owner)));
+    }
+
+    #[test]
+    fn rejects_what_it_did_not_write() {
+        for bad in [
+            &b""[..],
+            b"hello",
+            b"LK1|",
+            b"LK1|X|1|2|1|o",
+            b"LK1|P|01|2|1|o",
+            b"LK1|P|+1|2|1|o",
+            b"LK1|P|1|2|0|o",
+            b"LK1|P|1|2|1|",
+            b"LK1|P|1|2|4294967296|o",
+            b"LK1|P|99999999999999999999|2|1|o",
+            b"LK1|P|1|9223372036854775808|1|o",
+            b"LK1|P|1| 2|1|o",
+            b"LK1|PP|1|2|1|o",
+        ] {
+            assert_eq!(decode(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(reentrant: bool, fence: u64, deadline in 0i64..=i64::MAX, holds in 1u32.., owner in proptest::collection::vec(any::<u8>(), 1..64)) {
+            let kind = if reentrant { Kind::Reentrant } else { Kind::Plain };
+            let lock = Lock { kind, owner: &owner, fence, deadline_ms: deadline, holds };
+            let bytes = encode(&lock);
+            prop_assert_eq!(decode(&bytes), Some(lock));
+        }
+
+        #[test]
+        fn never_panics_on_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let _ = decode(&bytes);
+            let mut prefixed = MAGIC.to_vec();
+            prefixed.extend_from_slice(&bytes);
+            let _ = decode(&prefixed);
+        }
+    }
+}

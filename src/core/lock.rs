@@ -1,0 +1,406 @@
+//! The lock state machine: pure functions from (current lock, request, now)
+//! to (reply, what to store). No Redis, no clock, no globals: the adapter
+//! reads the key, calls one of these, and applies the [`Step`].
+//!
+//! Time is the module clock in milliseconds (see `clock.rs`): a lock is live
+//! while `now_ms < deadline_ms`. A lock whose deadline has passed is free,
+//! whether or not Redis has deleted its key yet.
+
+use super::fencing::Fencer;
+
+/// Plain locks are taken with ACQUIRE; reentrant ones with ENTER. A key holds
+/// one kind, and commands of the other kind answer WRONGTYPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Plain,
+    Reentrant,
+}
+
+impl Kind {
+    pub fn letter(self) -> u8 {
+        match self {
+            Kind::Plain => b'P',
+            Kind::Reentrant => b'R',
+        }
+    }
+
+    pub fn from_letter(letter: u8) -> Option<Kind> {
+        match letter {
+            b'P' => Some(Kind::Plain),
+            b'R' => Some(Kind::Reentrant),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Reentrant => "reentrant",
+        }
+    }
+}
+
+/// One held lock. `owner` borrows either the stored value or the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lock<'a> {
+    pub kind: Kind,
+    pub owner: &'a [u8],
+    /// The fencing token issued with this grant.
+    pub fence: u64,
+    /// Module-clock instant at which the lock frees itself.
+    pub deadline_ms: i64,
+    /// Reentrant hold count; always 1 for plain locks.
+    pub holds: u32,
+}
+
+impl Lock<'_> {
+    pub fn is_live(&self, now_ms: i64) -> bool {
+        now_ms < self.deadline_ms
+    }
+
+    pub fn remaining_ms(&self, now_ms: i64) -> i64 {
+        self.deadline_ms.saturating_sub(now_ms).max(0)
+    }
+}
+
+/// Hold counts above this are refused: a client that enters a lock a billion
+/// times has a bug, and the count must fit the stored form.
+pub const HOLDS_MAX: u32 = 1_000_000;
+
+/// What the adapter must do to the key after a transition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// Nothing changes.
+    Keep,
+    /// Store this lock (and replicate it).
+    Write(Lock<'a>),
+    /// Delete the key (and replicate the deletion).
+    Delete,
+}
+
+/// A transition's result: the reply, the store step, and whether the
+/// transition found an expired lock (for the expiry counter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome<'a, R> {
+    pub reply: R,
+    pub step: Step<'a>,
+    pub found_expired: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// A new grant with a new fencing token.
+    Granted(u64),
+    /// The requester already held it: TTL reset, same fencing token.
+    Renewed(u64),
+    /// Another owner holds it.
+    Busy,
+    /// Reentrant only: the hold count would pass [`HOLDS_MAX`].
+    TooManyHolds,
+}
+
+/// Splits the stored lock into live or expired, so every transition treats an
+/// expired lock exactly like a missing one.
+fn live<'a>(current: Option<Lock<'a>>, now_ms: i64) -> (Option<Lock<'a>>, bool) {
+    match current {
+        Some(lock) if lock.is_live(now_ms) => (Some(lock), false),
+        Some(_) => (None, true),
+        None => (None, false),
+    }
+}
+
+/// The step for a transition that leaves the lock as it found it: an expired
+/// lock found on the way is deleted so that it stops using memory.
+fn keep_or_reap<'a>(found_expired: bool) -> Step<'a> {
+    if found_expired {
+        Step::Delete
+    } else {
+        Step::Keep
+    }
+}
+
+/// LOCK.ACQUIRE (plain) and LOCK.ENTER (reentrant). The caller has checked
+/// that a stored lock is of `kind`.
+pub fn acquire<'a>(
+    current: Option<Lock<'a>>,
+    kind: Kind,
+    owner: &'a [u8],
+    ttl_ms: i64,
+    now_ms: i64,
+    fencer: &mut Fencer,
+) -> Outcome<'a, Grant> {
+    let (held, found_expired) = live(current, now_ms);
+    let deadline_ms = now_ms.saturating_add(ttl_ms);
+    let (reply, step) = match held {
+        None => {
+            let fence = fencer.next(now_ms);
+            let lock = Lock {
+                kind,
+                owner,
+                fence,
+                deadline_ms,
+                holds: 1,
+            };
+            (Grant::Granted(fence), Step::Write(lock))
+        }
+        Some(lock) if lock.owner != owner => (Grant::Busy, Step::Keep),
+        Some(lock) => match kind {
+            // Idempotent: a retry after a lost reply gets the same token.
+            Kind::Plain => (
+                Grant::Renewed(lock.fence),
+                Step::Write(Lock {
+                    deadline_ms,
+                    ..lock
+                }),
+            ),
+            Kind::Reentrant if lock.holds >= HOLDS_MAX => (Grant::TooManyHolds, Step::Keep),
+            Kind::Reentrant => {
+                let holds = lock.holds + 1;
+                (
+                    Grant::Renewed(lock.fence),
+                    Step::Write(Lock {
+                        deadline_ms,
+                        holds,
+                        ..lock
+                    }),
+                )
+            }
+        },
+    };
+    Outcome {
+        reply,
+        step,
+        found_expired,
+    }
+}
+
+/// LOCK.RELEASE: frees the lock (all holds) if `owner` holds it.
+pub fn release<'a>(current: Option<Lock<'a>>, owner: &[u8], now_ms: i64) -> Outcome<'a, bool> {
+    let (held, found_expired) = live(current, now_ms);
+    match held {
+        Some(lock) if lock.owner == owner => Outcome {
+            reply: true,
+            step: Step::Delete,
+            found_expired,
+        },
+        _ => Outcome {
+            reply: false,
+            step: keep_or_reap(found_expired),
+            found_expired,
+        },
+    }
+}
+
+/// LOCK.EXTEND: the TTL becomes `ttl_ms` from now if `owner` holds the lock.
+/// Never re-creates a lock that is gone.
+pub fn extend<'a>(
+    current: Option<Lock<'a>>,
+    owner: &[u8],
+    ttl_ms: i64,
+    now_ms: i64,
+) -> Outcome<'a, bool> {
+    let (held, found_expired) = live(current, now_ms);
+    match held {
+        Some(lock) if lock.owner == owner => {
+            let deadline_ms = now_ms.saturating_add(ttl_ms);
+            Outcome {
+                reply: true,
+                step: Step::Write(Lock {
+                    deadline_ms,
+                    ..lock
+                }),
+                found_expired,
+            }
+        }
+        _ => Outcome {
+            reply: false,
+            step: keep_or_reap(found_expired),
+            found_expired,
+        },
+    }
+}
+
+/// LOCK.EXIT: drops one hold; `Some(remaining)` (0 = freed) or `None` when
+/// `owner` does not hold it.
+pub fn exit<'a>(current: Option<Lock<'a>>, owner: &[u8], now_ms: i64) -> Outcome<'a, Option<u32>> {
+    let (held, found_expired) = live(current, now_ms);
+    match held {
+        Some(lock) if lock.owner == owner => {
+            let holds = lock.holds.saturating_sub(1);
+            let step = if holds == 0 {
+                Step::Delete
+            } else {
+                Step::Write(Lock { holds, ..lock })
+            };
+            Outcome {
+                reply: Some(holds),
+                step,
+                found_expired,
+            }
+        }
+        _ => Outcome {
+            reply: None,
+            step: keep_or_reap(found_expired),
+            found_expired,
+        },
+    }
+}
+
+/// LOCK.FENCE: if `owner` holds the lock, raise the node's counter to at
+/// least `floor`.
+pub fn fence<'a>(
+    current: Option<Lock<'a>>,
+    owner: &[u8],
+    floor: u64,
+    now_ms: i64,
+    fencer: &mut Fencer,
+) -> Outcome<'a, bool> {
+    let (held, found_expired) = live(current, now_ms);
+    match held {
+        Some(lock) if lock.owner == owner => {
+            fencer.raise_to(floor);
+            Outcome {
+                reply: true,
+                step: keep_or_reap(found_expired),
+                found_expired,
+            }
+        }
+        _ => Outcome {
+            reply: false,
+            step: keep_or_reap(found_expired),
+            found_expired,
+        },
+    }
+}
+
+/// LOCK.INFO: the live lock, if any. Read-only: an expired lock is reported
+/// as absent and left for a write or Redis' expiry to remove.
+pub fn inspect(current: Option<Lock<'_>>, now_ms: i64) -> Option<Lock<'_>> {
+    current.filter(|lock| lock.is_live(now_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TTL: i64 = 1_000;
+
+    fn grant<'a>(
+        cur: Option<Lock<'a>>,
+        owner: &'a [u8],
+        now: i64,
+        f: &mut Fencer,
+    ) -> Outcome<'a, Grant> {
+        acquire(cur, Kind::Plain, owner, TTL, now, f)
+    }
+
+    fn stored(o: &Outcome<'_, impl Copy>) -> Option<Lock<'static>> {
+        match o.step {
+            Step::Write(l) => Some(Lock {
+                owner: Box::leak(l.owner.to_vec().into_boxed_slice()),
+                ..l
+            }),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn grant_then_busy_then_idempotent_retry() {
+        let mut f = Fencer::new(0);
+        let a = grant(None, b"a", 10, &mut f);
+        let Grant::Granted(t) = a.reply else {
+            panic!("{a:?}")
+        };
+        let lock = stored(&a);
+        assert_eq!(grant(lock, b"b", 20, &mut f).reply, Grant::Busy);
+        let again = grant(lock, b"a", 30, &mut f);
+        assert_eq!(again.reply, Grant::Renewed(t));
+        assert_eq!(stored(&again).map(|l| l.deadline_ms), Some(30 + TTL));
+    }
+
+    #[test]
+    fn expired_lock_is_free_and_reported() {
+        let mut f = Fencer::new(0);
+        let a = grant(None, b"a", 0, &mut f);
+        let lock = stored(&a);
+        let b = grant(lock, b"b", TTL, &mut f);
+        assert!(matches!(b.reply, Grant::Granted(_)));
+        assert!(b.found_expired);
+        assert_eq!(release(lock, b"a", TTL).reply, false);
+        assert_eq!(
+            release(lock, b"a", TTL).step,
+            Step::Delete,
+            "expired lock is reaped"
+        );
+        assert_eq!(extend(lock, b"a", TTL, TTL).reply, false);
+        assert_eq!(inspect(lock, TTL), None);
+        assert_eq!(inspect(lock, TTL - 1), lock);
+    }
+
+    #[test]
+    fn only_the_holder_releases_or_extends() {
+        let mut f = Fencer::new(0);
+        let lock = stored(&grant(None, b"a", 0, &mut f));
+        assert_eq!(
+            release(lock, b"b", 1),
+            Outcome {
+                reply: false,
+                step: Step::Keep,
+                found_expired: false
+            }
+        );
+        assert_eq!(extend(lock, b"b", 5, 1).step, Step::Keep);
+        assert_eq!(release(lock, b"a", 1).step, Step::Delete);
+        assert_eq!(
+            extend(None, b"a", 5, 1).step,
+            Step::Keep,
+            "never re-creates"
+        );
+    }
+
+    #[test]
+    fn reentrant_counts_holds_and_keeps_its_token() {
+        let mut f = Fencer::new(0);
+        let e1 = acquire(None, Kind::Reentrant, b"o", TTL, 0, &mut f);
+        let Grant::Granted(t) = e1.reply else {
+            panic!()
+        };
+        let e2 = acquire(stored(&e1), Kind::Reentrant, b"o", TTL, 5, &mut f);
+        assert_eq!(e2.reply, Grant::Renewed(t));
+        assert_eq!(
+            stored(&e2).map(|l| (l.holds, l.deadline_ms)),
+            Some((2, 5 + TTL))
+        );
+        let x1 = exit(stored(&e2), b"o", 6);
+        assert_eq!(x1.reply, Some(1));
+        assert_eq!(exit(stored(&x1), b"p", 6).reply, None);
+        let x2 = exit(stored(&x1), b"o", 7);
+        assert_eq!((x2.reply, x2.step), (Some(0), Step::Delete));
+    }
+
+    #[test]
+    fn hold_count_is_bounded() {
+        let mut f = Fencer::new(0);
+        let full = Lock {
+            kind: Kind::Reentrant,
+            owner: b"o",
+            fence: 1,
+            deadline_ms: 100,
+            holds: HOLDS_MAX,
+        };
+        assert_eq!(
+            acquire(Some(full), Kind::Reentrant, b"o", TTL, 0, &mut f).reply,
+            Grant::TooManyHolds
+        );
+    }
+
+    #[test]
+    fn fence_raises_only_for_the_holder() {
+        let mut f = Fencer::new(0);
+        let lock = stored(&grant(None, b"a", 0, &mut f));
+        assert!(!fence(lock, b"b", 5_000_000, 1, &mut f).reply);
+        assert!(f.next(1) < 5_000_000);
+        assert!(fence(lock, b"a", 5_000_000, 1, &mut f).reply);
+        assert!(f.next(1) > 5_000_000);
+    }
+}

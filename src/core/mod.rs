@@ -1,0 +1,7 @@
+//! Pure lock logic: no Redis import, no clock, no globals. Everything here is
+//! unit- and property-tested without a server.
+
+pub mod args;
+pub mod codec;
+pub mod fencing;
+pub mod lock;

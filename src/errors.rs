@@ -1,0 +1,54 @@
+//! Every error reply the module sends, in one place. Each line starts with
+//! its code (`ERR`, `WRONGTYPE`, ...) as Redis clients expect.
+
+use crate::core::args::ArgError;
+use crate::core::lock::Kind;
+
+/// A malformed call: arity, integers, ranges, tokens, options.
+pub fn bad_args(command: &str, error: &ArgError) -> String {
+    match error {
+        ArgError::Arity => format!("ERR wrong number of arguments for '{command}' command"),
+        other => format!("ERR {command}: {other}"),
+    }
+}
+
+pub fn arity(command: &[u8]) -> String {
+    format!(
+        "ERR wrong number of arguments for '{}' command",
+        String::from_utf8_lossy(command).to_lowercase()
+    )
+}
+
+/// The key exists but holds something that is not a lock at all.
+pub fn not_a_lock() -> String {
+    "WRONGTYPE Operation against a key holding the wrong kind of value (not a lock)".into()
+}
+
+/// The key holds a lock of the other kind (plain vs reentrant).
+pub fn wrong_kind(found: Kind, wanted: Kind) -> String {
+    format!(
+        "WRONGTYPE Operation against a key holding the wrong kind of value (a {} lock, this command needs a {} lock)",
+        found.name(),
+        wanted.name()
+    )
+}
+
+/// LOCK.ENTER past the hold bound.
+pub fn too_many_holds(max: u32) -> String {
+    format!("ERR too many holds: a reentrant lock may be entered at most {max} times")
+}
+
+/// Redis refused a key write (should not happen on a writable master).
+pub fn write_failed() -> String {
+    "ERR lock module: the key could not be written".into()
+}
+
+/// A panic was caught at the command boundary.
+pub fn internal() -> String {
+    "ERR lock module: internal error (see the server log)".into()
+}
+
+/// WAIT is parsed but blocking is not built yet (issue: part 2).
+pub fn wait_unsupported() -> String {
+    "ERR WAIT is not supported by this build of the lock module yet".into()
+}

@@ -1,0 +1,196 @@
+//! `lock`: a Redis module for distributed locks.
+//!
+//! Where things live:
+//! - `core/`: the pure lock logic (state machine, stored form, fencing
+//!   counter, argument parsing). No Redis import; unit- and property-tested.
+//! - `commands.rs`: one thin handler per command: parse, read key, run a
+//!   `core` transition, store + replicate + reply.
+//! - `ffi.rs`: every `unsafe` call into the Redis module API.
+//! - `clock.rs`: the module clock (wall time at load + monotonic time since).
+//! - `config.rs`, `stats.rs`, `errors.rs`: settings, INFO counters, replies.
+//! - this file: registration only.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing,
+        clippy::todo,
+        clippy::unimplemented
+    )
+)]
+
+pub mod clock;
+pub mod commands;
+pub mod config;
+pub mod core;
+pub mod errors;
+pub mod ffi;
+pub mod stats;
+
+#[cfg(not(test))]
+mod module {
+    use std::ffi::c_int;
+
+    use redis_module::configuration::ConfigurationFlags;
+    use redis_module::{redis_module, Context, RedisString, Status};
+
+    use crate::commands;
+    use crate::config;
+    use crate::ffi::{self, CommandDef, InfoValue, RawArgv, RawCtx};
+    use crate::stats;
+
+    macro_rules! entry {
+        ($name:ident => $handler:path) => {
+            extern "C" fn $name(ctx: RawCtx, argv: RawArgv, argc: c_int) -> c_int {
+                ffi::dispatch(ctx, argv, argc, $handler)
+            }
+        };
+    }
+    entry!(acquire_entry => commands::acquire);
+    entry!(release_entry => commands::release);
+    entry!(extend_entry => commands::extend);
+    entry!(enter_entry => commands::enter);
+    entry!(exit_entry => commands::exit);
+    entry!(fence_entry => commands::fence);
+    entry!(info_entry => commands::info);
+
+    // Key-spec flags (REDISMODULE_CMD_KEY_*), see redismodule.h.
+    const RO: u64 = 1 << 0;
+    const RW: u64 = 1 << 1;
+    const ACCESS: u64 = 1 << 4;
+    const UPDATE: u64 = 1 << 5;
+    const DELETE: u64 = 1 << 7;
+
+    fn command_table() -> [CommandDef; 7] {
+        [
+            CommandDef {
+                name: c"lock.acquire",
+                entry: acquire_entry,
+                flags: c"write deny-oom",
+                arity: -4,
+                key_flags: RW | UPDATE,
+                summary: c"Take a plain lock; reply: fencing token or nil",
+            },
+            CommandDef {
+                name: c"lock.release",
+                entry: release_entry,
+                flags: c"write fast",
+                arity: 3,
+                key_flags: RW | DELETE,
+                summary: c"Free a lock held by token; reply: 1 or 0",
+            },
+            CommandDef {
+                name: c"lock.extend",
+                entry: extend_entry,
+                flags: c"write deny-oom fast",
+                arity: 4,
+                key_flags: RW | UPDATE,
+                summary: c"Reset the TTL of a lock held by token; reply: 1 or 0",
+            },
+            CommandDef {
+                name: c"lock.enter",
+                entry: enter_entry,
+                flags: c"write deny-oom",
+                arity: -4,
+                key_flags: RW | UPDATE,
+                summary: c"Enter a reentrant lock; reply: fencing token or nil",
+            },
+            CommandDef {
+                name: c"lock.exit",
+                entry: exit_entry,
+                flags: c"write fast",
+                arity: 3,
+                key_flags: RW | UPDATE,
+                summary: c"Drop one hold of a reentrant lock; reply: holds left or nil",
+            },
+            CommandDef {
+                name: c"lock.fence",
+                entry: fence_entry,
+                flags: c"write fast",
+                arity: 4,
+                key_flags: RW | ACCESS,
+                summary: c"Raise this node's fencing counter while holding the lock; reply: 1 or 0",
+            },
+            CommandDef {
+                name: c"lock.info",
+                entry: info_entry,
+                flags: c"readonly fast",
+                arity: 2,
+                key_flags: RO | ACCESS,
+                summary: c"Describe the lock at key; reply: field/value array or nil",
+            },
+        ]
+    }
+
+    fn info_fields() -> Vec<(&'static str, InfoValue)> {
+        use InfoValue::{Signed, Unsigned};
+        vec![
+            ("grants", Unsigned(stats::GRANTS.get())),
+            ("renewals", Unsigned(stats::RENEWALS.get())),
+            ("contended", Unsigned(stats::CONTENDED.get())),
+            ("releases", Unsigned(stats::RELEASES.get())),
+            ("extensions", Unsigned(stats::EXTENSIONS.get())),
+            ("expiries", Unsigned(stats::EXPIRIES.get())),
+            ("rejected", Unsigned(stats::REJECTED.get())),
+            ("last_fencing_token", Unsigned(commands::last_fence())),
+            ("max_ttl_ms", Signed(config::MAX_TTL_MS.get())),
+            (
+                "clock_jump_tolerance_ms",
+                Signed(config::CLOCK_JUMP_TOLERANCE_MS.get()),
+            ),
+            (
+                "wall_clock_offset_ms",
+                Signed(crate::clock::wall_offset_ms()),
+            ),
+        ]
+    }
+
+    fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+        std::panic::set_hook(Box::new(|info| {
+            redis_module::logging::log_warning(format!("PANIC in lock module: {info}"));
+        }));
+        if let Some(name) = ffi::missing_api() {
+            ctx.log_warning(&format!(
+                "lock: this Redis lacks RedisModule_{name}; Redis 7.0 or later is required"
+            ));
+            return Status::Err;
+        }
+        crate::clock::start();
+        for def in &command_table() {
+            if let Err(e) = ffi::register_command(ctx.ctx, def) {
+                ctx.log_warning(&format!("lock: {e}"));
+                return Status::Err;
+            }
+        }
+        if let Err(e) = ffi::register_info(ctx.ctx, info_fields) {
+            ctx.log_warning(&format!("lock: {e}"));
+            return Status::Err;
+        }
+        ctx.log_notice(&format!(
+            "lock: loaded; lock.max-ttl-ms={} lock.clock-jump-tolerance-ms={}",
+            config::MAX_TTL_MS.get(),
+            config::CLOCK_JUMP_TOLERANCE_MS.get()
+        ));
+        Status::Ok
+    }
+
+    redis_module! {
+        name: "lock",
+        version: 1,
+        allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+        data_types: [],
+        init: init,
+        configurations: [
+            i64: [
+                [config::MAX_TTL_MS.name(), &config::MAX_TTL_MS, config::MAX_TTL_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+                [config::CLOCK_JUMP_TOLERANCE_MS.name(), &config::CLOCK_JUMP_TOLERANCE_MS, config::CLOCK_JUMP_TOLERANCE_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ],
+            string: [],
+            bool: [],
+            enum: [],
+            module_args_as_configuration: true,
+        ]
+    }
+}
