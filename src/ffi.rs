@@ -47,6 +47,8 @@ pub struct Call<'a> {
 
 /// Runs `handler` for a command invocation, turning a panic into an error
 /// reply instead of an abort of redis-server.
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn dispatch(
     ctx: RawCtx,
     argv: RawArgv,
@@ -330,6 +332,8 @@ pub struct CommandDef {
 /// Registers a command whose only key is argv[1], with first/last/step
 /// 1/1/1 (for `COMMAND GETKEYS` and Cluster routing) and, where the server
 /// supports it (7.0+), arity and a key spec.
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn register_command(ctx: RawCtx, def: &CommandDef) -> Result<(), String> {
     // SAFETY: called from RedisModule_OnLoad with its live context; names and
     // flags are static C strings.
@@ -433,6 +437,8 @@ extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
 }
 
 /// Makes `INFO lock` list `fields()`. Replaces the crate's default INFO hook.
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
     let _ = INFO_FIELDS.set(fields);
     // SAFETY: called from OnLoad with its live context.
@@ -449,37 +455,28 @@ pub fn missing_api() -> Option<&'static str> {
     // only read afterwards.
     let checks: [(&str, bool); 8] = unsafe {
         [
-            (
-                "StringDMA",
-                (*&raw const raw::RedisModule_StringDMA).is_some(),
-            ),
+            ("StringDMA", { raw::RedisModule_StringDMA }.is_some()),
             (
                 "StringTruncate",
-                (*&raw const raw::RedisModule_StringTruncate).is_some(),
+                { raw::RedisModule_StringTruncate }.is_some(),
             ),
-            (
-                "SetAbsExpire",
-                (*&raw const raw::RedisModule_SetAbsExpire).is_some(),
-            ),
-            (
-                "Replicate",
-                (*&raw const raw::RedisModule_Replicate).is_some(),
-            ),
+            ("SetAbsExpire", { raw::RedisModule_SetAbsExpire }.is_some()),
+            ("Replicate", { raw::RedisModule_Replicate }.is_some()),
             (
                 "GetContextFlags",
-                (*&raw const raw::RedisModule_GetContextFlags).is_some(),
+                { raw::RedisModule_GetContextFlags }.is_some(),
             ),
             (
                 "RegisterInfoFunc",
-                (*&raw const raw::RedisModule_RegisterInfoFunc).is_some(),
+                { raw::RedisModule_RegisterInfoFunc }.is_some(),
             ),
             (
                 "InfoAddFieldULongLong",
-                (*&raw const raw::RedisModule_InfoAddFieldULongLong).is_some(),
+                { raw::RedisModule_InfoAddFieldULongLong }.is_some(),
             ),
             (
                 "ReplyWithStringBuffer",
-                (*&raw const raw::RedisModule_ReplyWithStringBuffer).is_some(),
+                { raw::RedisModule_ReplyWithStringBuffer }.is_some(),
             ),
         ]
     };

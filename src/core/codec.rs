@@ -74,19 +74,10 @@ fn split_field(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((bytes.get(..at)?, bytes.get(at + 1..)?))
 }
 
-fn push_decimal(out: &mut Vec<u8>, mut value: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        // `value % 10` is below 10, so the cast cannot truncate.
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[start..]);
+fn push_decimal(out: &mut Vec<u8>, value: u64) {
+    use std::io::Write;
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "{value}");
 }
 
 /// Unsigned decimal without sign, spaces or leading zeros (the form

@@ -326,13 +326,13 @@ mod tests {
         let b = grant(lock, b"b", TTL, &mut f);
         assert!(matches!(b.reply, Grant::Granted(_)));
         assert!(b.found_expired);
-        assert_eq!(release(lock, b"a", TTL).reply, false);
+        assert!(!release(lock, b"a", TTL).reply);
         assert_eq!(
             release(lock, b"a", TTL).step,
             Step::Delete,
             "expired lock is reaped"
         );
-        assert_eq!(extend(lock, b"a", TTL, TTL).reply, false);
+        assert!(!extend(lock, b"a", TTL, TTL).reply);
         assert_eq!(inspect(lock, TTL), None);
         assert_eq!(inspect(lock, TTL - 1), lock);
     }

@@ -1,0 +1,397 @@
+//! Test harness: real `redis-server` processes with the module loaded.
+//!
+//! Every server gets a free loopback port, its own temporary directory and a
+//! log file there; every wait has a deadline; every process is killed by PID
+//! when its [`Server`] is dropped, also when the test panics.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+pub use redis::{cmd, Connection, Value};
+
+/// How long a server may take to answer PING after it is spawned.
+const START_DEADLINE: Duration = Duration::from_secs(20);
+
+fn repo_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The module `.so`, built once per test binary (release, as users run it).
+pub fn module_path() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Ok(path) = std::env::var("LOCK_MODULE_SO") {
+                return PathBuf::from(path);
+            }
+            let status = Command::new(env!("CARGO"))
+                .args(["build", "--release", "--lib", "--quiet"])
+                .current_dir(repo_dir())
+                .status()
+                .expect("run cargo build for the module");
+            assert!(status.success(), "building the module failed");
+            let path = repo_dir().join("target/release/libredis_lock.so");
+            assert!(path.exists(), "{} missing after build", path.display());
+            path
+        })
+        .clone()
+}
+
+/// The LD_PRELOAD clock shim (tests/shim/clockshim.c), compiled once.
+pub fn clock_shim_path() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = repo_dir().join("target/clockshim.so");
+            let src = repo_dir().join("tests/shim/clockshim.c");
+            let status = Command::new("cc")
+                .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
+                .arg(&out)
+                .arg(&src)
+                .status()
+                .expect("run cc for the clock shim");
+            assert!(status.success(), "compiling the clock shim failed");
+            out
+        })
+        .clone()
+}
+
+/// Ports handed out by this process, so parallel tests never pick the same
+/// one between "found free" and "bound by redis-server".
+fn taken_ports() -> &'static Mutex<Vec<u16>> {
+    static TAKEN: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
+    TAKEN.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+pub fn free_port() -> u16 {
+    for _ in 0..100 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind port 0")
+            .local_addr()
+            .unwrap()
+            .port();
+        // Cluster mode also binds port + 10000.
+        if port > 55_000 {
+            continue;
+        }
+        let mut taken = taken_ports().lock().unwrap();
+        if !taken.contains(&port) && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            taken.push(port);
+            return port;
+        }
+    }
+    panic!("no free loopback port found");
+}
+
+fn fresh_dir() -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "redis-lock-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create test dir");
+    dir
+}
+
+/// How to start a server.
+#[derive(Clone, Debug, Default)]
+pub struct Opts {
+    /// Extra `loadmodule` arguments, e.g. `["max-ttl-ms", "5000"]`.
+    pub module_args: Vec<String>,
+    /// Extra `--name value` server options, e.g. `("appendonly", "yes")`.
+    pub config: Vec<(String, String)>,
+    /// Start under the clock shim, reading its offset from this file.
+    pub clock_file: Option<PathBuf>,
+    /// Do not load the module (for the "plain Redis" baselines).
+    pub without_module: bool,
+}
+
+impl Opts {
+    pub fn new() -> Opts {
+        Opts::default()
+    }
+    pub fn module_arg(mut self, name: &str, value: &str) -> Opts {
+        self.module_args
+            .extend([name.to_string(), value.to_string()]);
+        self
+    }
+    pub fn config(mut self, name: &str, value: &str) -> Opts {
+        self.config.push((name.to_string(), value.to_string()));
+        self
+    }
+    pub fn aof_always(self) -> Opts {
+        self.config("appendonly", "yes")
+            .config("appendfsync", "always")
+    }
+    pub fn clock_file(mut self, path: &Path) -> Opts {
+        self.clock_file = Some(path.to_path_buf());
+        self
+    }
+}
+
+/// A running redis-server. Killed (SIGKILL, by PID) when dropped.
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    pub opts: Opts,
+    child: Option<Child>,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::with(Opts::new())
+    }
+
+    pub fn with(opts: Opts) -> Server {
+        let dir = fresh_dir();
+        // A port can be taken by another process between our probe and the
+        // server's bind: try a few.
+        for _ in 0..5 {
+            let mut server = Server {
+                port: free_port(),
+                dir: dir.clone(),
+                opts: opts.clone(),
+                child: None,
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!(
+            "could not start redis-server; see logs in {}",
+            dir.display()
+        );
+    }
+
+    /// Spawns the process and waits for PING; false if it exited.
+    fn spawn(&mut self) -> bool {
+        let mut command = Command::new("redis-server");
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--protected-mode",
+                "no",
+                "--daemonize",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"));
+        for (name, value) in &self.opts.config {
+            command.arg(format!("--{name}")).arg(value);
+        }
+        if !self.opts.without_module {
+            command
+                .arg("--loadmodule")
+                .arg(module_path())
+                .args(&self.opts.module_args);
+        }
+        if let Some(file) = &self.opts.clock_file {
+            command
+                .env("LD_PRELOAD", clock_shim_path())
+                .env("CLOCKSHIM_FILE", file);
+        }
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        let child = command
+            .spawn()
+            .expect("spawn redis-server (is it installed? scripts/install-deps)");
+        self.child = Some(child);
+        let deadline = Instant::now() + START_DEADLINE;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    self.child = None;
+                    return false;
+                }
+            }
+            if let Ok(mut c) = self.try_connect() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return true;
+                }
+            }
+            sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        panic!(
+            "redis-server on port {} did not answer within {:?}; log: {}",
+            self.port,
+            START_DEADLINE,
+            self.log()
+        );
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn try_connect(&self) -> redis::RedisResult<Connection> {
+        let client = redis::Client::open(self.url())?;
+        let c = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        c.set_read_timeout(Some(Duration::from_secs(10)))?;
+        c.set_write_timeout(Some(Duration::from_secs(10)))?;
+        Ok(c)
+    }
+
+    /// A new connection with read/write timeouts.
+    pub fn conn(&self) -> Connection {
+        self.try_connect()
+            .unwrap_or_else(|e| panic!("connect to {}: {e}; log: {}", self.url(), self.log()))
+    }
+
+    /// The tail of the server log, for failure messages.
+    pub fn log(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// SIGKILL and reap: no shutdown save, no AOF rewrite.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// kill -9, then start again on the same port and directory.
+    pub fn kill_and_restart(&mut self) {
+        self.kill();
+        self.restart();
+    }
+
+    /// Starts a stopped server again (same port, dir and options).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart of a running server");
+        let deadline = Instant::now() + START_DEADLINE;
+        while !self.spawn() {
+            assert!(
+                Instant::now() < deadline,
+                "restart failed; log: {}",
+                self.log()
+            );
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!(
+                "server {} kept its dir for inspection: {}",
+                self.port,
+                self.dir.display()
+            );
+        }
+        if let Ok(mut taken) = taken_ports().lock() {
+            taken.retain(|&p| p != self.port);
+        }
+    }
+}
+
+/// Polls `check` every 10 ms until it returns true or `within` passes.
+pub fn wait_until(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        sleep(Duration::from_millis(10));
+    }
+    panic!("timed out after {within:?} waiting for {what}");
+}
+
+/// Runs a command given as words; returns the raw reply or the error.
+pub fn run(c: &mut Connection, words: &[&[u8]]) -> redis::RedisResult<Value> {
+    let mut command = redis::cmd(std::str::from_utf8(words[0]).unwrap());
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    command.query(c)
+}
+
+/// `LOCK.INFO key` as (field, value) pairs; None when nil.
+pub fn lock_info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
+    let reply: Value = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(c)
+        .expect("LOCK.INFO");
+    match reply {
+        Value::Nil => None,
+        Value::Array(items) => Some(
+            items
+                .chunks(2)
+                .map(|pair| {
+                    (
+                        redis::from_redis_value::<String>(&pair[0]).unwrap(),
+                        pair[1].clone(),
+                    )
+                })
+                .collect(),
+        ),
+        other => panic!("unexpected LOCK.INFO reply {other:?}"),
+    }
+}
+
+/// One integer field of `LOCK.INFO key`.
+pub fn info_int(c: &mut Connection, key: &str, field: &str) -> Option<i64> {
+    let fields = lock_info(c, key)?;
+    fields
+        .iter()
+        .find(|(name, _)| name == field)
+        .map(|(_, v)| redis::from_redis_value(v).unwrap())
+}
+
+/// One field of `INFO lock` as an integer.
+pub fn info_stat(c: &mut Connection, field: &str) -> i64 {
+    let text: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
+    let prefix = format!("lock_{field}:");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("INFO lock has no {field}: {text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The error text of a reply that must be an error.
+pub fn err_text(result: redis::RedisResult<Value>) -> String {
+    match result {
+        Err(e) => {
+            let code = e.code().unwrap_or("").to_string();
+            let detail = e.detail().unwrap_or("").to_string();
+            format!("{code} {detail}").trim().to_string()
+        }
+        Ok(v) => panic!("expected an error reply, got {v:?}"),
+    }
+}
