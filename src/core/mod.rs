@@ -5,3 +5,6 @@ pub mod args;
 pub mod codec;
 pub mod fencing;
 pub mod lock;
+
+#[cfg(test)]
+mod model_tests;
