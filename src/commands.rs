@@ -10,15 +10,17 @@ use crate::core::args::{self, ArgError};
 use crate::core::codec;
 use crate::core::fencing::Fencer;
 use crate::core::lock::{self, Grant, Kind, Lock, Outcome, Step};
+use crate::core::queue::Waiter;
 use crate::errors;
 use crate::ffi::{Call, Field, Key, KeyKind, Reply};
+use crate::handoff;
 use crate::stats;
 
 /// This node's fencing counter. Commands run on Redis' main thread, so the
 /// lock is never contended; it only makes the static safe.
 static FENCER: Mutex<Fencer> = Mutex::new(Fencer::new(0));
 
-fn with_fencer<T>(f: impl FnOnce(&mut Fencer) -> T) -> T {
+pub(crate) fn with_fencer<T>(f: impl FnOnce(&mut Fencer) -> T) -> T {
     let mut guard = FENCER
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -50,30 +52,81 @@ fn grant(call: &Call<'_>, argv: &[&[u8]], kind: Kind, name: &str) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected(name, &e),
     };
-    if request.wait_ms.is_some() {
-        stats::REJECTED.bump();
-        return Reply::Error(errors::wait_unsupported());
-    }
-    with_lock(call, Some(kind), |current, now| {
-        let out =
-            with_fencer(|f| lock::acquire(current, kind, request.owner, request.ttl_ms, now, f));
-        let reply = match out.reply {
+    // Only pay for the key name when someone waits or may wait.
+    let key_id = (handoff::any_waiters() || request.wait_ms.is_some()).then(|| call.key_id());
+    let others_waiting = key_id.as_ref().is_some_and(|k| handoff::queued(k) > 0);
+    // WAIT blocks only where a client may block (not in MULTI or a script).
+    let wait_ms = request.wait_ms.filter(|_| !call.cannot_block());
+    let answer = with_lock(call, Some(kind), |current, now| {
+        let out = with_fencer(|f| {
+            lock::acquire(
+                current,
+                kind,
+                request.owner,
+                request.ttl_ms,
+                now,
+                others_waiting,
+                f,
+            )
+        });
+        let answer = match out.reply {
             Grant::Granted(fence) => {
                 stats::GRANTS.bump();
-                fence_reply(fence)
+                Answer::Now(fence_reply(fence))
             }
             Grant::Renewed(fence) => {
                 stats::RENEWALS.bump();
-                fence_reply(fence)
+                Answer::Now(fence_reply(fence))
             }
             Grant::Busy => {
                 stats::CONTENDED.bump();
-                Reply::Nil
+                match wait_ms {
+                    // The hand-off timer must fire at the holder's deadline.
+                    Some(timeout_ms) => {
+                        let deadline_ms = current
+                            .filter(|l| l.is_live(now))
+                            .map_or(now, |l| l.deadline_ms);
+                        Answer::Wait {
+                            timeout_ms,
+                            deadline_ms,
+                        }
+                    }
+                    None => Answer::Now(Reply::Nil),
+                }
             }
-            Grant::TooManyHolds => Reply::Error(errors::too_many_holds(lock::HOLDS_MAX)),
+            Grant::TooManyHolds => {
+                Answer::Now(Reply::Error(errors::too_many_holds(lock::HOLDS_MAX)))
+            }
         };
-        (reply, Write::from_step(out.step), out.found_expired)
-    })
+        (answer, Write::from_step(out.step), out.found_expired)
+    });
+    match (answer, key_id) {
+        (
+            Ok(Answer::Wait {
+                timeout_ms,
+                deadline_ms,
+            }),
+            Some(key_id),
+        ) => {
+            let waiter = Waiter {
+                handle: (),
+                kind,
+                owner: request.owner.to_vec(),
+                ttl_ms: request.ttl_ms,
+                timer: None,
+            };
+            handoff::wait(call, key_id, waiter, timeout_ms, deadline_ms)
+        }
+        (Ok(Answer::Now(reply)), _) => reply,
+        (Ok(Answer::Wait { .. }), None) => Reply::Nil,
+        (Err(reply), _) => reply,
+    }
+}
+
+/// A grant's answer: now, or after blocking in the key's queue.
+enum Answer {
+    Now(Reply),
+    Wait { timeout_ms: i64, deadline_ms: i64 },
 }
 
 /// `LOCK.RELEASE key token`
@@ -82,7 +135,7 @@ pub fn release(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected("lock.release", &e),
     };
-    with_lock(call, None, |current, now| {
+    with_lock_reply(call, None, |current, now| {
         let out = lock::release(current, request.owner, now);
         if out.reply {
             stats::RELEASES.bump();
@@ -97,7 +150,7 @@ pub fn extend(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected("lock.extend", &e),
     };
-    with_lock(call, None, |current, now| {
+    with_lock_reply(call, None, |current, now| {
         let out = lock::extend(current, request.owner, request.ttl_ms, now);
         if out.reply {
             stats::EXTENSIONS.bump();
@@ -112,7 +165,7 @@ pub fn exit(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected("lock.exit", &e),
     };
-    with_lock(call, Some(Kind::Reentrant), |current, now| {
+    with_lock_reply(call, Some(Kind::Reentrant), |current, now| {
         let out = lock::exit(current, request.owner, now);
         let reply = match out.reply {
             Some(0) => {
@@ -133,7 +186,7 @@ pub fn fence(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected("lock.fence", &e),
     };
-    with_lock(call, None, |current, now| {
+    with_lock_reply(call, None, |current, now| {
         let out = with_fencer(|f| lock::fence(current, request.owner, request.floor, now, f));
         bool_reply(out)
     })
@@ -161,9 +214,16 @@ pub fn info(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
             ("fence", Field::Int(clamp(held.fence))),
             ("ttl-ms", Field::Int(held.remaining_ms(now))),
             ("deadline-ms", Field::Int(held.deadline_ms)),
-            ("waiters", Field::Int(0)),
+            ("waiters", Field::Int(waiters_on(call))),
         ]),
     }
+}
+
+fn waiters_on(call: &Call<'_>) -> i64 {
+    if !handoff::any_waiters() {
+        return 0;
+    }
+    i64::try_from(handoff::queued(&call.key_id())).unwrap_or(i64::MAX)
 }
 
 fn rejected(command: &str, error: &ArgError) -> Reply {
@@ -184,38 +244,46 @@ fn fence_reply(fence: u64) -> Reply {
 }
 
 /// Tokens stay far below i64::MAX until the year 2262 (see fencing.rs).
-fn clamp(fence: u64) -> i64 {
+pub(crate) fn clamp(fence: u64) -> i64 {
     i64::try_from(fence).unwrap_or(i64::MAX)
 }
 
 /// Opens the key for writing, reads the lock (checking its kind), runs
-/// `transition` on it with the module clock's "now", then applies the step.
-fn with_lock(
+/// `transition` on it with the module clock's "now", applies the write, and
+/// hands a freed lock to the head waiter, all in this one command.
+fn with_lock<T>(
+    call: &Call<'_>,
+    kind: Option<Kind>,
+    transition: impl FnOnce(Option<Lock<'_>>, i64) -> (T, Write, bool),
+) -> Result<T, Reply> {
+    let Some(mut key) = call.open_key(true) else {
+        return Err(Reply::Error(errors::write_failed()));
+    };
+    let now = clock::now_ms();
+    let (answer, write) = {
+        let current = read(&key, kind)?;
+        // The transition encodes its step before the key is touched: a new
+        // value may borrow bytes of the old one.
+        let (answer, write, found_expired) = transition(current, now);
+        if found_expired {
+            stats::EXPIRIES.bump();
+        }
+        (answer, write)
+    };
+    if !write.apply(call, &mut key, now) {
+        return Err(Reply::Error(errors::write_failed()));
+    }
+    handoff::settle(call, &mut key);
+    Ok(answer)
+}
+
+/// [`with_lock`] for transitions whose answer is the reply itself.
+fn with_lock_reply(
     call: &Call<'_>,
     kind: Option<Kind>,
     transition: impl FnOnce(Option<Lock<'_>>, i64) -> (Reply, Write, bool),
 ) -> Reply {
-    let Some(mut key) = call.open_key(true) else {
-        return Reply::Error(errors::write_failed());
-    };
-    let now = clock::now_ms();
-    let (reply, write) = {
-        let current = match read(&key, kind) {
-            Ok(current) => current,
-            Err(reply) => return reply,
-        };
-        // The transition encodes its step before the key is touched: a new
-        // value may borrow bytes of the old one.
-        let (reply, write, found_expired) = transition(current, now);
-        if found_expired {
-            stats::EXPIRIES.bump();
-        }
-        (reply, write)
-    };
-    if !write.apply(call, &mut key, now) {
-        return Reply::Error(errors::write_failed());
-    }
-    reply
+    with_lock(call, kind, transition).unwrap_or_else(|reply| reply)
 }
 
 /// Reads the lock stored at the key. `Err` is the WRONGTYPE reply for a key
@@ -241,20 +309,30 @@ fn read<'k>(key: &'k Key<'_>, kind: Option<Kind>) -> Result<Option<Lock<'k>>, Re
     }
 }
 
+/// [`read`] for callers that are not answering a command (hand-off):
+/// `Err(())` if the key holds something that is not a lock.
+pub(crate) fn read_silently<'k>(key: &'k Key<'_>) -> Result<Option<Lock<'k>>, ()> {
+    match key.kind() {
+        KeyKind::Empty => Ok(None),
+        KeyKind::Other => Err(()),
+        KeyKind::String => key.value().and_then(codec::decode).map(Some).ok_or(()),
+    }
+}
+
 fn wrongtype(line: String) -> Reply {
     stats::REJECTED.bump();
     Reply::Error(line)
 }
 
 /// A step with the new value already encoded, so it owns its bytes.
-enum Write {
+pub(crate) enum Write {
     Keep,
     Store { value: Vec<u8>, deadline_ms: i64 },
     Delete,
 }
 
 impl Write {
-    fn from_step(step: Step<'_>) -> Write {
+    pub(crate) fn from_step(step: Step<'_>) -> Write {
         match step {
             Step::Keep => Write::Keep,
             Step::Delete => Write::Delete,
@@ -267,7 +345,7 @@ impl Write {
 
     /// Applies the write to the key and replicates it as a core command, so
     /// that replicas and the AOF reproduce it without the module.
-    fn apply(self, call: &Call<'_>, key: &mut Key<'_>, now_ms: i64) -> bool {
+    pub(crate) fn apply(self, call: &Call<'_>, key: &mut Key<'_>, now_ms: i64) -> bool {
         match self {
             Write::Keep => true,
             Write::Delete => {

@@ -77,3 +77,7 @@ pub fn limits() -> Limits {
         ttl_ms_max: MAX_TTL_MS.get(),
     }
 }
+
+/// The most clients that may wait (WAIT) for one lock at a time; one more
+/// gets a MAXWAITERS error.
+pub static MAX_WAITERS: BoundedI64 = BoundedI64::new("max-waiters", 1000, 0, 100_000);

@@ -48,7 +48,17 @@ pub fn internal() -> String {
     "ERR lock module: internal error (see the server log)".into()
 }
 
-/// WAIT is parsed but blocking is not built yet (issue: part 2).
-pub fn wait_unsupported() -> String {
-    "ERR WAIT is not supported by this build of the lock module yet".into()
+/// WAIT refused: the key already has `lock.max-waiters` waiters.
+pub fn too_many_waiters(max: usize) -> String {
+    format!("MAXWAITERS too many clients waiting for this lock (lock.max-waiters is {max})")
+}
+
+/// WAIT refused: the node-wide bound on waiters is reached.
+pub fn too_many_waiters_node(max: usize) -> String {
+    format!("MAXWAITERS too many clients waiting on this node (limit {max})")
+}
+
+/// Redis refused to block the client.
+pub fn cannot_block() -> String {
+    "ERR lock module: this client cannot be blocked".into()
 }

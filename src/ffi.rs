@@ -6,14 +6,17 @@
 //! purpose: they copy every argument into a retained `RedisString` and
 //! allocate per replicated argument, which costs more than the lock logic.
 
-use std::ffi::{c_char, c_int, c_longlong, CString};
+use std::ffi::{c_char, c_int, c_longlong, c_void, CString};
+use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::slice;
 
 use redis_module::raw;
 
+use crate::core::queue::KeyId;
 use crate::errors;
+use crate::handoff;
 
 pub type RawCtx = *mut raw::RedisModuleCtx;
 pub type RawArgv = *mut *mut raw::RedisModuleString;
@@ -30,6 +33,8 @@ pub enum Reply {
     Error(String),
     /// A flat array of alternating field names and values (like XINFO).
     Fields(Vec<(&'static str, Field)>),
+    /// The client was blocked; the reply comes when it is unblocked.
+    Blocked,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,10 +44,12 @@ pub enum Field {
     Bytes(Vec<u8>),
 }
 
-/// One command invocation: the context and the argument bytes.
+/// A context with one lock key: a command invocation (the key is argv[1])
+/// or a timer/event callback working on one key.
 pub struct Call<'a> {
     ctx: RawCtx,
-    argv: &'a [*mut raw::RedisModuleString],
+    key: *mut raw::RedisModuleString,
+    _argv: PhantomData<&'a [*mut raw::RedisModuleString]>,
 }
 
 /// Runs `handler` for a command invocation, turning a panic into an error
@@ -63,7 +70,12 @@ pub fn dispatch(
         // duration of the command call.
         unsafe { slice::from_raw_parts(argv, count) }
     };
-    let call = Call { ctx, argv };
+    let key = argv.get(1).copied().unwrap_or(ptr::null_mut());
+    let call = Call {
+        ctx,
+        key,
+        _argv: PhantomData,
+    };
     let reply = if argv.len() > ARGS_MAX {
         Reply::Error(errors::arity(string_bytes(
             argv.first().copied().unwrap_or(ptr::null_mut()),
@@ -122,7 +134,107 @@ pub struct Key<'c> {
 
 impl<'a> Call<'a> {
     fn key_name(&self) -> *mut raw::RedisModuleString {
-        self.argv.get(1).copied().unwrap_or(ptr::null_mut())
+        self.key
+    }
+
+    /// The lock key as (selected database, key bytes).
+    pub fn key_id(&self) -> KeyId {
+        // SAFETY: ctx is live for this call.
+        let db = unsafe { api(raw::RedisModule_GetSelectedDb)(self.ctx) };
+        (db, string_bytes(self.key).to_vec())
+    }
+
+    /// Blocks the calling client until [`unblock`]. Redis' own blocking
+    /// timeout is not used: on 7.0 a timeout that races with an unblock
+    /// loses the reply, and it only fires at `hz` granularity. Timeouts are
+    /// module timers instead ([`Call::start_waiter_timer`]).
+    /// `None` if Redis refused to block the client.
+    pub fn block(&self) -> Option<WaiterHandle> {
+        // SAFETY: ctx is the live context of a command call; the callbacks
+        // are extern "C" functions of this module that live forever.
+        unsafe {
+            let bc = api(raw::RedisModule_BlockClient)(
+                self.ctx,
+                Some(wait_reply_callback),
+                Some(wait_timeout_callback),
+                Some(wait_free_callback),
+                0,
+            );
+            if bc.is_null() {
+                return None;
+            }
+            api(raw::RedisModule_SetDisconnectCallback)(bc, Some(wait_disconnect_callback));
+            Some(bc as WaiterHandle)
+        }
+    }
+
+    /// Runs `f` after `delay_ms` on Redis' main thread, with a context for
+    /// the same key. Returns the timer id for [`Call::stop_timer`].
+    pub fn start_timer(&self, delay_ms: i64, key: KeyId) -> TimerId {
+        let data = Box::into_raw(Box::new(key)).cast::<c_void>();
+        // SAFETY: ctx is live; `data` is a leaked Box<KeyId> that the
+        // callback or `stop_timer` turns back into a Box exactly once.
+        unsafe {
+            api(raw::RedisModule_CreateTimer)(self.ctx, delay_ms.max(0), Some(timer_callback), data)
+        }
+    }
+
+    /// Calls `handoff::on_wait_timeout` for `waiter` after `delay_ms`.
+    pub fn start_waiter_timer(&self, delay_ms: i64, waiter: WaiterHandle) -> TimerId {
+        // SAFETY: ctx is live; the data is the waiter's handle, an integer
+        // carried in the pointer, never dereferenced.
+        unsafe {
+            api(raw::RedisModule_CreateTimer)(
+                self.ctx,
+                delay_ms.max(0),
+                Some(waiter_timer_callback),
+                waiter as *mut c_void,
+            )
+        }
+    }
+
+    /// Stops a waiter's timeout timer (its data owns nothing).
+    pub fn stop_waiter_timer(&self, id: TimerId) {
+        let mut data: *mut c_void = ptr::null_mut();
+        // SAFETY: ctx is live; the returned data is a plain integer.
+        unsafe {
+            api(raw::RedisModule_StopTimer)(self.ctx, id, &mut data);
+        }
+    }
+
+    /// Stops a key timer that has not fired and frees its data.
+    pub fn stop_timer(&self, id: TimerId) {
+        let mut data: *mut c_void = ptr::null_mut();
+        // SAFETY: ctx is live; on success Redis hands back the data pointer
+        // we gave to CreateTimer, a Box<KeyId> not yet freed.
+        unsafe {
+            if api(raw::RedisModule_StopTimer)(self.ctx, id, &mut data)
+                == raw::REDISMODULE_OK as c_int
+                && !data.is_null()
+            {
+                drop(Box::from_raw(data.cast::<KeyId>()));
+            }
+        }
+    }
+
+    /// Publishes `message` on `channel` (not replicated).
+    pub fn publish(&self, channel: &[u8], message: &[u8]) {
+        // SAFETY: ctx is live; the strings are created and freed here.
+        unsafe {
+            let channel = api(raw::RedisModule_CreateString)(
+                self.ctx,
+                channel.as_ptr().cast::<c_char>(),
+                channel.len(),
+            );
+            let message = api(raw::RedisModule_CreateString)(
+                self.ctx,
+                message.as_ptr().cast::<c_char>(),
+                message.len(),
+            );
+            api(raw::RedisModule_PublishMessage)(self.ctx, channel, message);
+            api(raw::RedisModule_FreeString)(self.ctx, channel);
+            api(raw::RedisModule_FreeString)(self.ctx, message);
+        }
     }
 
     /// Opens the command's key (argv[1]) for reading, or for writing too.
@@ -192,6 +304,7 @@ impl<'a> Call<'a> {
         // SAFETY: ctx is live; strings passed are valid for the call.
         unsafe {
             match reply {
+                Reply::Blocked => {}
                 Reply::Int(n) => {
                     api(raw::RedisModule_ReplyWithLongLong)(ctx, *n);
                 }
@@ -453,7 +566,7 @@ pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
 pub fn missing_api() -> Option<&'static str> {
     // SAFETY: the API table is written once by Redis before OnLoad runs and
     // only read afterwards.
-    let checks: [(&str, bool); 8] = unsafe {
+    let checks: [(&str, bool); 12] = unsafe {
         [
             ("StringDMA", { raw::RedisModule_StringDMA }.is_some()),
             (
@@ -478,10 +591,224 @@ pub fn missing_api() -> Option<&'static str> {
                 "ReplyWithStringBuffer",
                 { raw::RedisModule_ReplyWithStringBuffer }.is_some(),
             ),
+            ("BlockClient", { raw::RedisModule_BlockClient }.is_some()),
+            (
+                "SetDisconnectCallback",
+                { raw::RedisModule_SetDisconnectCallback }.is_some(),
+            ),
+            (
+                "PublishMessage",
+                { raw::RedisModule_PublishMessage }.is_some(),
+            ),
+            (
+                "SubscribeToServerEvent",
+                { raw::RedisModule_SubscribeToServerEvent }.is_some(),
+            ),
         ]
     };
     checks
         .iter()
         .find(|(_, present)| !present)
         .map(|(name, _)| *name)
+}
+
+/// Runs `f` with a context for `key` in a callback (timer, event): selects
+/// the key's database and wraps the key name in a Redis string.
+fn with_key_context(ctx: RawCtx, key: &KeyId, f: impl FnOnce(&Call<'_>)) {
+    let (db, name) = key;
+    // SAFETY: ctx is the live callback context; the string is created with
+    // a NULL context (so automatic memory does not free it) and freed here.
+    unsafe {
+        if api(raw::RedisModule_SelectDb)(ctx, *db) != raw::REDISMODULE_OK as c_int {
+            return;
+        }
+        let key = api(raw::RedisModule_CreateString)(
+            ptr::null_mut(),
+            name.as_ptr().cast::<c_char>(),
+            name.len(),
+        );
+        let call = Call {
+            ctx,
+            key,
+            _argv: PhantomData,
+        };
+        let _ = catch_unwind(AssertUnwindSafe(|| f(&call)));
+        api(raw::RedisModule_FreeString)(ptr::null_mut(), key);
+    }
+}
+
+/// The address of a blocked client: identifies a waiter.
+pub type WaiterHandle = usize;
+pub type TimerId = raw::RedisModuleTimerID;
+
+/// What a blocked waiter is told when it is unblocked.
+#[derive(Debug)]
+pub enum WaitResult {
+    Granted(i64),
+    TimedOut,
+    Failed(String),
+}
+
+/// Unblocks a waiter; its client is then sent `result`.
+pub fn unblock(handle: WaiterHandle, result: WaitResult) {
+    let data = Box::into_raw(Box::new(result)).cast::<c_void>();
+    // SAFETY: `handle` is a blocked client this module blocked and has not
+    // unblocked yet (the waiter was removed from its queue exactly once);
+    // Redis hands `data` to the reply and free callbacks.
+    unsafe {
+        api(raw::RedisModule_UnblockClient)(handle as *mut raw::RedisModuleBlockedClient, data);
+    }
+}
+
+extern "C" fn wait_reply_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> c_int {
+    // SAFETY: Redis calls this for a client we unblocked with a
+    // Box<WaitResult> as private data; Redis still owns it (it is freed in
+    // wait_free_callback), so it is only borrowed here.
+    let result = unsafe {
+        api(raw::RedisModule_GetBlockedClientPrivateData)(ctx)
+            .cast::<WaitResult>()
+            .as_ref()
+    };
+    let call = Call {
+        ctx,
+        key: ptr::null_mut(),
+        _argv: PhantomData,
+    };
+    let reply = match result {
+        Some(WaitResult::Granted(fence)) => Reply::Int(*fence),
+        Some(WaitResult::Failed(line)) => Reply::Error(line.clone()),
+        Some(WaitResult::TimedOut) | None => Reply::Nil,
+    };
+    call.send(&reply);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Never called (clients are blocked without a Redis timeout), but Redis
+/// requires one; it answers as a timeout would.
+extern "C" fn wait_timeout_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> c_int {
+    let call = Call {
+        ctx,
+        key: ptr::null_mut(),
+        _argv: PhantomData,
+    };
+    call.send(&Reply::Nil);
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn waiter_timer_callback(ctx: RawCtx, data: *mut c_void) {
+    let call = Call {
+        ctx,
+        key: ptr::null_mut(),
+        _argv: PhantomData,
+    };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        handoff::on_wait_timeout(&call, data as WaiterHandle)
+    }));
+}
+
+extern "C" fn wait_disconnect_callback(ctx: RawCtx, bc: *mut raw::RedisModuleBlockedClient) {
+    let call = Call {
+        ctx,
+        key: ptr::null_mut(),
+        _argv: PhantomData,
+    };
+    let removed = catch_unwind(AssertUnwindSafe(|| {
+        handoff::on_disconnect(&call, bc as WaiterHandle)
+    }))
+    .unwrap_or(false);
+    if removed {
+        // SAFETY: the waiter was still queued, so nobody unblocked it yet;
+        // unblocking frees the handle (no reply is sent: the client is gone).
+        unsafe {
+            api(raw::RedisModule_UnblockClient)(bc, ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn wait_free_callback(_ctx: RawCtx, data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: `data` is the Box<WaitResult> given to UnblockClient.
+        drop(unsafe { Box::from_raw(data.cast::<WaitResult>()) });
+    }
+}
+
+extern "C" fn timer_callback(ctx: RawCtx, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: `data` is the Box<KeyId> leaked by start_timer; a timer fires
+    // at most once and is not stopped after firing, so it is freed once.
+    let key = unsafe { Box::from_raw(data.cast::<KeyId>()) };
+    with_key_context(ctx, &key, |call| handoff::on_timer(call, &key));
+}
+
+extern "C" fn key_event_callback(
+    ctx: RawCtx,
+    _type: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    if !handoff::any_waiters() {
+        return raw::REDISMODULE_OK as c_int;
+    }
+    // SAFETY: ctx is the live notification context.
+    let db = unsafe { api(raw::RedisModule_GetSelectedDb)(ctx) };
+    let call = Call {
+        ctx,
+        key,
+        _argv: PhantomData,
+    };
+    let key_id = (db, string_bytes(key).to_vec());
+    let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_key_changed(&call, key_id)));
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn flush_callback(
+    ctx: RawCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END
+        || data.is_null()
+        || !handoff::any_waiters()
+    {
+        return;
+    }
+    // SAFETY: for FlushDB events Redis passes a RedisModuleFlushInfo.
+    let db = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
+    let call = Call {
+        ctx,
+        key: ptr::null_mut(),
+        _argv: PhantomData,
+    };
+    let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_flush(&call, db)));
+}
+
+/// Subscribes to the events that free a lock behind the module's back:
+/// deletion, overwrite, Redis' own expiry and eviction, and FLUSHDB/ALL.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn subscribe_events(ctx: RawCtx) -> Result<(), String> {
+    let types = raw::REDISMODULE_NOTIFY_GENERIC
+        | raw::REDISMODULE_NOTIFY_STRING
+        | raw::REDISMODULE_NOTIFY_EXPIRED
+        | raw::REDISMODULE_NOTIFY_EVICTED;
+    // SAFETY: called from OnLoad with its live context.
+    unsafe {
+        if api(raw::RedisModule_SubscribeToKeyspaceEvents)(ctx, types, Some(key_event_callback))
+            != raw::REDISMODULE_OK as c_int
+        {
+            return Err("cannot subscribe to keyspace events".into());
+        }
+        let flush = raw::RedisModuleEvent {
+            id: raw::REDISMODULE_EVENT_FLUSHDB,
+            dataver: 1,
+        };
+        if api(raw::RedisModule_SubscribeToServerEvent)(ctx, flush, Some(flush_callback))
+            != raw::REDISMODULE_OK as c_int
+        {
+            return Err("cannot subscribe to flush events".into());
+        }
+    }
+    Ok(())
 }

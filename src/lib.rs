@@ -27,6 +27,7 @@ pub mod config;
 pub mod core;
 pub mod errors;
 pub mod ffi;
+pub mod handoff;
 pub mod stats;
 
 #[cfg(not(test))]
@@ -134,6 +135,11 @@ mod module {
             ("extensions", Unsigned(stats::EXTENSIONS.get())),
             ("expiries", Unsigned(stats::EXPIRIES.get())),
             ("rejected", Unsigned(stats::REJECTED.get())),
+            ("waits_started", Unsigned(stats::WAITS_STARTED.get())),
+            ("waits_served", Unsigned(stats::WAITS_SERVED.get())),
+            ("waits_timed_out", Unsigned(stats::WAITS_TIMED_OUT.get())),
+            ("waits_abandoned", Unsigned(stats::WAITS_ABANDONED.get())),
+            ("waiters", Unsigned(crate::handoff::waiting_now() as u64)),
             ("last_fencing_token", Unsigned(commands::last_fence())),
             ("max_ttl_ms", Signed(config::MAX_TTL_MS.get())),
             (
@@ -164,6 +170,10 @@ mod module {
                 return Status::Err;
             }
         }
+        if let Err(e) = ffi::subscribe_events(ctx.ctx) {
+            ctx.log_warning(&format!("lock: {e}"));
+            return Status::Err;
+        }
         if let Err(e) = ffi::register_info(ctx.ctx, info_fields) {
             ctx.log_warning(&format!("lock: {e}"));
             return Status::Err;
@@ -186,6 +196,7 @@ mod module {
             i64: [
                 [config::MAX_TTL_MS.name(), &config::MAX_TTL_MS, config::MAX_TTL_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::CLOCK_JUMP_TOLERANCE_MS.name(), &config::CLOCK_JUMP_TOLERANCE_MS, config::CLOCK_JUMP_TOLERANCE_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+                [config::MAX_WAITERS.name(), &config::MAX_WAITERS, config::MAX_WAITERS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
             bool: [],

@@ -35,3 +35,11 @@ pub static EXTENSIONS: Counter = Counter::new();
 pub static EXPIRIES: Counter = Counter::new();
 /// Calls refused for bad arguments or a wrong key type.
 pub static REJECTED: Counter = Counter::new();
+/// Clients that started waiting (WAIT) for a lock.
+pub static WAITS_STARTED: Counter = Counter::new();
+/// Waiters that were handed the lock.
+pub static WAITS_SERVED: Counter = Counter::new();
+/// Waiters whose timeout passed.
+pub static WAITS_TIMED_OUT: Counter = Counter::new();
+/// Waiters whose client disconnected while queued.
+pub static WAITS_ABANDONED: Counter = Counter::new();

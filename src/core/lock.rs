@@ -120,18 +120,22 @@ fn keep_or_reap<'a>(found_expired: bool) -> Step<'a> {
 }
 
 /// LOCK.ACQUIRE (plain) and LOCK.ENTER (reentrant). The caller has checked
-/// that a stored lock is of `kind`.
+/// that a stored lock is of `kind`. `others_waiting`: clients are queued for
+/// this key, so a free lock belongs to the head of the queue, not to this
+/// newcomer (no barging).
 pub fn acquire<'a>(
     current: Option<Lock<'a>>,
     kind: Kind,
     owner: &'a [u8],
     ttl_ms: i64,
     now_ms: i64,
+    others_waiting: bool,
     fencer: &mut Fencer,
 ) -> Outcome<'a, Grant> {
     let (held, found_expired) = live(current, now_ms);
     let deadline_ms = now_ms.saturating_add(ttl_ms);
     let (reply, step) = match held {
+        None if others_waiting => (Grant::Busy, keep_or_reap(found_expired)),
         None => {
             let fence = fencer.next(now_ms);
             let lock = Lock {
@@ -291,7 +295,7 @@ mod tests {
         now: i64,
         f: &mut Fencer,
     ) -> Outcome<'a, Grant> {
-        acquire(cur, Kind::Plain, owner, TTL, now, f)
+        acquire(cur, Kind::Plain, owner, TTL, now, false, f)
     }
 
     fn stored(o: &Outcome<'_, impl Copy>) -> Option<Lock<'static>> {
@@ -361,11 +365,11 @@ mod tests {
     #[test]
     fn reentrant_counts_holds_and_keeps_its_token() {
         let mut f = Fencer::new(0);
-        let e1 = acquire(None, Kind::Reentrant, b"o", TTL, 0, &mut f);
+        let e1 = acquire(None, Kind::Reentrant, b"o", TTL, 0, false, &mut f);
         let Grant::Granted(t) = e1.reply else {
             panic!()
         };
-        let e2 = acquire(stored(&e1), Kind::Reentrant, b"o", TTL, 5, &mut f);
+        let e2 = acquire(stored(&e1), Kind::Reentrant, b"o", TTL, 5, false, &mut f);
         assert_eq!(e2.reply, Grant::Renewed(t));
         assert_eq!(
             stored(&e2).map(|l| (l.holds, l.deadline_ms)),
@@ -379,6 +383,21 @@ mod tests {
     }
 
     #[test]
+    fn no_barging_past_queued_waiters() {
+        let mut f = Fencer::new(0);
+        assert_eq!(
+            acquire(None, Kind::Plain, b"new", TTL, 0, true, &mut f).reply,
+            Grant::Busy
+        );
+        let held = stored(&grant(None, b"a", 0, &mut f));
+        let again = acquire(held, Kind::Plain, b"a", TTL, 1, true, &mut f);
+        assert!(
+            matches!(again.reply, Grant::Renewed(_)),
+            "the holder itself still renews"
+        );
+    }
+
+    #[test]
     fn hold_count_is_bounded() {
         let mut f = Fencer::new(0);
         let full = Lock {
@@ -389,7 +408,7 @@ mod tests {
             holds: HOLDS_MAX,
         };
         assert_eq!(
-            acquire(Some(full), Kind::Reentrant, b"o", TTL, 0, &mut f).reply,
+            acquire(Some(full), Kind::Reentrant, b"o", TTL, 0, false, &mut f).reply,
             Grant::TooManyHolds
         );
     }

@@ -103,7 +103,7 @@ proptest! {
                         continue;
                     }
                     let current = store.current().filter(|l| l.kind == kind || !l.is_live(now));
-                    let out = lock::acquire(current, kind, OWNERS[owner as usize], ttl, now, &mut fencer);
+                    let out = lock::acquire(current, kind, OWNERS[owner as usize], ttl, now, false, &mut fencer);
                     let (reply, change) = (out.reply, owned(out.step));
                     match (live, reply) {
                         (None, Grant::Granted(t)) => {

@@ -1,0 +1,259 @@
+//! Fair waiting (`WAIT timeout-ms`): a FIFO queue of blocked clients per lock
+//! key, and the hand-off of a freed lock to the head waiter in the same step.
+//!
+//! A lock is freed in four ways, and each leads to [`settle`]:
+//! - by a command of this module (RELEASE, EXIT to 0, a write that finds it
+//!   expired): `commands::with_lock` calls `settle` right after its write;
+//! - by reaching its deadline: a timer armed at the holder's deadline while
+//!   the key has waiters (Redis' lazy expiry is not waited for);
+//! - by DEL/UNLINK/overwrite/Redis expiry/eviction: a keyspace event arms a
+//!   0 ms timer (writing inside a notification is unsafe on Redis 7.0);
+//! - by FLUSHDB/FLUSHALL: the flush event does the same for every key with
+//!   waiters in that database.
+//!
+//! Everything here runs on Redis' main thread; the mutexes only make the
+//! statics safe and are never held across a call into Redis that could call
+//! back into this module.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::clock;
+use crate::commands::{self, Write};
+use crate::config;
+use crate::core::lock::{self, Grant};
+use crate::core::queue::{Full, KeyId, Queues, Waiter};
+use crate::errors;
+use crate::ffi::{self, Call, Key, Reply, TimerId, WaitResult, WaiterHandle};
+use crate::stats;
+
+static QUEUES: Mutex<Option<Queues<WaiterHandle>>> = Mutex::new(None);
+/// One timer per key with waiters: (timer id, due instant on the module clock).
+static TIMERS: Mutex<Option<HashMap<KeyId, (TimerId, i64)>>> = Mutex::new(None);
+/// Waiters on the node; read without locking on every keyspace event.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+fn queues() -> MutexGuard<'static, Option<Queues<WaiterHandle>>> {
+    QUEUES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn with_queues<T>(f: impl FnOnce(&mut Queues<WaiterHandle>) -> T) -> T {
+    let mut guard = queues();
+    let q = guard.get_or_insert_with(Queues::default);
+    let out = f(q);
+    WAITING.store(q.total(), Ordering::Relaxed);
+    out
+}
+
+fn with_timers<T>(f: impl FnOnce(&mut HashMap<KeyId, (TimerId, i64)>) -> T) -> T {
+    let mut guard = TIMERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(guard.get_or_insert_with(HashMap::new))
+}
+
+/// True if any client waits on any key (the cheap check for hot paths).
+pub fn any_waiters() -> bool {
+    WAITING.load(Ordering::Relaxed) > 0
+}
+
+pub fn waiting_now() -> usize {
+    WAITING.load(Ordering::Relaxed)
+}
+
+pub fn queued(key: &KeyId) -> usize {
+    if !any_waiters() {
+        return 0;
+    }
+    with_queues(|q| q.len(key))
+}
+
+/// Blocks the calling client at the tail of the key's queue. `deadline_ms`
+/// is the current holder's deadline, when the hand-off timer must fire.
+pub fn wait(
+    call: &Call<'_>,
+    key: KeyId,
+    waiter: Waiter<()>,
+    timeout_ms: i64,
+    deadline_ms: i64,
+) -> Reply {
+    let per_key_max = usize::try_from(config::MAX_WAITERS.get()).unwrap_or(0);
+    let len = with_queues(|q| (q.len(&key), q.total()));
+    if len.0 >= per_key_max {
+        stats::REJECTED.bump();
+        return Reply::Error(errors::too_many_waiters(per_key_max));
+    }
+    if len.1 >= crate::core::queue::TOTAL_MAX {
+        stats::REJECTED.bump();
+        return Reply::Error(errors::too_many_waiters_node(crate::core::queue::TOTAL_MAX));
+    }
+    let Some(handle) = call.block() else {
+        return Reply::Error(errors::cannot_block());
+    };
+    // WAIT 0 waits without bound.
+    let timer = (timeout_ms > 0).then(|| call.start_waiter_timer(timeout_ms, handle));
+    let waiter = Waiter {
+        handle,
+        kind: waiter.kind,
+        owner: waiter.owner,
+        ttl_ms: waiter.ttl_ms,
+        timer,
+    };
+    match with_queues(|q| q.push(key.clone(), waiter, per_key_max)) {
+        Ok(()) => {
+            stats::WAITS_STARTED.bump();
+            arm(call, &key, deadline_ms);
+        }
+        Err(full) => {
+            // Checked above; unreachable unless the bound changed under us.
+            let line = match full {
+                Full::Key => errors::too_many_waiters(per_key_max),
+                Full::Node => errors::too_many_waiters_node(crate::core::queue::TOTAL_MAX),
+            };
+            if let Some(id) = timer {
+                call.stop_waiter_timer(id);
+            }
+            ffi::unblock(handle, WaitResult::Failed(line));
+        }
+    }
+    Reply::Blocked
+}
+
+/// Serves the head waiter if the key holds no live lock. Called with the key
+/// open for writing, after any write of this module to it, and by timers.
+pub fn settle(call: &Call<'_>, key: &mut Key<'_>) {
+    if !any_waiters() {
+        return;
+    }
+    let key_id = call.key_id();
+    if with_queues(|q| q.len(&key_id)) == 0 {
+        return;
+    }
+    let now = clock::now_ms();
+    let live_deadline = match commands::read_silently(key) {
+        Err(()) => {
+            // The key now holds something that is not a lock (overwritten by
+            // SET or another type): nobody can be granted it.
+            for w in with_queues(|q| q.drain(&key_id)) {
+                if let Some(id) = w.timer {
+                    call.stop_waiter_timer(id);
+                }
+                ffi::unblock(w.handle, WaitResult::Failed(errors::not_a_lock()));
+            }
+            disarm(call, &key_id);
+            return;
+        }
+        Ok(Some(held)) if held.is_live(now) => Some(held.deadline_ms),
+        Ok(_) => None,
+    };
+    if let Some(deadline) = live_deadline {
+        arm(call, &key_id, deadline);
+        return;
+    }
+    let Some(head) = with_queues(|q| q.pop(&key_id)) else {
+        return;
+    };
+    if let Some(id) = head.timer {
+        call.stop_waiter_timer(id);
+    }
+    let (reply, write) = {
+        let out = commands::with_fencer(|f| {
+            lock::acquire(None, head.kind, &head.owner, head.ttl_ms, now, false, f)
+        });
+        (out.reply, Write::from_step(out.step))
+    };
+    let result = match reply {
+        Grant::Granted(fence) if write.apply(call, key, now) => {
+            stats::GRANTS.bump();
+            stats::WAITS_SERVED.bump();
+            WaitResult::Granted(commands::clamp(fence))
+        }
+        _ => WaitResult::Failed(errors::write_failed()),
+    };
+    ffi::unblock(head.handle, result);
+    if with_queues(|q| q.len(&key_id)) > 0 {
+        arm(call, &key_id, now.saturating_add(head.ttl_ms));
+    } else {
+        disarm(call, &key_id);
+    }
+}
+
+/// Makes sure a timer fires for `key` no later than `due_ms` (module clock).
+fn arm(call: &Call<'_>, key: &KeyId, due_ms: i64) {
+    let existing = with_timers(|t| t.get(key).copied());
+    if let Some((id, due)) = existing {
+        if due <= due_ms {
+            return;
+        }
+        call.stop_timer(id);
+    }
+    // +1: the timer fires on the millisecond after the deadline, when the
+    // lock reads as expired.
+    let delay = due_ms
+        .saturating_sub(clock::now_ms())
+        .saturating_add(1)
+        .max(0);
+    let id = call.start_timer(delay, key.clone());
+    with_timers(|t| t.insert(key.clone(), (id, due_ms)));
+}
+
+fn disarm(call: &Call<'_>, key: &KeyId) {
+    if let Some((id, _)) = with_timers(|t| t.remove(key)) {
+        call.stop_timer(id);
+    }
+}
+
+/// A hand-off timer fired (it is gone now): settle the key.
+pub fn on_timer(call: &Call<'_>, key: &KeyId) {
+    with_timers(|t| t.remove(key));
+    if let Some(mut open) = call.open_key(true) {
+        settle(call, &mut open);
+    }
+}
+
+/// A key with waiters was deleted, overwritten, expired or evicted.
+pub fn on_key_changed(call: &Call<'_>, key: KeyId) {
+    if queued(&key) > 0 {
+        arm(call, &key, i64::MIN);
+    }
+}
+
+/// FLUSHDB (`db`) or FLUSHALL (`db` = -1) ended.
+pub fn on_flush(call: &Call<'_>, db: i32) {
+    for key in with_queues(|q| q.keys_in(db)) {
+        arm(call, &key, i64::MIN);
+    }
+}
+
+/// A waiter's timeout timer fired (it is gone now): answer nil.
+pub fn on_wait_timeout(call: &Call<'_>, handle: WaiterHandle) {
+    if let Some((key, _)) = with_queues(|q| q.remove(handle)) {
+        stats::WAITS_TIMED_OUT.bump();
+        ffi::unblock(handle, WaitResult::TimedOut);
+        forget_if_idle(call, &key);
+    }
+}
+
+/// Returns true if the waiter was still queued (the caller then unblocks it).
+pub fn on_disconnect(call: &Call<'_>, handle: WaiterHandle) -> bool {
+    match with_queues(|q| q.remove(handle)) {
+        Some((key, waiter)) => {
+            if let Some(id) = waiter.timer {
+                call.stop_waiter_timer(id);
+            }
+            stats::WAITS_ABANDONED.bump();
+            forget_if_idle(call, &key);
+            true
+        }
+        None => false,
+    }
+}
+
+fn forget_if_idle(call: &Call<'_>, key: &KeyId) {
+    if with_queues(|q| q.len(key)) == 0 {
+        disarm(call, key);
+    }
+}

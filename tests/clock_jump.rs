@@ -1,0 +1,341 @@
+//! SPEC property 8: a jump of the server's wall clock neither shortens nor
+//! lengthens a held lock. The server runs under the LD_PRELOAD clock shim
+//! (tests/shim/clockshim.c); writing a number of milliseconds into its file
+//! moves the server's CLOCK_REALTIME, gettimeofday and time at run time,
+//! while its monotonic clock keeps running normally.
+//!
+//! Lock validity follows the monotonic clock. Redis itself still expires
+//! keys by the wall clock, so the key's native expiry sits
+//! `lock.clock-jump-tolerance-ms` after the deadline: that is the bound of
+//! forward jump a held lock survives, and the last test shows what happens
+//! beyond it.
+
+mod common;
+use common::*;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::sleep;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A temporary directory holding the shim's clock file; removed on drop.
+struct ClockFile {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl ClockFile {
+    fn new() -> ClockFile {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "redis-lock-clock-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = ClockFile {
+            path: dir.join("offset"),
+            dir,
+        };
+        file.set(0);
+        file
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Moves the server's wall clock to `offset_ms` from real time. Written
+    /// to a side file and renamed, so the shim never reads a partial number.
+    fn set(&self, offset_ms: i64) {
+        let tmp = self.dir.join("offset.tmp");
+        std::fs::write(&tmp, offset_ms.to_string()).unwrap();
+        std::fs::rename(&tmp, &self.path).unwrap();
+    }
+}
+
+impl Drop for ClockFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn real_wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// The server's wall clock (`TIME`) in epoch ms.
+fn server_wall_ms(c: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = cmd("TIME").query(c).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// Writes the offset and waits until both Redis (`TIME`) and the module
+/// (`lock_wall_clock_offset_ms`) see it; returns how long that took.
+fn jump(c: &mut Connection, clock: &ClockFile, offset_ms: i64) -> Duration {
+    let t = Instant::now();
+    clock.set(offset_ms);
+    wait_until(Duration::from_secs(2), "the server to see the jump", || {
+        let skew = server_wall_ms(c) - real_wall_ms();
+        let module = info_stat(c, "wall_clock_offset_ms");
+        (skew - offset_ms).abs() < 100 && (module - offset_ms).abs() < 100
+    });
+    t.elapsed()
+}
+
+fn acquire(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> Value {
+    cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(token)
+        .arg(ttl_ms)
+        .query(c)
+        .unwrap()
+}
+
+fn acquire_ok(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> i64 {
+    match acquire(c, key, token, ttl_ms) {
+        Value::Int(fence) => fence,
+        other => panic!("ACQUIRE {key} {token} not granted: {other:?}"),
+    }
+}
+
+fn int(c: &mut Connection, words: &[&str]) -> i64 {
+    let mut command = cmd(words[0]);
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    command.query(c).unwrap()
+}
+
+/// Polls another token's ACQUIRE every 2 ms until it is granted; returns
+/// the fencing token and the time since `since`.
+fn wait_for_grant(
+    c: &mut Connection,
+    key: &str,
+    token: &str,
+    since: Instant,
+    within: Duration,
+) -> (i64, Duration) {
+    loop {
+        if let Value::Int(fence) = acquire(c, key, token, 1_000) {
+            return (fence, since.elapsed());
+        }
+        assert!(
+            since.elapsed() < within,
+            "{token} got no grant on {key} within {within:?}"
+        );
+        sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn forward_jump_does_not_shorten_a_held_lock() {
+    let clock = ClockFile::new();
+    let s = Server::with(Opts::new().clock_file(clock.path()));
+    let mut c = s.conn();
+    let offset0 = info_stat(&mut c, "wall_clock_offset_ms");
+    assert!(offset0.abs() < 100, "offset before any jump: {offset0}");
+
+    let t0 = Instant::now();
+    let fence = acquire_ok(&mut c, "k", "tok-A", 2_000);
+    let deadline = info_int(&mut c, "k", "deadline-ms").unwrap();
+    // Control: the same lock done the client-side way, by Redis expiry.
+    let set: String = cmd("SET")
+        .arg("plain-set-px")
+        .arg("tok-A")
+        .arg("PX")
+        .arg(2_000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(set, "OK");
+
+    // 30 s forward: far more than the TTL, below the 60 s default tolerance.
+    let seen_after = jump(&mut c, &clock, 30_000);
+    let offset = info_stat(&mut c, "wall_clock_offset_ms");
+    assert!(
+        (offset - 30_000).abs() < 100,
+        "lock_wall_clock_offset_ms {offset} after a +30000 jump"
+    );
+
+    // Kleppmann's scenario: the SET PX lock is gone at once...
+    assert_eq!(
+        int(&mut c, &["EXISTS", "plain-set-px"]),
+        0,
+        "the jump did not reach Redis' expiry"
+    );
+    // ...the module's lock is still held, by the same holder, same deadline.
+    assert!(lock_info(&mut c, "k").is_some(), "lock gone after the jump");
+    assert_eq!(info_int(&mut c, "k", "deadline-ms"), Some(deadline));
+    let ttl = info_int(&mut c, "k", "ttl-ms").unwrap();
+    assert!(ttl > 0 && ttl <= 2_000, "ttl-ms {ttl} after the jump");
+    assert_eq!(acquire(&mut c, "k", "tok-B", 1_000), Value::Nil);
+    assert_eq!(int(&mut c, &["EXISTS", "k"]), 1);
+    // Give Redis' active expiry (10 times a second) a chance: DBSIZE does
+    // not expire keys lazily, so it sees what the expire cycle did.
+    sleep(Duration::from_millis(300));
+    assert_eq!(
+        int(&mut c, &["DBSIZE"]),
+        1,
+        "active expiry deleted the lock"
+    );
+    assert_eq!(int(&mut c, &["EXISTS", "k"]), 1);
+    assert!(lock_info(&mut c, "k").is_some());
+    assert!(
+        t0.elapsed() < Duration::from_millis(1_800),
+        "test too slow to observe the held lock: {:?}",
+        t0.elapsed()
+    );
+
+    // The lock frees when 2000 ms of real time have passed, not earlier.
+    let (next, after) = wait_for_grant(&mut c, "k", "tok-B", t0, Duration::from_secs(5));
+    assert!(
+        after >= Duration::from_millis(1_950),
+        "another token got the lock {after:?} after a 2000 ms grant"
+    );
+    assert!(
+        after <= Duration::from_millis(3_000),
+        "the lock freed only {after:?} after a 2000 ms grant"
+    );
+    assert!(next > fence, "token {next} not above {fence}");
+
+    // The new grant's native expiry is laid onto the (jumped) wall clock,
+    // plus the tolerance: about deadline + 30000 + 60000.
+    let new_deadline = info_int(&mut c, "k", "deadline-ms").unwrap();
+    let pexpiretime = int(&mut c, &["PEXPIRETIME", "k"]);
+    let margin = pexpiretime - new_deadline;
+    assert!(
+        (margin - 90_000).abs() < 100,
+        "native expiry {margin} ms after the deadline, expected about 90000"
+    );
+    eprintln!(
+        "forward +30 s: jump visible after {seen_after:?}; other token granted {after:?} \
+         after the acquire ({} ms past the 2000 ms TTL); new backstop deadline+{margin} ms",
+        after.as_millis() as i64 - 2_000
+    );
+}
+
+#[test]
+fn backward_jump_does_not_lengthen_a_held_lock() {
+    let clock = ClockFile::new();
+    let s = Server::with(Opts::new().clock_file(clock.path()));
+    let mut c = s.conn();
+
+    let t0 = Instant::now();
+    let fence = acquire_ok(&mut c, "k", "tok-A", 1_500);
+    let deadline = info_int(&mut c, "k", "deadline-ms").unwrap();
+    let seen_after = jump(&mut c, &clock, -30_000);
+    let offset = info_stat(&mut c, "wall_clock_offset_ms");
+    assert!(
+        (offset + 30_000).abs() < 100,
+        "lock_wall_clock_offset_ms {offset} after a -30000 jump"
+    );
+    assert_eq!(info_int(&mut c, "k", "deadline-ms"), Some(deadline));
+    let ttl = info_int(&mut c, "k", "ttl-ms").unwrap();
+    assert!(ttl > 0 && ttl <= 1_500, "ttl-ms {ttl} after the jump");
+    assert_eq!(acquire(&mut c, "k", "tok-B", 1_000), Value::Nil);
+
+    // Frees after 1500 ms of real time, not 31.5 s.
+    let (next, after) = wait_for_grant(&mut c, "k", "tok-B", t0, Duration::from_secs(3));
+    assert!(
+        after >= Duration::from_millis(1_450),
+        "another token got the lock {after:?} after a 1500 ms grant"
+    );
+    assert!(
+        after <= Duration::from_millis(3_000),
+        "the lock freed only {after:?} after a 1500 ms grant"
+    );
+    assert!(
+        next > fence,
+        "token {next} not above {fence} after a clock step back"
+    );
+    eprintln!(
+        "backward -30 s: jump visible after {seen_after:?}; other token granted {after:?} \
+         after the acquire ({} ms past the 1500 ms TTL)",
+        after.as_millis() as i64 - 1_500
+    );
+}
+
+/// The documented bound: a forward jump larger than
+/// `lock.clock-jump-tolerance-ms` lets Redis' own (wall-clock) expiry delete
+/// the key before the lock's deadline, and the lock is lost early.
+#[test]
+fn forward_jump_beyond_the_tolerance_loses_the_lock_early() {
+    let clock = ClockFile::new();
+    let s = Server::with(
+        Opts::new()
+            .module_arg("clock-jump-tolerance-ms", "1000")
+            .clock_file(clock.path()),
+    );
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "clock_jump_tolerance_ms"), 1_000);
+
+    let t0 = Instant::now();
+    acquire_ok(&mut c, "k", "tok-A", 5_000);
+    let deadline = info_int(&mut c, "k", "deadline-ms").unwrap();
+    let margin = int(&mut c, &["PEXPIRETIME", "k"]) - deadline;
+    assert!(
+        (margin - 1_000).abs() < 50,
+        "native expiry {margin} ms after the deadline, expected about 1000"
+    );
+
+    // 10 s forward: past deadline + tolerance on the wall clock.
+    let jumped = Instant::now();
+    clock.set(10_000);
+    // Watch with DBSIZE, which does not expire keys on access: this is
+    // Redis' active expiry cycle removing the key on its own.
+    wait_until(
+        Duration::from_secs(3),
+        "Redis to expire the lock key after the jump",
+        || int(&mut c, &["DBSIZE"]) == 0,
+    );
+    let gone_after = jumped.elapsed();
+    assert!(
+        gone_after < Duration::from_millis(1_500),
+        "key removed {gone_after:?} after the jump"
+    );
+    let lost_at = t0.elapsed();
+    assert!(
+        lost_at < Duration::from_millis(4_000),
+        "the test did not observe the early loss before the deadline ({lost_at:?})"
+    );
+    // The lock is lost before its deadline: this is the stated limit.
+    assert!(lock_info(&mut c, "k").is_none());
+    acquire_ok(&mut c, "k", "tok-B", 1_000);
+    eprintln!(
+        "forward +10 s with tolerance 1000 ms: key removed by Redis {gone_after:?} after the \
+         jump, {lost_at:?} into a 5000 ms lock"
+    );
+}
+
+/// Within the tolerance the same +10 s jump is harmless (the contrast to
+/// the test above, with the same TTL and jump).
+#[test]
+fn forward_jump_within_the_tolerance_keeps_the_lock() {
+    let clock = ClockFile::new();
+    let s = Server::with(
+        Opts::new()
+            .module_arg("clock-jump-tolerance-ms", "12000")
+            .clock_file(clock.path()),
+    );
+    let mut c = s.conn();
+    let t0 = Instant::now();
+    acquire_ok(&mut c, "k", "tok-A", 1_500);
+    jump(&mut c, &clock, 10_000);
+    sleep(Duration::from_millis(300));
+    assert_eq!(
+        int(&mut c, &["DBSIZE"]),
+        1,
+        "active expiry deleted the lock"
+    );
+    assert!(lock_info(&mut c, "k").is_some());
+    assert_eq!(acquire(&mut c, "k", "tok-B", 1_000), Value::Nil);
+    let (_, after) = wait_for_grant(&mut c, "k", "tok-B", t0, Duration::from_secs(4));
+    assert!(
+        after >= Duration::from_millis(1_450),
+        "another token got the lock {after:?} after a 1500 ms grant"
+    );
+}

@@ -1,0 +1,581 @@
+//! The lock commands in a Redis Cluster: three masters on loopback, each
+//! with the module loaded and a third of the slots.
+//!
+//! The commands declare their key (argv[1], first/last/step 1/1/1 and a key
+//! spec), so Redis routes them like any core command: a node that does not
+//! own the key's slot answers MOVED, a cluster client follows the slot map,
+//! and `COMMAND GETKEYS` / `COMMAND INFO` describe them.
+
+mod common;
+use common::*;
+
+use std::time::{Duration, Instant};
+
+use redis::cluster::{ClusterClient, ClusterConnection};
+use redis::{ErrorKind, RedisResult};
+
+/// The slot ranges given to node 0, 1 and 2.
+const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
+
+/// How long the cluster may take to agree that all slots are served.
+const CONVERGE_DEADLINE: Duration = Duration::from_secs(30);
+
+fn cluster_opts() -> Opts {
+    Opts::new()
+        .config("cluster-enabled", "yes")
+        .config("cluster-config-file", "nodes.conf")
+        .config("cluster-node-timeout", "5000")
+}
+
+/// `CLUSTER INFO` as (field, value) pairs.
+fn cluster_info(c: &mut Connection) -> Vec<(String, String)> {
+    let text: String = cmd("CLUSTER").arg("INFO").query(c).expect("CLUSTER INFO");
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn field<'a>(info: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    info.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Three masters with the module, slots assigned, met, and agreeing that the
+/// cluster is ok. Returns the servers in slot-range order.
+fn start_cluster() -> Vec<Server> {
+    let started = Instant::now();
+    let nodes: Vec<Server> = (0..3).map(|_| Server::with(cluster_opts())).collect();
+    for (node, &(first, last)) in nodes.iter().zip(RANGES.iter()) {
+        let mut c = node.conn();
+        let reply: String = cmd("CLUSTER")
+            .arg("ADDSLOTSRANGE")
+            .arg(first)
+            .arg(last)
+            .query(&mut c)
+            .unwrap_or_else(|e| panic!("ADDSLOTSRANGE on {}: {e}", node.port));
+        assert_eq!(reply, "OK");
+    }
+    let mut first = nodes[0].conn();
+    for other in &nodes[1..] {
+        let reply: String = cmd("CLUSTER")
+            .arg("MEET")
+            .arg("127.0.0.1")
+            .arg(other.port)
+            .query(&mut first)
+            .expect("CLUSTER MEET");
+        assert_eq!(reply, "OK");
+    }
+    let mut conns: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    let deadline = Instant::now() + CONVERGE_DEADLINE;
+    loop {
+        let infos: Vec<Vec<(String, String)>> = conns.iter_mut().map(cluster_info).collect();
+        let ready = infos.iter().all(|info| {
+            field(info, "cluster_state") == Some("ok")
+                && field(info, "cluster_known_nodes") == Some("3")
+                && field(info, "cluster_slots_assigned") == Some("16384")
+                && field(info, "cluster_slots_ok") == Some("16384")
+        });
+        if ready {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cluster not ok after {CONVERGE_DEADLINE:?}: {infos:?}\nlogs:\n{}",
+            nodes
+                .iter()
+                .map(Server::log)
+                .collect::<Vec<_>>()
+                .join("\n----\n")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "cluster of 3 masters (ports {:?}) ok after {:?}",
+        nodes.iter().map(|n| n.port).collect::<Vec<_>>(),
+        started.elapsed()
+    );
+    nodes
+}
+
+fn owner_of(slot: u16) -> usize {
+    RANGES
+        .iter()
+        .position(|&(first, last)| (first..=last).contains(&slot))
+        .expect("slot in range")
+}
+
+fn keyslot(c: &mut Connection, key: &str) -> u16 {
+    cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(c)
+        .expect("CLUSTER KEYSLOT")
+}
+
+/// `count` keys with the given prefix for each node, with their slots.
+fn keys_per_node(c: &mut Connection, prefix: &str, count: usize) -> Vec<Vec<(String, u16)>> {
+    let mut per_node: Vec<Vec<(String, u16)>> = vec![Vec::new(); 3];
+    for i in 0..10_000 {
+        if per_node.iter().all(|keys| keys.len() >= count) {
+            return per_node;
+        }
+        let key = format!("{prefix}:{i}");
+        let slot = keyslot(c, &key);
+        let keys = &mut per_node[owner_of(slot)];
+        if keys.len() < count {
+            keys.push((key, slot));
+        }
+    }
+    panic!("could not find {count} keys per node");
+}
+
+fn cluster_conn(nodes: &[Server]) -> ClusterConnection {
+    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    ClusterClient::builder(urls)
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(Duration::from_secs(10))
+        .build()
+        .expect("cluster client")
+        .get_connection()
+        .expect("cluster connection")
+}
+
+fn ccall(cc: &mut ClusterConnection, words: &[&str]) -> RedisResult<Value> {
+    let mut command = cmd(words[0]);
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    command.query(cc)
+}
+
+fn as_int(v: &Value) -> i64 {
+    redis::from_redis_value(v).unwrap_or_else(|e| panic!("not an integer: {v:?}: {e}"))
+}
+
+/// `LOCK.INFO` reply as (field, value) pairs; None for nil.
+fn info_fields(v: &Value) -> Option<Vec<(String, Value)>> {
+    match v {
+        Value::Nil => None,
+        Value::Array(items) => Some(
+            items
+                .chunks(2)
+                .map(|p| (redis::from_redis_value(&p[0]).unwrap(), p[1].clone()))
+                .collect(),
+        ),
+        other => panic!("unexpected LOCK.INFO reply {other:?}"),
+    }
+}
+
+fn get<'a>(fields: &'a [(String, Value)], name: &str) -> &'a Value {
+    &fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("LOCK.INFO has no {name}: {fields:?}"))
+        .1
+}
+
+fn exists(c: &mut Connection, key: &str) -> RedisResult<i64> {
+    cmd("EXISTS").arg(key).query(c)
+}
+
+#[test]
+fn lock_commands_route_to_the_owner_of_each_slot() {
+    let started = Instant::now();
+    let nodes = start_cluster();
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    let plain_keys = keys_per_node(&mut direct[0], "plain", 2);
+    let reentrant_keys = keys_per_node(&mut direct[0], "reentrant", 2);
+    let mut cc = cluster_conn(&nodes);
+    let grants_before: Vec<i64> = direct.iter_mut().map(|c| info_stat(c, "grants")).collect();
+
+    // Plain locks: every command through the cluster client, on keys of
+    // all three nodes.
+    for (owner, keys) in plain_keys.iter().enumerate() {
+        for (key, slot) in keys {
+            let fence = as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", key, "tok-a", "10000"]).unwrap());
+            assert!(fence > 0, "{key}: fence {fence}");
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.ACQUIRE", key, "tok-b", "10000"]).unwrap(),
+                Value::Nil,
+                "{key} is held by tok-a"
+            );
+            assert_eq!(
+                as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", key, "tok-a", "10000"]).unwrap()),
+                fence,
+                "{key}: idempotent re-acquire keeps the token"
+            );
+            // The key lives on the owner of its slot, and only there.
+            assert_eq!(
+                exists(&mut direct[owner], key).unwrap(),
+                1,
+                "{key} on its owner"
+            );
+            let stored: Vec<u8> = cmd("GET").arg(key).query(&mut direct[owner]).unwrap();
+            assert!(stored.starts_with(b"LK1|P|"), "{key}: {stored:?}");
+            for (i, c) in direct.iter_mut().enumerate() {
+                if i != owner {
+                    let e = exists(c, key).expect_err("non-owner must redirect");
+                    assert_eq!(e.kind(), ErrorKind::Moved, "{key} on node {i}: {e}");
+                }
+            }
+
+            let info = info_fields(&ccall(&mut cc, &["LOCK.INFO", key]).unwrap())
+                .unwrap_or_else(|| panic!("{key}: LOCK.INFO nil while held"));
+            let kind: String = redis::from_redis_value(get(&info, "kind")).unwrap();
+            let holder: String = redis::from_redis_value(get(&info, "holder")).unwrap();
+            assert_eq!((kind.as_str(), holder.as_str()), ("plain", "tok-a"));
+            assert_eq!(as_int(get(&info, "fence")), fence);
+            let ttl = as_int(get(&info, "ttl-ms"));
+            assert!(ttl > 0 && ttl <= 10_000, "{key}: ttl {ttl}");
+
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.EXTEND", key, "tok-a", "20000"]).unwrap(),
+                Value::Int(1)
+            );
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.EXTEND", key, "tok-b", "20000"]).unwrap(),
+                Value::Int(0)
+            );
+            let info = info_fields(&ccall(&mut cc, &["LOCK.INFO", key]).unwrap()).unwrap();
+            let ttl = as_int(get(&info, "ttl-ms"));
+            assert!(ttl > 10_000 && ttl <= 20_000, "{key}: extended ttl {ttl}");
+
+            let floor = (fence + 5).to_string();
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.FENCE", key, "tok-a", &floor]).unwrap(),
+                Value::Int(1)
+            );
+
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.RELEASE", key, "tok-b"]).unwrap(),
+                Value::Int(0)
+            );
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.RELEASE", key, "tok-a"]).unwrap(),
+                Value::Int(1)
+            );
+            assert_eq!(exists(&mut direct[owner], key).unwrap(), 0, "{key} freed");
+            assert_eq!(ccall(&mut cc, &["LOCK.INFO", key]).unwrap(), Value::Nil);
+
+            // The next holder on that node gets a token above the fenced floor.
+            let next = as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", key, "tok-c", "5000"]).unwrap());
+            assert!(
+                next > fence + 5,
+                "{key} (slot {slot}): {next} after floor {floor}"
+            );
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.RELEASE", key, "tok-c"]).unwrap(),
+                Value::Int(1)
+            );
+        }
+    }
+
+    // Reentrant locks likewise.
+    for (owner, keys) in reentrant_keys.iter().enumerate() {
+        for (key, _) in keys {
+            let fence = as_int(&ccall(&mut cc, &["LOCK.ENTER", key, "own-a", "10000"]).unwrap());
+            assert_eq!(
+                as_int(&ccall(&mut cc, &["LOCK.ENTER", key, "own-a", "10000"]).unwrap()),
+                fence
+            );
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.ENTER", key, "own-b", "10000"]).unwrap(),
+                Value::Nil
+            );
+            assert_eq!(exists(&mut direct[owner], key).unwrap(), 1);
+            let info = info_fields(&ccall(&mut cc, &["LOCK.INFO", key]).unwrap()).unwrap();
+            assert_eq!(as_int(get(&info, "holds")), 2, "{key}");
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.EXIT", key, "own-a"]).unwrap(),
+                Value::Int(1)
+            );
+            assert_eq!(
+                ccall(&mut cc, &["LOCK.EXIT", key, "own-a"]).unwrap(),
+                Value::Int(0)
+            );
+            assert_eq!(exists(&mut direct[owner], key).unwrap(), 0);
+        }
+    }
+
+    // Each node granted exactly the locks whose slots it owns: 2 grants per
+    // plain key (tok-a, tok-c) and 1 per reentrant key.
+    for (i, c) in direct.iter_mut().enumerate() {
+        let granted = info_stat(c, "grants") - grants_before[i];
+        let expected = (2 * plain_keys[i].len() + reentrant_keys[i].len()) as i64;
+        assert_eq!(granted, expected, "grants on node {i}");
+        let dbsize: i64 = cmd("DBSIZE").query(c).unwrap();
+        assert_eq!(dbsize, 0, "node {i} left keys behind");
+    }
+    eprintln!("cluster routing test took {:?}", started.elapsed());
+}
+
+#[test]
+fn wrong_node_answers_moved_for_every_lock_command() {
+    let nodes = start_cluster();
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    let keys = keys_per_node(&mut direct[0], "moved", 1);
+    for (owner, keys) in keys.iter().enumerate() {
+        let (key, slot) = &keys[0];
+        let owner_addr = format!("127.0.0.1:{}", nodes[owner].port);
+        let calls: [&[&str]; 7] = [
+            &["LOCK.ACQUIRE", key, "t", "1000"],
+            &["LOCK.ENTER", key, "t", "1000"],
+            &["LOCK.RELEASE", key, "t"],
+            &["LOCK.EXTEND", key, "t", "1000"],
+            &["LOCK.EXIT", key, "t"],
+            &["LOCK.FENCE", key, "t", "1"],
+            &["LOCK.INFO", key],
+        ];
+        for (i, c) in direct.iter_mut().enumerate() {
+            if i == owner {
+                continue;
+            }
+            let grants = info_stat(c, "grants");
+            let dbsize: i64 = cmd("DBSIZE").query(c).unwrap();
+            for call in calls {
+                let words: Vec<&[u8]> = call.iter().map(|w| w.as_bytes()).collect();
+                let e = run(c, &words).expect_err("wrong node must not run the command");
+                assert_eq!(e.kind(), ErrorKind::Moved, "{call:?} on node {i}: {e}");
+                assert_eq!(
+                    e.redirect_node(),
+                    Some((owner_addr.as_str(), *slot)),
+                    "{call:?} on node {i}: {e}"
+                );
+            }
+            assert_eq!(info_stat(c, "grants"), grants, "node {i} granted nothing");
+            let after: i64 = cmd("DBSIZE").query(c).unwrap();
+            assert_eq!(after, dbsize, "node {i} stored nothing");
+        }
+        // The owner runs it.
+        let fence = run(
+            &mut direct[owner],
+            &[b"LOCK.ACQUIRE", key.as_bytes(), b"t", b"1000"],
+        )
+        .unwrap_or_else(|e| panic!("owner of {key}: {e}"));
+        assert!(as_int(&fence) > 0);
+        assert_eq!(exists(&mut direct[owner], key).unwrap(), 1);
+    }
+}
+
+/// Flattens a reply into words, for "contains" checks on nested metadata.
+fn words(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Array(items) | Value::Set(items) => items.iter().for_each(|i| words(i, out)),
+        Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            words(k, out);
+            words(v, out);
+        }),
+        Value::BulkString(b) => out.push(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => out.push(s.clone()),
+        Value::Int(n) => out.push(n.to_string()),
+        Value::Okay => out.push("OK".into()),
+        Value::Nil => out.push("(nil)".into()),
+        other => out.push(format!("{other:?}")),
+    }
+}
+
+/// The value that follows `name` in a flat RESP2 map (array of pairs).
+fn map_get<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    let Value::Array(items) = v else {
+        return None;
+    };
+    items.chunks(2).find_map(|p| match &p[0] {
+        Value::BulkString(b) if b == name.as_bytes() => p.get(1),
+        Value::SimpleString(s) if s == name => p.get(1),
+        _ => None,
+    })
+}
+
+#[test]
+fn command_metadata_declares_the_key() {
+    let nodes = start_cluster();
+    let mut c = nodes[0].conn();
+
+    let getkeys = |c: &mut Connection, call: &[&str]| -> Vec<String> {
+        let mut command = cmd("COMMAND");
+        command.arg("GETKEYS");
+        for w in call {
+            command.arg(*w);
+        }
+        command
+            .query(c)
+            .unwrap_or_else(|e| panic!("COMMAND GETKEYS {call:?}: {e}"))
+    };
+    assert_eq!(getkeys(&mut c, &["LOCK.ACQUIRE", "k", "t", "100"]), ["k"]);
+    assert_eq!(
+        getkeys(&mut c, &["LOCK.ACQUIRE", "k", "t", "100", "WAIT", "5"]),
+        ["k"]
+    );
+    assert_eq!(
+        getkeys(&mut c, &["LOCK.ENTER", "{x}k", "o", "100"]),
+        ["{x}k"]
+    );
+    assert_eq!(getkeys(&mut c, &["LOCK.RELEASE", "k2", "t"]), ["k2"]);
+    assert_eq!(getkeys(&mut c, &["LOCK.EXTEND", "k3", "t", "100"]), ["k3"]);
+    assert_eq!(getkeys(&mut c, &["LOCK.EXIT", "k4", "o"]), ["k4"]);
+    assert_eq!(getkeys(&mut c, &["LOCK.FENCE", "k5", "t", "7"]), ["k5"]);
+    assert_eq!(getkeys(&mut c, &["LOCK.INFO", "k6"]), ["k6"]);
+
+    // (name, arity from the SPEC syntax, writes?)
+    let commands = [
+        ("lock.acquire", -4, true),
+        ("lock.release", 3, true),
+        ("lock.extend", 4, true),
+        ("lock.enter", -4, true),
+        ("lock.exit", 3, true),
+        ("lock.fence", 4, true),
+        ("lock.info", 2, false),
+    ];
+    for (name, arity, writes) in commands {
+        let reply: Value = cmd("COMMAND").arg("INFO").arg(name).query(&mut c).unwrap();
+        let Value::Array(entries) = &reply else {
+            panic!("COMMAND INFO {name}: {reply:?}")
+        };
+        let Some(Value::Array(entry)) = entries.first() else {
+            panic!("COMMAND INFO {name}: {reply:?}")
+        };
+        assert!(entry.len() >= 9, "COMMAND INFO {name}: {entry:?}");
+        let got_name: String = redis::from_redis_value(&entry[0]).unwrap();
+        assert_eq!(got_name, name);
+        assert_eq!(as_int(&entry[1]), arity, "{name} arity");
+        let (first, last, step) = (as_int(&entry[3]), as_int(&entry[4]), as_int(&entry[5]));
+        assert_eq!((first, last, step), (1, 1, 1), "{name} first/last/step");
+        let mut flags = Vec::new();
+        words(&entry[2], &mut flags);
+        assert_eq!(
+            flags.iter().any(|f| f == "write"),
+            writes,
+            "{name} flags {flags:?}"
+        );
+        if !writes {
+            assert!(flags.iter().any(|f| f == "readonly"), "{name} {flags:?}");
+        }
+
+        let Value::Array(specs) = &entry[8] else {
+            panic!("{name}: key specs {:?}", entry[8])
+        };
+        assert_eq!(specs.len(), 1, "{name}: one key spec: {specs:?}");
+        let spec = &specs[0];
+        let mut spec_flags = Vec::new();
+        words(
+            map_get(spec, "flags").expect("key spec flags"),
+            &mut spec_flags,
+        );
+        let want = if writes { "RW" } else { "RO" };
+        assert!(
+            spec_flags.iter().any(|f| f == want),
+            "{name}: key spec flags {spec_flags:?}"
+        );
+        let begin = map_get(spec, "begin_search").expect("begin_search");
+        let mut begin_words = Vec::new();
+        words(begin, &mut begin_words);
+        assert_eq!(
+            begin_words,
+            ["type", "index", "spec", "index", "1"],
+            "{name}: begin_search"
+        );
+        let find = map_get(spec, "find_keys").expect("find_keys");
+        let mut find_words = Vec::new();
+        words(find, &mut find_words);
+        assert_eq!(
+            find_words,
+            ["type", "range", "spec", "lastkey", "0", "keystep", "1", "limit", "0"],
+            "{name}: find_keys"
+        );
+    }
+}
+
+fn myid(c: &mut Connection) -> String {
+    cmd("CLUSTER").arg("MYID").query(c).expect("CLUSTER MYID")
+}
+
+fn setslot(c: &mut Connection, slot: u16, how: &str, node_id: &str) {
+    let reply: String = cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(how)
+        .arg(node_id)
+        .query(c)
+        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {how}: {e}"));
+    assert_eq!(reply, "OK");
+}
+
+/// Resharding moves a held lock like any key (MIGRATE copies the stored
+/// string and its expiry); a cluster client that still has the old slot map
+/// gets MOVED from the old owner, follows it, and finds the same holder and
+/// fencing token on the new owner.
+#[test]
+fn held_lock_moves_with_its_slot_and_the_client_follows_moved() {
+    let nodes = start_cluster();
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    let (key, slot) = keys_per_node(&mut direct[0], "migrating", 1)[0][0].clone();
+    let mut cc = cluster_conn(&nodes);
+    let fence = as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", &key, "tok-a", "30000"]).unwrap());
+    assert_eq!(exists(&mut direct[0], &key).unwrap(), 1);
+    let expire_at: i64 = cmd("PEXPIRETIME").arg(&key).query(&mut direct[0]).unwrap();
+
+    // The standard slot migration, node 0 -> node 1.
+    let from = myid(&mut direct[0]);
+    let to = myid(&mut direct[1]);
+    setslot(&mut direct[1], slot, "IMPORTING", &from);
+    setslot(&mut direct[0], slot, "MIGRATING", &to);
+    let moved: String = cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(nodes[1].port)
+        .arg(&key)
+        .arg(0)
+        .arg(5000)
+        .query(&mut direct[0])
+        .expect("MIGRATE");
+    assert_eq!(moved, "OK");
+    for c in direct.iter_mut() {
+        setslot(c, slot, "NODE", &to);
+    }
+    assert_eq!(exists(&mut direct[1], &key).unwrap(), 1, "key on new owner");
+    let e = exists(&mut direct[0], &key).expect_err("old owner redirects");
+    assert_eq!(e.kind(), ErrorKind::Moved, "{e}");
+    let moved_expire: i64 = cmd("PEXPIRETIME").arg(&key).query(&mut direct[1]).unwrap();
+    assert!(
+        (moved_expire - expire_at).abs() <= 1_000,
+        "backstop expiry {expire_at} became {moved_expire}"
+    );
+
+    // The client's slot map is stale: it asks node 0, gets MOVED, follows.
+    let grants_before = info_stat(&mut direct[1], "grants");
+    let info = info_fields(&ccall(&mut cc, &["LOCK.INFO", &key]).unwrap())
+        .expect("lock still held after migration");
+    let holder: String = redis::from_redis_value(get(&info, "holder")).unwrap();
+    assert_eq!(holder, "tok-a");
+    assert_eq!(as_int(get(&info, "fence")), fence);
+    assert_eq!(
+        ccall(&mut cc, &["LOCK.ACQUIRE", &key, "tok-b", "1000"]).unwrap(),
+        Value::Nil,
+        "migrated lock still excludes others"
+    );
+    assert_eq!(
+        as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", &key, "tok-a", "1000"]).unwrap()),
+        fence,
+        "holder's retry on the new owner keeps its token"
+    );
+    assert_eq!(
+        ccall(&mut cc, &["LOCK.EXTEND", &key, "tok-a", "5000"]).unwrap(),
+        Value::Int(1)
+    );
+    assert_eq!(
+        ccall(&mut cc, &["LOCK.RELEASE", &key, "tok-a"]).unwrap(),
+        Value::Int(1)
+    );
+    assert_eq!(exists(&mut direct[1], &key).unwrap(), 0);
+    assert_eq!(
+        info_stat(&mut direct[1], "grants"),
+        grants_before,
+        "the new owner made no new grant for the migrated lock"
+    );
+
+    // The new owner saw the migrated token, so its next grant is above it.
+    let next = as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", &key, "tok-c", "1000"]).unwrap());
+    assert!(next > fence, "{next} after migrated {fence}");
+    assert_eq!(info_stat(&mut direct[1], "grants"), grants_before + 1);
+}

@@ -1,0 +1,247 @@
+//! SPEC property 6 (exact replication): a replica reproduces the same
+//! holders, hold counts, fencing tokens, absolute deadlines and native
+//! expiry instants as its master, both through the full sync (RDB) and the
+//! command stream. Writes are replicated as core commands (`SET .. PXAT`,
+//! `DEL`), so a replica without the module still holds the locks as plain
+//! string keys.
+
+mod common;
+use common::*;
+
+use std::time::{Duration, Instant};
+
+/// What a replica must reproduce exactly for one key.
+#[derive(Debug, Clone, PartialEq)]
+struct Snapshot {
+    /// `LOCK.INFO` without `ttl-ms` (relative, read at different instants).
+    info: Vec<(String, Value)>,
+    raw: Vec<u8>,
+    pexpiretime: i64,
+}
+
+impl Snapshot {
+    fn int(&self, field: &str) -> i64 {
+        let (_, v) = self
+            .info
+            .iter()
+            .find(|(name, _)| name == field)
+            .unwrap_or_else(|| panic!("LOCK.INFO has no {field}: {:?}", self.info));
+        redis::from_redis_value(v).unwrap()
+    }
+
+    fn text(&self, field: &str) -> String {
+        let (_, v) = self
+            .info
+            .iter()
+            .find(|(name, _)| name == field)
+            .unwrap_or_else(|| panic!("LOCK.INFO has no {field}: {:?}", self.info));
+        redis::from_redis_value(v).unwrap()
+    }
+}
+
+fn snapshot(c: &mut Connection, key: &str) -> Snapshot {
+    let info: Vec<(String, Value)> = lock_info(c, key)
+        .unwrap_or_else(|| panic!("{key} is not held"))
+        .into_iter()
+        .filter(|(name, _)| name != "ttl-ms")
+        .collect();
+    let raw: Vec<u8> = cmd("GET").arg(key).query(c).unwrap();
+    let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
+    Snapshot {
+        info,
+        raw,
+        pexpiretime,
+    }
+}
+
+/// Raw value and native expiry only (works on a node without the module).
+fn raw_state(c: &mut Connection, key: &str) -> (Option<Vec<u8>>, i64) {
+    let raw: Option<Vec<u8>> = cmd("GET").arg(key).query(c).unwrap();
+    let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
+    (raw, pexpiretime)
+}
+
+/// The master starts a full sync at once (the diskless-sync default waits
+/// 5 s for more replicas to join).
+fn master_opts() -> Opts {
+    Opts::new().config("repl-diskless-sync-delay", "0")
+}
+
+/// Makes `replica` replicate `master` and waits for the link to be up.
+fn link(replica: &Server, master: &Server) -> Duration {
+    let t = Instant::now();
+    let mut r = replica.conn();
+    let ok: String = cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port)
+        .query(&mut r)
+        .unwrap();
+    assert_eq!(ok, "OK");
+    wait_until(Duration::from_secs(20), "master_link_status:up", || {
+        let text: String = cmd("INFO").arg("replication").query(&mut r).unwrap();
+        text.lines().any(|l| l.trim() == "master_link_status:up")
+    });
+    t.elapsed()
+}
+
+/// `WAIT 1 2000` on the master: the replica acknowledged every write.
+fn wait_for_replica(m: &mut Connection) {
+    let acked: i64 = cmd("WAIT").arg(1).arg(2_000).query(m).unwrap();
+    assert_eq!(acked, 1, "the replica did not acknowledge within 2 s");
+}
+
+fn acquire_ok(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> i64 {
+    cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(token)
+        .arg(ttl_ms)
+        .query(c)
+        .unwrap()
+}
+
+fn enter_ok(c: &mut Connection, key: &str, owner: &str, ttl_ms: i64) -> i64 {
+    cmd("LOCK.ENTER")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl_ms)
+        .query(c)
+        .unwrap()
+}
+
+fn int(c: &mut Connection, words: &[&str]) -> i64 {
+    let mut command = cmd(words[0]);
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    command.query(c).unwrap()
+}
+
+#[test]
+fn replica_with_the_module_reproduces_locks_exactly() {
+    let master = Server::with(master_opts());
+    let replica = Server::start();
+    let mut m = master.conn();
+    // Taken before the link: reaches the replica through the full sync RDB.
+    let pre_fence = acquire_ok(&mut m, "pre", "tok-P", 20_000);
+    let linked = link(&replica, &master);
+    let mut r = replica.conn();
+
+    // Through the command stream: acquire, extend, two reentrant entries.
+    let fence = acquire_ok(&mut m, "plain", "tok-A", 20_000);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(int(&mut m, &["LOCK.EXTEND", "plain", "tok-A", "25000"]), 1);
+    let re_fence = enter_ok(&mut m, "re", "owner-1", 20_000);
+    assert_eq!(enter_ok(&mut m, "re", "owner-1", 20_000), re_fence);
+    wait_for_replica(&mut m);
+
+    for key in ["pre", "plain", "re"] {
+        let on_master = snapshot(&mut m, key);
+        let on_replica = snapshot(&mut r, key);
+        assert_eq!(on_replica, on_master, "replica differs on {key}");
+    }
+    let plain = snapshot(&mut r, "plain");
+    assert_eq!(plain.text("kind"), "plain");
+    assert_eq!(plain.text("holder"), "tok-A");
+    assert_eq!(plain.int("holds"), 1);
+    assert_eq!(plain.int("fence"), fence);
+    let re = snapshot(&mut r, "re");
+    assert_eq!(re.text("kind"), "reentrant");
+    assert_eq!(re.text("holder"), "owner-1");
+    assert_eq!(re.int("holds"), 2);
+    assert_eq!(re.int("fence"), re_fence);
+    assert_eq!(snapshot(&mut r, "pre").int("fence"), pre_fence);
+
+    // Writes on the replica are refused by Redis itself, and change nothing.
+    for words in [
+        &["LOCK.ACQUIRE", "new", "tok-X", "1000"][..],
+        &["LOCK.ACQUIRE", "plain", "tok-A", "1000"],
+        &["LOCK.RELEASE", "plain", "tok-A"],
+        &["LOCK.EXTEND", "plain", "tok-A", "1000"],
+        &["LOCK.ENTER", "re", "owner-1", "1000"],
+        &["LOCK.EXIT", "re", "owner-1"],
+        &["LOCK.FENCE", "plain", "tok-A", "1"],
+    ] {
+        let words: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        let e = err_text(run(&mut r, &words));
+        assert!(e.starts_with("READONLY"), "{words:?} on replica: {e}");
+    }
+    assert_eq!(int(&mut r, &["EXISTS", "new"]), 0);
+    assert_eq!(snapshot(&mut r, "plain"), snapshot(&mut m, "plain"));
+    assert_eq!(snapshot(&mut r, "re").int("holds"), 2);
+
+    // Frees on the master reach the replica as deletions.
+    assert_eq!(int(&mut m, &["LOCK.RELEASE", "plain", "tok-A"]), 1);
+    assert_eq!(int(&mut m, &["LOCK.RELEASE", "pre", "tok-P"]), 1);
+    assert_eq!(int(&mut m, &["LOCK.EXIT", "re", "owner-1"]), 1);
+    wait_for_replica(&mut m);
+    assert_eq!(snapshot(&mut r, "re").int("holds"), 1);
+    assert_eq!(snapshot(&mut r, "re"), snapshot(&mut m, "re"));
+    assert_eq!(int(&mut m, &["LOCK.EXIT", "re", "owner-1"]), 0);
+    wait_for_replica(&mut m);
+    for key in ["pre", "plain", "re"] {
+        assert_eq!(int(&mut r, &["EXISTS", key]), 0, "{key} left on replica");
+        assert!(lock_info(&mut r, key).is_none());
+    }
+    assert_eq!(int(&mut r, &["DBSIZE"]), 0);
+    eprintln!("replica with module: link up after {linked:?}");
+}
+
+#[test]
+fn replica_without_the_module_holds_locks_as_plain_strings() {
+    let master = Server::with(master_opts());
+    let replica = Server::with(Opts {
+        without_module: true,
+        ..Opts::new()
+    });
+    let mut m = master.conn();
+    let pre_fence = acquire_ok(&mut m, "pre", "tok-P", 20_000);
+    let linked = link(&replica, &master);
+    let mut r = replica.conn();
+
+    // The replica really has no module.
+    let e = err_text(run(&mut r, &[b"LOCK.INFO", b"pre"]));
+    assert!(
+        e.contains("unknown command"),
+        "LOCK.INFO on bare replica: {e}"
+    );
+
+    let fence = acquire_ok(&mut m, "plain", "tok-A", 20_000);
+    assert_eq!(int(&mut m, &["LOCK.EXTEND", "plain", "tok-A", "25000"]), 1);
+    let re_fence = enter_ok(&mut m, "re", "owner-1", 20_000);
+    enter_ok(&mut m, "re", "owner-1", 20_000);
+    wait_for_replica(&mut m);
+
+    for (key, letter, fence, holds, owner) in [
+        ("pre", "P", pre_fence, 1, "tok-P"),
+        ("plain", "P", fence, 1, "tok-A"),
+        ("re", "R", re_fence, 2, "owner-1"),
+    ] {
+        let on_master = snapshot(&mut m, key);
+        let (raw, pexpiretime) = raw_state(&mut r, key);
+        let raw = raw.unwrap_or_else(|| panic!("{key} missing on the bare replica"));
+        assert_eq!(raw, on_master.raw, "value of {key}");
+        assert_eq!(pexpiretime, on_master.pexpiretime, "PEXPIRETIME of {key}");
+        let deadline = on_master.int("deadline-ms");
+        assert_eq!(
+            String::from_utf8(raw).unwrap(),
+            format!("LK1|{letter}|{fence}|{deadline}|{holds}|{owner}")
+        );
+        let kind: String = cmd("TYPE").arg(key).query(&mut r).unwrap();
+        assert_eq!(kind, "string");
+    }
+
+    assert_eq!(int(&mut m, &["LOCK.RELEASE", "plain", "tok-A"]), 1);
+    assert_eq!(int(&mut m, &["LOCK.EXIT", "re", "owner-1"]), 1);
+    wait_for_replica(&mut m);
+    let (raw, _) = raw_state(&mut r, "re");
+    assert_eq!(raw, Some(snapshot(&mut m, "re").raw));
+    assert_eq!(int(&mut m, &["LOCK.EXIT", "re", "owner-1"]), 0);
+    assert_eq!(int(&mut m, &["LOCK.RELEASE", "pre", "tok-P"]), 1);
+    wait_for_replica(&mut m);
+    assert_eq!(
+        int(&mut r, &["DBSIZE"]),
+        0,
+        "released locks left on replica"
+    );
+    eprintln!("replica without module: link up after {linked:?}");
+}
