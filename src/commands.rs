@@ -260,7 +260,7 @@ fn with_lock<T>(
         return Err(Reply::Error(errors::write_failed()));
     };
     let now = clock::now_ms();
-    let (answer, write) = {
+    let (answer, write, found_expired) = {
         let current = read(&key, kind)?;
         // The transition encodes its step before the key is touched: a new
         // value may borrow bytes of the old one.
@@ -268,12 +268,21 @@ fn with_lock<T>(
         if found_expired {
             stats::EXPIRIES.bump();
         }
-        (answer, write)
+        (answer, write, found_expired)
     };
+    let freed = matches!(write, Write::Delete);
     if !write.apply(call, &mut key, now) {
         return Err(Reply::Error(errors::write_failed()));
     }
-    handoff::settle(call, &mut key);
+    let handed_off = handoff::settle(call, &mut key);
+    if freed && !handed_off {
+        // For clients that wait in their own event loop (pub/sub).
+        call.publish_freed(if found_expired {
+            b"expired"
+        } else {
+            b"released"
+        });
+    }
     Ok(answer)
 }
 

@@ -217,8 +217,17 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Publishes `reason` on the key's channel `__lock@<db>__:<key>`, the
+    /// documented per-key channel on which a freed lock is announced.
+    pub fn publish_freed(&self, reason: &[u8]) {
+        let (db, name) = self.key_id();
+        let mut channel = format!("__lock@{db}__:").into_bytes();
+        channel.extend_from_slice(&name);
+        self.publish(&channel, reason);
+    }
+
     /// Publishes `message` on `channel` (not replicated).
-    pub fn publish(&self, channel: &[u8], message: &[u8]) {
+    fn publish(&self, channel: &[u8], message: &[u8]) {
         // SAFETY: ctx is live; the strings are created and freed here.
         unsafe {
             let channel = api(raw::RedisModule_CreateString)(

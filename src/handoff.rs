@@ -124,13 +124,14 @@ pub fn wait(
 
 /// Serves the head waiter if the key holds no live lock. Called with the key
 /// open for writing, after any write of this module to it, and by timers.
-pub fn settle(call: &Call<'_>, key: &mut Key<'_>) {
+/// Returns true if a waiter was handed the lock.
+pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
     if !any_waiters() {
-        return;
+        return false;
     }
     let key_id = call.key_id();
     if with_queues(|q| q.len(&key_id)) == 0 {
-        return;
+        return false;
     }
     let now = clock::now_ms();
     let live_deadline = match commands::read_silently(key) {
@@ -144,17 +145,17 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) {
                 ffi::unblock(w.handle, WaitResult::Failed(errors::not_a_lock()));
             }
             disarm(call, &key_id);
-            return;
+            return false;
         }
         Ok(Some(held)) if held.is_live(now) => Some(held.deadline_ms),
         Ok(_) => None,
     };
     if let Some(deadline) = live_deadline {
         arm(call, &key_id, deadline);
-        return;
+        return false;
     }
     let Some(head) = with_queues(|q| q.pop(&key_id)) else {
-        return;
+        return false;
     };
     if let Some(id) = head.timer {
         call.stop_waiter_timer(id);
@@ -165,13 +166,13 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) {
         });
         (out.reply, Write::from_step(out.step))
     };
-    let result = match reply {
+    let (result, served) = match reply {
         Grant::Granted(fence) if write.apply(call, key, now) => {
             stats::GRANTS.bump();
             stats::WAITS_SERVED.bump();
-            WaitResult::Granted(commands::clamp(fence))
+            (WaitResult::Granted(commands::clamp(fence)), true)
         }
-        _ => WaitResult::Failed(errors::write_failed()),
+        _ => (WaitResult::Failed(errors::write_failed()), false),
     };
     ffi::unblock(head.handle, result);
     if with_queues(|q| q.len(&key_id)) > 0 {
@@ -179,6 +180,7 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) {
     } else {
         disarm(call, &key_id);
     }
+    served
 }
 
 /// Makes sure a timer fires for `key` no later than `due_ms` (module clock).
@@ -210,7 +212,7 @@ fn disarm(call: &Call<'_>, key: &KeyId) {
 pub fn on_timer(call: &Call<'_>, key: &KeyId) {
     with_timers(|t| t.remove(key));
     if let Some(mut open) = call.open_key(true) {
-        settle(call, &mut open);
+        let _ = settle(call, &mut open);
     }
 }
 
