@@ -22,10 +22,7 @@ struct Anchor {
 static ANCHOR: OnceLock<Anchor> = OnceLock::new();
 
 fn anchor() -> &'static Anchor {
-    ANCHOR.get_or_init(|| Anchor {
-        wall_ms: wall_ms(),
-        monotonic: Instant::now(),
-    })
+    ANCHOR.get_or_init(|| Anchor { wall_ms: wall_ms(), monotonic: Instant::now() })
 }
 
 /// Fixes the anchor; called once when the module loads.
@@ -63,9 +60,7 @@ pub fn wall_offset_ms() -> i64 {
 /// before the module considers the lock expired.
 pub fn backstop_ms(deadline_ms: i64, now_ms: i64, wall_ms: i64, tolerance_ms: i64) -> i64 {
     let ahead = wall_ms.saturating_sub(now_ms).max(0);
-    deadline_ms
-        .saturating_add(ahead)
-        .saturating_add(tolerance_ms)
+    deadline_ms.saturating_add(ahead).saturating_add(tolerance_ms)
 }
 
 #[cfg(test)]

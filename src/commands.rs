@@ -2,34 +2,18 @@
 //! transition from `core::lock`, then store, replicate and reply. Each
 //! handler is a few lines; the decisions are all in `core`.
 
-use std::sync::Mutex;
-
 use crate::clock;
 use crate::config;
 use crate::core::args::{self, ArgError};
 use crate::core::codec;
 use crate::core::fencing::Fencer;
-use crate::core::lock::{self, Grant, Kind, Lock, Outcome, Step};
+use crate::core::lock::{self, Admission, Grant, Kind, Lock, Outcome, Step};
 use crate::core::queue::Waiter;
 use crate::errors;
 use crate::ffi::{Call, Field, Key, KeyKind, Reply};
 use crate::handoff;
+use crate::node;
 use crate::stats;
-
-/// This node's fencing counter. Commands run on Redis' main thread, so the
-/// lock is never contended; it only makes the static safe.
-static FENCER: Mutex<Fencer> = Mutex::new(Fencer::new(0));
-
-pub(crate) fn with_fencer<T>(f: impl FnOnce(&mut Fencer) -> T) -> T {
-    let mut guard = FENCER
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    f(&mut guard)
-}
-
-pub fn last_fence() -> u64 {
-    with_fencer(|f| f.last())
-}
 
 /// A FENCE floor may be at most this far ahead of this node's own clock.
 /// The quorum client only raises a node to another node's token, and nodes'
@@ -54,67 +38,53 @@ fn grant(call: &Call<'_>, argv: &[&[u8]], kind: Kind, name: &str) -> Reply {
     };
     // Only pay for the key name when someone waits or may wait.
     let key_id = (handoff::any_waiters() || request.wait_ms.is_some()).then(|| call.key_id());
-    let others_waiting = key_id.as_ref().is_some_and(|k| handoff::queued(k) > 0);
+    let quarantine = node::quarantine();
+    let admission = match (&quarantine, &key_id) {
+        (Some(_), _) => Admission::Quarantined,
+        (None, Some(k)) if handoff::queued(k) > 0 => Admission::Queued,
+        _ => Admission::Open,
+    };
     // WAIT blocks only where a client may block (not in MULTI or a script).
     let wait_ms = request.wait_ms.filter(|_| !call.cannot_block());
     let answer = with_lock(call, Some(kind), |current, now| {
-        let out = with_fencer(|f| {
-            lock::acquire(
-                current,
-                kind,
-                request.owner,
-                request.ttl_ms,
-                now,
-                others_waiting,
-                f,
-            )
+        let out = node::with_fencer(|f| {
+            lock::acquire(current, kind, request.owner, request.ttl_ms, now, admission, f)
         });
-        let answer = match out.reply {
-            Grant::Granted(fence) => {
+        let answer = match (out.reply, quarantine, wait_ms) {
+            (Grant::Granted(fence), ..) => {
                 stats::GRANTS.bump();
                 Answer::Now(fence_reply(fence))
             }
-            Grant::Renewed(fence) => {
+            (Grant::Renewed(fence), ..) => {
                 stats::RENEWALS.bump();
                 Answer::Now(fence_reply(fence))
             }
-            Grant::Busy => {
+            // In quarantine nothing new is granted, so waiting would only
+            // block the caller for the whole period: refuse at once.
+            (Grant::Quarantined, Some((reason, left_ms)), _)
+            | (Grant::Busy, Some((reason, left_ms)), Some(_)) => {
+                stats::QUARANTINED.bump();
+                Answer::Now(Reply::Error(errors::quarantined(reason, left_ms)))
+            }
+            (Grant::Quarantined, None, _) => Answer::Now(Reply::Error(errors::internal())),
+            (Grant::Busy, _, Some(timeout_ms)) => {
                 stats::CONTENDED.bump();
-                match wait_ms {
-                    // The hand-off timer must fire at the holder's deadline.
-                    Some(timeout_ms) => {
-                        let deadline_ms = current
-                            .filter(|l| l.is_live(now))
-                            .map_or(now, |l| l.deadline_ms);
-                        Answer::Wait {
-                            timeout_ms,
-                            deadline_ms,
-                        }
-                    }
-                    None => Answer::Now(Reply::Nil),
-                }
+                // The hand-off timer must fire at the holder's deadline.
+                let deadline_ms = current.filter(|l| l.is_live(now)).map_or(now, |l| l.deadline_ms);
+                Answer::Wait { timeout_ms, deadline_ms }
             }
-            Grant::TooManyHolds => {
-                Answer::Now(Reply::Error(errors::too_many_holds(lock::HOLDS_MAX)))
+            (Grant::Busy, _, None) => {
+                stats::CONTENDED.bump();
+                Answer::Now(Reply::Nil)
             }
+            (Grant::TooManyHolds, ..) => Answer::Now(Reply::Error(errors::too_many_holds(lock::HOLDS_MAX))),
         };
         (answer, Write::from_step(out.step), out.found_expired)
     });
     match (answer, key_id) {
-        (
-            Ok(Answer::Wait {
-                timeout_ms,
-                deadline_ms,
-            }),
-            Some(key_id),
-        ) => {
-            let waiter = Waiter {
-                handle: (),
-                kind,
-                owner: request.owner.to_vec(),
-                ttl_ms: request.ttl_ms,
-                timer: None,
-            };
+        (Ok(Answer::Wait { timeout_ms, deadline_ms }), Some(key_id)) => {
+            let owner = request.owner.to_vec();
+            let waiter = Waiter { handle: (), kind, owner, ttl_ms: request.ttl_ms, timer: None };
             handoff::wait(call, key_id, waiter, timeout_ms, deadline_ms)
         }
         (Ok(Answer::Now(reply)), _) => reply,
@@ -186,10 +156,22 @@ pub fn fence(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected("lock.fence", &e),
     };
-    with_lock_reply(call, None, |current, now| {
-        let out = with_fencer(|f| lock::fence(current, request.owner, request.floor, now, f));
+    if call.is_replicated_or_loading() {
+        // The master checked the holder when it ran this FENCE; its copy in
+        // the replication stream or the AOF only carries the raise.
+        node::with_fencer(|f| f.raise_to(request.floor));
+        return Reply::Int(1);
+    }
+    let reply = with_lock_reply(call, None, |current, now| {
+        let out = node::with_fencer(|f| lock::fence(current, request.owner, request.floor, now, f));
         bool_reply(out)
-    })
+    });
+    if reply == Reply::Int(1) {
+        // Replicas and the AOF keep the raise, so a promoted replica or a
+        // restarted node never issues a token at or below the floor.
+        call.replicate_verbatim();
+    }
+    reply
 }
 
 /// `LOCK.INFO key`
@@ -232,11 +214,7 @@ fn rejected(command: &str, error: &ArgError) -> Reply {
 }
 
 fn bool_reply(out: Outcome<'_, bool>) -> (Reply, Write, bool) {
-    (
-        Reply::Int(i64::from(out.reply)),
-        Write::from_step(out.step),
-        out.found_expired,
-    )
+    (Reply::Int(i64::from(out.reply)), Write::from_step(out.step), out.found_expired)
 }
 
 fn fence_reply(fence: u64) -> Reply {
@@ -277,11 +255,7 @@ fn with_lock<T>(
     let handed_off = handoff::settle(call, &mut key);
     if freed && !handed_off {
         // For clients that wait in their own event loop (pub/sub).
-        call.publish_freed(if found_expired {
-            b"expired"
-        } else {
-            b"released"
-        });
+        call.publish_freed(if found_expired { b"expired" } else { b"released" });
     }
     Ok(answer)
 }
@@ -312,7 +286,7 @@ fn read<'k>(key: &'k Key<'_>, kind: Option<Kind>) -> Result<Option<Lock<'k>>, Re
             }
             // A token seen in stored state (loaded from disk, replicated from
             // an old master) must never be issued again by this node.
-            with_fencer(|f| f.raise_to(held.fence));
+            node::with_fencer(|f| f.raise_to(held.fence));
             Ok(Some(held))
         }
     }
@@ -345,10 +319,7 @@ impl Write {
         match step {
             Step::Keep => Write::Keep,
             Step::Delete => Write::Delete,
-            Step::Write(held) => Write::Store {
-                value: codec::encode(&held),
-                deadline_ms: held.deadline_ms,
-            },
+            Step::Write(held) => Write::Store { value: codec::encode(&held), deadline_ms: held.deadline_ms },
         }
     }
 
@@ -366,8 +337,7 @@ impl Write {
             }
             Write::Store { value, deadline_ms } => {
                 let tolerance = config::CLOCK_JUMP_TOLERANCE_MS.get();
-                let expire_at =
-                    clock::backstop_ms(deadline_ms, now_ms, clock::wall_ms(), tolerance);
+                let expire_at = clock::backstop_ms(deadline_ms, now_ms, clock::wall_ms(), tolerance);
                 let stored = key.store(&value, expire_at);
                 if stored {
                     call.replicate_set_pxat(&value, expire_at);

@@ -6,7 +6,7 @@
 //! log line and an error that name the setting and its range, instead of the
 //! misleading start-up failure Redis 7.0 prints on its own.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use redis_module::configuration::ConfigurationContext;
 use redis_module::{ConfigurationValue, RedisError};
@@ -24,13 +24,7 @@ pub struct BoundedI64 {
 
 impl BoundedI64 {
     const fn new(name: &'static str, default: i64, min: i64, max: i64) -> BoundedI64 {
-        BoundedI64 {
-            name,
-            value: AtomicI64::new(default),
-            default,
-            min,
-            max,
-        }
+        BoundedI64 { name, value: AtomicI64::new(default), default, min, max }
     }
 
     pub fn get(&self) -> i64 {
@@ -50,14 +44,16 @@ impl ConfigurationValue<i64> for BoundedI64 {
 
     fn set(&self, _ctx: &ConfigurationContext, value: i64) -> Result<(), RedisError> {
         if value < self.min || value > self.max {
-            let message = format!(
-                "lock.{} must be between {} and {}, got {}",
-                self.name, self.min, self.max, value
-            );
+            let message =
+                format!("lock.{} must be between {} and {}, got {}", self.name, self.min, self.max, value);
             redis_module::logging::log_warning(&message);
             return Err(RedisError::String(message));
         }
         self.value.store(value, Ordering::Relaxed);
+        redis_module::logging::log_notice(format!("lock.{} set to {}", self.name, value));
+        if self.name == QUARANTINE_MS.name && crate::node::quarantine().is_none() {
+            redis_module::logging::log_notice("lock: no quarantine in force now; new grants are allowed");
+        }
         Ok(())
     }
 }
@@ -73,11 +69,17 @@ pub static CLOCK_JUMP_TOLERANCE_MS: BoundedI64 =
     BoundedI64::new("clock-jump-tolerance-ms", 60_000, 0, DAY_MS);
 
 pub fn limits() -> Limits {
-    Limits {
-        ttl_ms_max: MAX_TTL_MS.get(),
-    }
+    Limits { ttl_ms_max: MAX_TTL_MS.get() }
 }
 
 /// The most clients that may wait (WAIT) for one lock at a time; one more
 /// gets a MAXWAITERS error.
 pub static MAX_WAITERS: BoundedI64 = BoundedI64::new("max-waiters", 1000, 0, 100_000);
+
+/// How long a node refuses new grants after a start or a promotion, in ms;
+/// -1 (the default) means lock.max-ttl-ms + 1000. 0 turns the protection
+/// off (for tests, and for nodes with appendfsync always).
+pub static QUARANTINE_MS: BoundedI64 = BoundedI64::new("quarantine-ms", -1, -1, DAY_MS);
+
+/// Quarantine after a replica is promoted to master.
+pub static FAILOVER_QUARANTINE: AtomicBool = AtomicBool::new(true);

@@ -3,6 +3,7 @@
 
 use crate::core::args::ArgError;
 use crate::core::lock::Kind;
+use crate::core::quarantine::Reason;
 
 /// A malformed call: arity, integers, ranges, tokens, options.
 pub fn bad_args(command: &str, error: &ArgError) -> String {
@@ -13,10 +14,7 @@ pub fn bad_args(command: &str, error: &ArgError) -> String {
 }
 
 pub fn arity(command: &[u8]) -> String {
-    format!(
-        "ERR wrong number of arguments for '{}' command",
-        String::from_utf8_lossy(command).to_lowercase()
-    )
+    format!("ERR wrong number of arguments for '{}' command", String::from_utf8_lossy(command).to_lowercase())
 }
 
 /// The key exists but holds something that is not a lock at all.
@@ -61,4 +59,9 @@ pub fn too_many_waiters_node(max: usize) -> String {
 /// Redis refused to block the client.
 pub fn cannot_block() -> String {
     "ERR lock module: this client cannot be blocked".into()
+}
+
+/// A grant refused because the node is in quarantine.
+pub fn quarantined(reason: Reason, left_ms: i64) -> String {
+    format!("QUARANTINE {}, refusing new locks for {left_ms} ms", reason.describe())
 }

@@ -56,12 +56,7 @@ pub struct Call<'a> {
 /// reply instead of an abort of redis-server.
 // Raw pointers come from Redis itself and are only passed back to it.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub fn dispatch(
-    ctx: RawCtx,
-    argv: RawArgv,
-    argc: c_int,
-    handler: fn(&Call<'_>, &[&[u8]]) -> Reply,
-) -> c_int {
+pub fn dispatch(ctx: RawCtx, argv: RawArgv, argc: c_int, handler: fn(&Call<'_>, &[&[u8]]) -> Reply) -> c_int {
     let count = usize::try_from(argc).unwrap_or(0);
     let argv: &[*mut raw::RedisModuleString] = if argv.is_null() || count == 0 {
         &[]
@@ -71,15 +66,9 @@ pub fn dispatch(
         unsafe { slice::from_raw_parts(argv, count) }
     };
     let key = argv.get(1).copied().unwrap_or(ptr::null_mut());
-    let call = Call {
-        ctx,
-        key,
-        _argv: PhantomData,
-    };
+    let call = Call { ctx, key, _argv: PhantomData };
     let reply = if argv.len() > ARGS_MAX {
-        Reply::Error(errors::arity(string_bytes(
-            argv.first().copied().unwrap_or(ptr::null_mut()),
-        )))
+        Reply::Error(errors::arity(string_bytes(argv.first().copied().unwrap_or(ptr::null_mut()))))
     } else {
         let mut bytes: [&[u8]; ARGS_MAX] = [&[]; ARGS_MAX];
         for (slot, &arg) in bytes.iter_mut().zip(argv) {
@@ -174,9 +163,7 @@ impl<'a> Call<'a> {
         let data = Box::into_raw(Box::new(key)).cast::<c_void>();
         // SAFETY: ctx is live; `data` is a leaked Box<KeyId> that the
         // callback or `stop_timer` turns back into a Box exactly once.
-        unsafe {
-            api(raw::RedisModule_CreateTimer)(self.ctx, delay_ms.max(0), Some(timer_callback), data)
-        }
+        unsafe { api(raw::RedisModule_CreateTimer)(self.ctx, delay_ms.max(0), Some(timer_callback), data) }
     }
 
     /// Calls `handoff::on_wait_timeout` for `waiter` after `delay_ms`.
@@ -208,8 +195,7 @@ impl<'a> Call<'a> {
         // SAFETY: ctx is live; on success Redis hands back the data pointer
         // we gave to CreateTimer, a Box<KeyId> not yet freed.
         unsafe {
-            if api(raw::RedisModule_StopTimer)(self.ctx, id, &mut data)
-                == raw::REDISMODULE_OK as c_int
+            if api(raw::RedisModule_StopTimer)(self.ctx, id, &mut data) == raw::REDISMODULE_OK as c_int
                 && !data.is_null()
             {
                 drop(Box::from_raw(data.cast::<KeyId>()));
@@ -252,21 +238,14 @@ impl<'a> Call<'a> {
         if name.is_null() {
             return None;
         }
-        let mode = if write {
-            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
-        } else {
-            raw::REDISMODULE_READ
-        };
+        let mode = if write { raw::REDISMODULE_READ | raw::REDISMODULE_WRITE } else { raw::REDISMODULE_READ };
         // SAFETY: ctx and the key name are live for this call; the handle is
         // closed in Drop before the call returns.
         let key = unsafe { api(raw::RedisModule_OpenKey)(self.ctx, name, mode as c_int) };
         if key.is_null() {
             return None;
         }
-        Some(Key {
-            call: self,
-            raw: key.cast(),
-        })
+        Some(Key { call: self, raw: key.cast() })
     }
 
     /// True inside MULTI/EXEC or a script, where a command must not block.
@@ -295,16 +274,27 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// True when the command comes from the master's replication stream or
+    /// from the AOF being loaded (it was already checked where it first ran).
+    pub fn is_replicated_or_loading(&self) -> bool {
+        // SAFETY: ctx is live for this call.
+        let flags = unsafe { api(raw::RedisModule_GetContextFlags)(self.ctx) } as u32;
+        flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+    }
+
+    /// Replicates the command exactly as the client sent it.
+    pub fn replicate_verbatim(&self) {
+        // SAFETY: ctx is the live context of a command call.
+        unsafe {
+            api(raw::RedisModule_ReplicateVerbatim)(self.ctx);
+        }
+    }
+
     /// Replicates `DEL key`.
     pub fn replicate_del(&self) {
         // SAFETY: the format "s" matches the one RedisModuleString argument.
         unsafe {
-            api(raw::RedisModule_Replicate)(
-                self.ctx,
-                c"DEL".as_ptr(),
-                c"s".as_ptr(),
-                self.key_name(),
-            );
+            api(raw::RedisModule_Replicate)(self.ctx, c"DEL".as_ptr(), c"s".as_ptr(), self.key_name());
         }
     }
 
@@ -325,10 +315,7 @@ impl<'a> Call<'a> {
                     api(raw::RedisModule_ReplyWithError)(ctx, line.as_ptr());
                 }
                 Reply::Fields(fields) => {
-                    api(raw::RedisModule_ReplyWithArray)(
-                        ctx,
-                        (fields.len() * 2) as std::ffi::c_long,
-                    );
+                    api(raw::RedisModule_ReplyWithArray)(ctx, (fields.len() * 2) as std::ffi::c_long);
                     for (name, value) in fields {
                         reply_bytes(ctx, name.as_bytes());
                         match value {
@@ -354,16 +341,8 @@ unsafe fn reply_bytes(ctx: RawCtx, bytes: &[u8]) {
 /// A C string for an error line: NUL bytes and line breaks (which would cut
 /// or corrupt the protocol line) become spaces.
 fn c_string(text: &str) -> CString {
-    let clean: Vec<u8> = text
-        .bytes()
-        .map(|b| {
-            if matches!(b, 0 | b'\r' | b'\n') {
-                b' '
-            } else {
-                b
-            }
-        })
-        .collect();
+    let clean: Vec<u8> =
+        text.bytes().map(|b| if matches!(b, 0 | b'\r' | b'\n') { b' ' } else { b }).collect();
     CString::new(clean).unwrap_or_default()
 }
 
@@ -388,8 +367,7 @@ impl Key<'_> {
         // SAFETY: the key holds a string; DMA in READ mode returns a pointer
         // to its bytes that stays valid until the key is modified or closed.
         unsafe {
-            let ptr =
-                api(raw::RedisModule_StringDMA)(self.raw, &mut len, raw::REDISMODULE_READ as c_int);
+            let ptr = api(raw::RedisModule_StringDMA)(self.raw, &mut len, raw::REDISMODULE_READ as c_int);
             if ptr.is_null() {
                 return None;
             }
@@ -405,23 +383,16 @@ impl Key<'_> {
         // the string to exactly `value.len()` bytes; DMA in WRITE mode then
         // gives a pointer to those bytes, which we fill completely.
         unsafe {
-            if api(raw::RedisModule_StringTruncate)(self.raw, value.len())
-                != raw::REDISMODULE_OK as c_int
-            {
+            if api(raw::RedisModule_StringTruncate)(self.raw, value.len()) != raw::REDISMODULE_OK as c_int {
                 return false;
             }
             let mut len: usize = 0;
-            let ptr = api(raw::RedisModule_StringDMA)(
-                self.raw,
-                &mut len,
-                raw::REDISMODULE_WRITE as c_int,
-            );
+            let ptr = api(raw::RedisModule_StringDMA)(self.raw, &mut len, raw::REDISMODULE_WRITE as c_int);
             if ptr.is_null() || len != value.len() {
                 return false;
             }
             ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
-            api(raw::RedisModule_SetAbsExpire)(self.raw, expire_at_ms)
-                == raw::REDISMODULE_OK as c_int
+            api(raw::RedisModule_SetAbsExpire)(self.raw, expire_at_ms) == raw::REDISMODULE_OK as c_int
         }
     }
 
@@ -547,11 +518,7 @@ extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
                 }
                 InfoValue::Text(t) => {
                     let t = c_string(t);
-                    api(raw::RedisModule_InfoAddFieldCString)(
-                        ctx,
-                        name.as_ptr(),
-                        t.as_ptr().cast_mut(),
-                    );
+                    api(raw::RedisModule_InfoAddFieldCString)(ctx, name.as_ptr(), t.as_ptr().cast_mut());
                 }
             }
         }
@@ -578,47 +545,20 @@ pub fn missing_api() -> Option<&'static str> {
     let checks: [(&str, bool); 12] = unsafe {
         [
             ("StringDMA", { raw::RedisModule_StringDMA }.is_some()),
-            (
-                "StringTruncate",
-                { raw::RedisModule_StringTruncate }.is_some(),
-            ),
+            ("StringTruncate", { raw::RedisModule_StringTruncate }.is_some()),
             ("SetAbsExpire", { raw::RedisModule_SetAbsExpire }.is_some()),
             ("Replicate", { raw::RedisModule_Replicate }.is_some()),
-            (
-                "GetContextFlags",
-                { raw::RedisModule_GetContextFlags }.is_some(),
-            ),
-            (
-                "RegisterInfoFunc",
-                { raw::RedisModule_RegisterInfoFunc }.is_some(),
-            ),
-            (
-                "InfoAddFieldULongLong",
-                { raw::RedisModule_InfoAddFieldULongLong }.is_some(),
-            ),
-            (
-                "ReplyWithStringBuffer",
-                { raw::RedisModule_ReplyWithStringBuffer }.is_some(),
-            ),
+            ("GetContextFlags", { raw::RedisModule_GetContextFlags }.is_some()),
+            ("RegisterInfoFunc", { raw::RedisModule_RegisterInfoFunc }.is_some()),
+            ("InfoAddFieldULongLong", { raw::RedisModule_InfoAddFieldULongLong }.is_some()),
+            ("ReplyWithStringBuffer", { raw::RedisModule_ReplyWithStringBuffer }.is_some()),
             ("BlockClient", { raw::RedisModule_BlockClient }.is_some()),
-            (
-                "SetDisconnectCallback",
-                { raw::RedisModule_SetDisconnectCallback }.is_some(),
-            ),
-            (
-                "PublishMessage",
-                { raw::RedisModule_PublishMessage }.is_some(),
-            ),
-            (
-                "SubscribeToServerEvent",
-                { raw::RedisModule_SubscribeToServerEvent }.is_some(),
-            ),
+            ("SetDisconnectCallback", { raw::RedisModule_SetDisconnectCallback }.is_some()),
+            ("PublishMessage", { raw::RedisModule_PublishMessage }.is_some()),
+            ("SubscribeToServerEvent", { raw::RedisModule_SubscribeToServerEvent }.is_some()),
         ]
     };
-    checks
-        .iter()
-        .find(|(_, present)| !present)
-        .map(|(name, _)| *name)
+    checks.iter().find(|(_, present)| !present).map(|(name, _)| *name)
 }
 
 /// Runs `f` with a context for `key` in a callback (timer, event): selects
@@ -631,16 +571,9 @@ fn with_key_context(ctx: RawCtx, key: &KeyId, f: impl FnOnce(&Call<'_>)) {
         if api(raw::RedisModule_SelectDb)(ctx, *db) != raw::REDISMODULE_OK as c_int {
             return;
         }
-        let key = api(raw::RedisModule_CreateString)(
-            ptr::null_mut(),
-            name.as_ptr().cast::<c_char>(),
-            name.len(),
-        );
-        let call = Call {
-            ctx,
-            key,
-            _argv: PhantomData,
-        };
+        let key =
+            api(raw::RedisModule_CreateString)(ptr::null_mut(), name.as_ptr().cast::<c_char>(), name.len());
+        let call = Call { ctx, key, _argv: PhantomData };
         let _ = catch_unwind(AssertUnwindSafe(|| f(&call)));
         api(raw::RedisModule_FreeString)(ptr::null_mut(), key);
     }
@@ -673,16 +606,9 @@ extern "C" fn wait_reply_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> 
     // SAFETY: Redis calls this for a client we unblocked with a
     // Box<WaitResult> as private data; Redis still owns it (it is freed in
     // wait_free_callback), so it is only borrowed here.
-    let result = unsafe {
-        api(raw::RedisModule_GetBlockedClientPrivateData)(ctx)
-            .cast::<WaitResult>()
-            .as_ref()
-    };
-    let call = Call {
-        ctx,
-        key: ptr::null_mut(),
-        _argv: PhantomData,
-    };
+    let result =
+        unsafe { api(raw::RedisModule_GetBlockedClientPrivateData)(ctx).cast::<WaitResult>().as_ref() };
+    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
     let reply = match result {
         Some(WaitResult::Granted(fence)) => Reply::Int(*fence),
         Some(WaitResult::Failed(line)) => Reply::Error(line.clone()),
@@ -695,36 +621,20 @@ extern "C" fn wait_reply_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> 
 /// Never called (clients are blocked without a Redis timeout), but Redis
 /// requires one; it answers as a timeout would.
 extern "C" fn wait_timeout_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> c_int {
-    let call = Call {
-        ctx,
-        key: ptr::null_mut(),
-        _argv: PhantomData,
-    };
+    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
     call.send(&Reply::Nil);
     raw::REDISMODULE_OK as c_int
 }
 
 extern "C" fn waiter_timer_callback(ctx: RawCtx, data: *mut c_void) {
-    let call = Call {
-        ctx,
-        key: ptr::null_mut(),
-        _argv: PhantomData,
-    };
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        handoff::on_wait_timeout(&call, data as WaiterHandle)
-    }));
+    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
+    let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_wait_timeout(&call, data as WaiterHandle)));
 }
 
 extern "C" fn wait_disconnect_callback(ctx: RawCtx, bc: *mut raw::RedisModuleBlockedClient) {
-    let call = Call {
-        ctx,
-        key: ptr::null_mut(),
-        _argv: PhantomData,
-    };
-    let removed = catch_unwind(AssertUnwindSafe(|| {
-        handoff::on_disconnect(&call, bc as WaiterHandle)
-    }))
-    .unwrap_or(false);
+    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
+    let removed =
+        catch_unwind(AssertUnwindSafe(|| handoff::on_disconnect(&call, bc as WaiterHandle))).unwrap_or(false);
     if removed {
         // SAFETY: the waiter was still queued, so nobody unblocked it yet;
         // unblocking frees the handle (no reply is sent: the client is gone).
@@ -762,36 +672,26 @@ extern "C" fn key_event_callback(
     }
     // SAFETY: ctx is the live notification context.
     let db = unsafe { api(raw::RedisModule_GetSelectedDb)(ctx) };
-    let call = Call {
-        ctx,
-        key,
-        _argv: PhantomData,
-    };
+    let call = Call { ctx, key, _argv: PhantomData };
     let key_id = (db, string_bytes(key).to_vec());
     let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_key_changed(&call, key_id)));
     raw::REDISMODULE_OK as c_int
 }
 
-extern "C" fn flush_callback(
-    ctx: RawCtx,
-    _eid: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END
-        || data.is_null()
-        || !handoff::any_waiters()
-    {
+extern "C" fn flush_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, data: *mut c_void) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END || data.is_null() || !handoff::any_waiters() {
         return;
     }
     // SAFETY: for FlushDB events Redis passes a RedisModuleFlushInfo.
     let db = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
-    let call = Call {
-        ctx,
-        key: ptr::null_mut(),
-        _argv: PhantomData,
-    };
+    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
     let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_flush(&call, db)));
+}
+
+extern "C" fn role_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
+    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
+        let _ = catch_unwind(crate::node::on_promoted);
+    }
 }
 
 /// Subscribes to the events that free a lock behind the module's back:
@@ -809,10 +709,13 @@ pub fn subscribe_events(ctx: RawCtx) -> Result<(), String> {
         {
             return Err("cannot subscribe to keyspace events".into());
         }
-        let flush = raw::RedisModuleEvent {
-            id: raw::REDISMODULE_EVENT_FLUSHDB,
-            dataver: 1,
-        };
+        let role = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, dataver: 1 };
+        if api(raw::RedisModule_SubscribeToServerEvent)(ctx, role, Some(role_callback))
+            != raw::REDISMODULE_OK as c_int
+        {
+            return Err("cannot subscribe to role-change events".into());
+        }
+        let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
         if api(raw::RedisModule_SubscribeToServerEvent)(ctx, flush, Some(flush_callback))
             != raw::REDISMODULE_OK as c_int
         {

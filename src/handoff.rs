@@ -22,10 +22,11 @@ use std::sync::{Mutex, MutexGuard};
 use crate::clock;
 use crate::commands::{self, Write};
 use crate::config;
-use crate::core::lock::{self, Grant};
+use crate::core::lock::{self, Admission, Grant};
 use crate::core::queue::{Full, KeyId, Queues, Waiter};
 use crate::errors;
 use crate::ffi::{self, Call, Key, Reply, TimerId, WaitResult, WaiterHandle};
+use crate::node;
 use crate::stats;
 
 static QUEUES: Mutex<Option<Queues<WaiterHandle>>> = Mutex::new(None);
@@ -35,9 +36,7 @@ static TIMERS: Mutex<Option<HashMap<KeyId, (TimerId, i64)>>> = Mutex::new(None);
 static WAITING: AtomicUsize = AtomicUsize::new(0);
 
 fn queues() -> MutexGuard<'static, Option<Queues<WaiterHandle>>> {
-    QUEUES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    QUEUES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn with_queues<T>(f: impl FnOnce(&mut Queues<WaiterHandle>) -> T) -> T {
@@ -49,9 +48,7 @@ fn with_queues<T>(f: impl FnOnce(&mut Queues<WaiterHandle>) -> T) -> T {
 }
 
 fn with_timers<T>(f: impl FnOnce(&mut HashMap<KeyId, (TimerId, i64)>) -> T) -> T {
-    let mut guard = TIMERS
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut guard = TIMERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     f(guard.get_or_insert_with(HashMap::new))
 }
 
@@ -73,13 +70,7 @@ pub fn queued(key: &KeyId) -> usize {
 
 /// Blocks the calling client at the tail of the key's queue. `deadline_ms`
 /// is the current holder's deadline, when the hand-off timer must fire.
-pub fn wait(
-    call: &Call<'_>,
-    key: KeyId,
-    waiter: Waiter<()>,
-    timeout_ms: i64,
-    deadline_ms: i64,
-) -> Reply {
+pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, deadline_ms: i64) -> Reply {
     let per_key_max = usize::try_from(config::MAX_WAITERS.get()).unwrap_or(0);
     let len = with_queues(|q| (q.len(&key), q.total()));
     if len.0 >= per_key_max {
@@ -95,13 +86,7 @@ pub fn wait(
     };
     // WAIT 0 waits without bound.
     let timer = (timeout_ms > 0).then(|| call.start_waiter_timer(timeout_ms, handle));
-    let waiter = Waiter {
-        handle,
-        kind: waiter.kind,
-        owner: waiter.owner,
-        ttl_ms: waiter.ttl_ms,
-        timer,
-    };
+    let waiter = Waiter { handle, kind: waiter.kind, owner: waiter.owner, ttl_ms: waiter.ttl_ms, timer };
     match with_queues(|q| q.push(key.clone(), waiter, per_key_max)) {
         Ok(()) => {
             stats::WAITS_STARTED.bump();
@@ -154,6 +139,12 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
         arm(call, &key_id, deadline);
         return false;
     }
+    // No grant in quarantine (waiters cannot normally exist then: WAIT is
+    // refused in quarantine, and replicas have none); try again after it.
+    if let Some((_, left_ms)) = node::quarantine() {
+        arm(call, &key_id, now.saturating_add(left_ms));
+        return false;
+    }
     let Some(head) = with_queues(|q| q.pop(&key_id)) else {
         return false;
     };
@@ -161,8 +152,8 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
         call.stop_waiter_timer(id);
     }
     let (reply, write) = {
-        let out = commands::with_fencer(|f| {
-            lock::acquire(None, head.kind, &head.owner, head.ttl_ms, now, false, f)
+        let out = node::with_fencer(|f| {
+            lock::acquire(None, head.kind, &head.owner, head.ttl_ms, now, Admission::Open, f)
         });
         (out.reply, Write::from_step(out.step))
     };
@@ -194,10 +185,7 @@ fn arm(call: &Call<'_>, key: &KeyId, due_ms: i64) {
     }
     // +1: the timer fires on the millisecond after the deadline, when the
     // lock reads as expired.
-    let delay = due_ms
-        .saturating_sub(clock::now_ms())
-        .saturating_add(1)
-        .max(0);
+    let delay = due_ms.saturating_sub(clock::now_ms()).saturating_add(1).max(0);
     let id = call.start_timer(delay, key.clone());
     with_timers(|t| t.insert(key.clone(), (id, due_ms)));
 }

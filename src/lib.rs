@@ -28,6 +28,7 @@ pub mod core;
 pub mod errors;
 pub mod ffi;
 pub mod handoff;
+pub mod node;
 pub mod stats;
 
 #[cfg(not(test))]
@@ -126,7 +127,8 @@ mod module {
     }
 
     fn info_fields() -> Vec<(&'static str, InfoValue)> {
-        use InfoValue::{Signed, Unsigned};
+        use InfoValue::{Signed, Text, Unsigned};
+        let quarantine = crate::node::quarantine();
         vec![
             ("grants", Unsigned(stats::GRANTS.get())),
             ("renewals", Unsigned(stats::RENEWALS.get())),
@@ -140,17 +142,38 @@ mod module {
             ("waits_timed_out", Unsigned(stats::WAITS_TIMED_OUT.get())),
             ("waits_abandoned", Unsigned(stats::WAITS_ABANDONED.get())),
             ("waiters", Unsigned(crate::handoff::waiting_now() as u64)),
-            ("last_fencing_token", Unsigned(commands::last_fence())),
+            ("quarantine", Unsigned(u64::from(quarantine.is_some()))),
+            ("quarantine_ms_left", Signed(quarantine.map_or(0, |(_, left)| left))),
+            ("quarantine_reason", Text(quarantine.map_or("none", |(reason, _)| reason.name()))),
+            ("quarantined", Unsigned(stats::QUARANTINED.get())),
+            ("last_fencing_token", Unsigned(crate::node::last_fence())),
             ("max_ttl_ms", Signed(config::MAX_TTL_MS.get())),
-            (
-                "clock_jump_tolerance_ms",
-                Signed(config::CLOCK_JUMP_TOLERANCE_MS.get()),
-            ),
-            (
-                "wall_clock_offset_ms",
-                Signed(crate::clock::wall_offset_ms()),
-            ),
+            ("clock_jump_tolerance_ms", Signed(config::CLOCK_JUMP_TOLERANCE_MS.get())),
+            ("wall_clock_offset_ms", Signed(crate::clock::wall_offset_ms())),
         ]
+    }
+
+    /// Quarantines the node unless its persistence proves that no
+    /// acknowledged grant can have been lost (appendonly + appendfsync always).
+    fn start_up_quarantine(ctx: &Context) {
+        let setting = |name: &str| -> String {
+            match ctx.call("CONFIG", &["GET", name][..]) {
+                Ok(redis_module::RedisValue::Array(items)) => match items.get(1) {
+                    Some(redis_module::RedisValue::SimpleString(v)) => v.clone(),
+                    Some(redis_module::RedisValue::BulkString(v)) => v.clone(),
+                    Some(redis_module::RedisValue::BulkRedisString(v)) => v.to_string_lossy(),
+                    _ => String::new(),
+                },
+                _ => String::new(),
+            }
+        };
+        let appendonly = setting("appendonly").eq_ignore_ascii_case("yes");
+        let appendfsync = setting("appendfsync");
+        if crate::core::quarantine::needed_at_start(appendonly, &appendfsync) {
+            crate::node::start_quarantine(crate::core::quarantine::Reason::Startup);
+        } else {
+            ctx.log_notice("lock: appendonly yes + appendfsync always: no start-up quarantine needed");
+        }
     }
 
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -170,6 +193,7 @@ mod module {
                 return Status::Err;
             }
         }
+        start_up_quarantine(ctx);
         if let Err(e) = ffi::subscribe_events(ctx.ctx) {
             ctx.log_warning(&format!("lock: {e}"));
             return Status::Err;
@@ -197,9 +221,12 @@ mod module {
                 [config::MAX_TTL_MS.name(), &config::MAX_TTL_MS, config::MAX_TTL_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::CLOCK_JUMP_TOLERANCE_MS.name(), &config::CLOCK_JUMP_TOLERANCE_MS, config::CLOCK_JUMP_TOLERANCE_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::MAX_WAITERS.name(), &config::MAX_WAITERS, config::MAX_WAITERS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+                [config::QUARANTINE_MS.name(), &config::QUARANTINE_MS, config::QUARANTINE_MS.default, i64::MIN, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
-            bool: [],
+            bool: [
+                ["failover-quarantine", &config::FAILOVER_QUARANTINE, true, ConfigurationFlags::DEFAULT, None],
+            ],
             enum: [],
             module_args_as_configuration: true,
         ]

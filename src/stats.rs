@@ -43,3 +43,5 @@ pub static WAITS_SERVED: Counter = Counter::new();
 pub static WAITS_TIMED_OUT: Counter = Counter::new();
 /// Waiters whose client disconnected while queued.
 pub static WAITS_ABANDONED: Counter = Counter::new();
+/// Grants refused because the node was in quarantine.
+pub static QUARANTINED: Counter = Counter::new();

@@ -34,23 +34,10 @@ pub struct Limits {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArgError {
     Arity,
-    NotInteger {
-        what: &'static str,
-    },
-    OutOfRange {
-        what: &'static str,
-        value: i64,
-        min: i64,
-        max: i64,
-        config: Option<&'static str>,
-    },
-    EmptyToken {
-        what: &'static str,
-    },
-    TokenTooLong {
-        what: &'static str,
-        len: usize,
-    },
+    NotInteger { what: &'static str },
+    OutOfRange { what: &'static str, value: i64, min: i64, max: i64, config: Option<&'static str> },
+    EmptyToken { what: &'static str },
+    TokenTooLong { what: &'static str, len: usize },
     UnknownOption(String),
     DuplicateOption(&'static str),
     MissingValue(&'static str),
@@ -61,13 +48,7 @@ impl fmt::Display for ArgError {
         match self {
             ArgError::Arity => write!(f, "wrong number of arguments"),
             ArgError::NotInteger { what } => write!(f, "{what} is not an integer or out of range"),
-            ArgError::OutOfRange {
-                what,
-                value,
-                min,
-                max,
-                config,
-            } => {
+            ArgError::OutOfRange { what, value, min, max, config } => {
                 write!(f, "{what} {value} is out of range, must be {min}..{max}")?;
                 match config {
                     Some(name) => write!(f, " ({name})"),
@@ -76,10 +57,7 @@ impl fmt::Display for ArgError {
             }
             ArgError::EmptyToken { what } => write!(f, "{what} must not be empty"),
             ArgError::TokenTooLong { what, len } => {
-                write!(
-                    f,
-                    "{what} is {len} bytes, longer than the limit of {TOKEN_LEN_MAX}"
-                )
+                write!(f, "{what} is {len} bytes, longer than the limit of {TOKEN_LEN_MAX}")
             }
             ArgError::UnknownOption(name) => write!(f, "unknown option '{name}'"),
             ArgError::DuplicateOption(name) => write!(f, "option {name} given twice"),
@@ -135,35 +113,24 @@ pub fn acquire<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Acquire<'a>, Arg
             wait_ms = Some(bounded(value, "timeout-ms", 0, WAIT_MS_MAX, None)?);
             rest = tail;
         } else {
-            return Err(ArgError::UnknownOption(
-                String::from_utf8_lossy(name).into_owned(),
-            ));
+            return Err(ArgError::UnknownOption(String::from_utf8_lossy(name).into_owned()));
         }
     }
-    Ok(Acquire {
-        owner,
-        ttl_ms,
-        wait_ms,
-    })
+    Ok(Acquire { owner, ttl_ms, wait_ms })
 }
 
 pub fn owner<'a>(argv: &[&'a [u8]]) -> Result<Owner<'a>, ArgError> {
     let [_, _, owner] = argv else {
         return Err(ArgError::Arity);
     };
-    Ok(Owner {
-        owner: token(owner, "token")?,
-    })
+    Ok(Owner { owner: token(owner, "token")? })
 }
 
 pub fn extend<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Extend<'a>, ArgError> {
     let [_, _, owner, ttl] = argv else {
         return Err(ArgError::Arity);
     };
-    Ok(Extend {
-        owner: token(owner, "token")?,
-        ttl_ms: ttl_ms(ttl, limits)?,
-    })
+    Ok(Extend { owner: token(owner, "token")?, ttl_ms: ttl_ms(ttl, limits)? })
 }
 
 /// `floor_max` is the largest floor this node accepts now (see
@@ -175,10 +142,7 @@ pub fn fence<'a>(argv: &[&'a [u8]], floor_max: u64) -> Result<Fence<'a>, ArgErro
     let owner = token(owner, "token")?;
     let max = i64::try_from(floor_max).unwrap_or(i64::MAX);
     let floor = bounded(floor, "floor", 0, max, None)?;
-    Ok(Fence {
-        owner,
-        floor: u64::try_from(floor).unwrap_or(0),
-    })
+    Ok(Fence { owner, floor: u64::try_from(floor).unwrap_or(0) })
 }
 
 pub fn key_only(argv: &[&[u8]]) -> Result<(), ArgError> {
@@ -197,13 +161,7 @@ fn token<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], ArgError> 
 }
 
 fn ttl_ms(bytes: &[u8], limits: Limits) -> Result<i64, ArgError> {
-    bounded(
-        bytes,
-        "ttl-ms",
-        1,
-        limits.ttl_ms_max,
-        Some("lock.max-ttl-ms"),
-    )
+    bounded(bytes, "ttl-ms", 1, limits.ttl_ms_max, Some("lock.max-ttl-ms"))
 }
 
 fn bounded(
@@ -215,13 +173,7 @@ fn bounded(
 ) -> Result<i64, ArgError> {
     let value = parse_i64(bytes).ok_or(ArgError::NotInteger { what })?;
     if value < min || value > max {
-        return Err(ArgError::OutOfRange {
-            what,
-            value,
-            min,
-            max,
-            config,
-        });
+        return Err(ArgError::OutOfRange { what, value, min, max, config });
     }
     Ok(value)
 }
@@ -305,23 +257,9 @@ mod tests {
     #[test]
     fn acquire_accepts_wait_in_any_case() {
         let a = acquire(&argv("LOCK.ACQUIRE k t 100 wait 0"), LIMITS);
-        assert_eq!(
-            a,
-            Ok(Acquire {
-                owner: b"t",
-                ttl_ms: 100,
-                wait_ms: Some(0)
-            })
-        );
+        assert_eq!(a, Ok(Acquire { owner: b"t", ttl_ms: 100, wait_ms: Some(0) }));
         let a = acquire(&argv("LOCK.ACQUIRE k t 30000"), LIMITS);
-        assert_eq!(
-            a,
-            Ok(Acquire {
-                owner: b"t",
-                ttl_ms: 30_000,
-                wait_ms: None
-            })
-        );
+        assert_eq!(a, Ok(Acquire { owner: b"t", ttl_ms: 30_000, wait_ms: None }));
     }
 
     #[test]
@@ -359,33 +297,15 @@ mod tests {
                     config: Some("lock.max-ttl-ms"),
                 },
             ),
-            (
-                "LOCK.ACQUIRE k t +5".into(),
-                ArgError::NotInteger { what: "ttl-ms" },
-            ),
-            (
-                "LOCK.ACQUIRE k t 1.5".into(),
-                ArgError::NotInteger { what: "ttl-ms" },
-            ),
-            (
-                "LOCK.ACQUIRE k  5".into(),
-                ArgError::EmptyToken { what: "token" },
-            ),
+            ("LOCK.ACQUIRE k t +5".into(), ArgError::NotInteger { what: "ttl-ms" }),
+            ("LOCK.ACQUIRE k t 1.5".into(), ArgError::NotInteger { what: "ttl-ms" }),
+            ("LOCK.ACQUIRE k  5".into(), ArgError::EmptyToken { what: "token" }),
             (
                 format!("LOCK.ACQUIRE k {long} 5"),
-                ArgError::TokenTooLong {
-                    what: "token",
-                    len: TOKEN_LEN_MAX + 1,
-                },
+                ArgError::TokenTooLong { what: "token", len: TOKEN_LEN_MAX + 1 },
             ),
-            (
-                "LOCK.ACQUIRE k t 5 WAIT".into(),
-                ArgError::MissingValue("WAIT"),
-            ),
-            (
-                "LOCK.ACQUIRE k t 5 WAIT 1 WAIT 2".into(),
-                ArgError::DuplicateOption("WAIT"),
-            ),
+            ("LOCK.ACQUIRE k t 5 WAIT".into(), ArgError::MissingValue("WAIT")),
+            ("LOCK.ACQUIRE k t 5 WAIT 1 WAIT 2".into(), ArgError::DuplicateOption("WAIT")),
             (
                 "LOCK.ACQUIRE k t 5 WAIT -1".into(),
                 ArgError::OutOfRange {
@@ -396,14 +316,8 @@ mod tests {
                     config: None,
                 },
             ),
-            (
-                "LOCK.ACQUIRE k t 5 NX".into(),
-                ArgError::UnknownOption("NX".into()),
-            ),
-            (
-                "LOCK.ACQUIRE k t 5 WAIT 1 extra".into(),
-                ArgError::UnknownOption("extra".into()),
-            ),
+            ("LOCK.ACQUIRE k t 5 NX".into(), ArgError::UnknownOption("NX".into())),
+            ("LOCK.ACQUIRE k t 5 WAIT 1 extra".into(), ArgError::UnknownOption("extra".into())),
         ];
         for (line, want) in cases {
             assert_eq!(acquire(&argv(&line), LIMITS), Err(want), "{line}");
@@ -415,28 +329,13 @@ mod tests {
         assert_eq!(owner(&argv("LOCK.RELEASE k")), Err(ArgError::Arity));
         assert_eq!(owner(&argv("LOCK.RELEASE k t x")), Err(ArgError::Arity));
         assert_eq!(owner(&argv("LOCK.RELEASE k t")), Ok(Owner { owner: b"t" }));
-        assert_eq!(
-            extend(&argv("LOCK.EXTEND k t 5 6"), LIMITS),
-            Err(ArgError::Arity),
-        );
-        assert_eq!(
-            extend(&argv("LOCK.EXTEND k t 07"), LIMITS),
-            Err(ArgError::NotInteger { what: "ttl-ms" })
-        );
+        assert_eq!(extend(&argv("LOCK.EXTEND k t 5 6"), LIMITS), Err(ArgError::Arity),);
+        assert_eq!(extend(&argv("LOCK.EXTEND k t 07"), LIMITS), Err(ArgError::NotInteger { what: "ttl-ms" }));
         assert_eq!(
             fence(&argv("LOCK.FENCE k t 100"), 99).map(|f| f.floor),
-            Err(ArgError::OutOfRange {
-                what: "floor",
-                value: 100,
-                min: 0,
-                max: 99,
-                config: None
-            })
+            Err(ArgError::OutOfRange { what: "floor", value: 100, min: 0, max: 99, config: None })
         );
-        assert_eq!(
-            fence(&argv("LOCK.FENCE k t 99"), 99).map(|f| f.floor),
-            Ok(99)
-        );
+        assert_eq!(fence(&argv("LOCK.FENCE k t 99"), 99).map(|f| f.floor), Ok(99));
         assert_eq!(key_only(&argv("LOCK.INFO k")), Ok(()));
         assert_eq!(key_only(&argv("LOCK.INFO k x")), Err(ArgError::Arity));
     }

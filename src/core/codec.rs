@@ -102,21 +102,12 @@ mod tests {
     use proptest::prelude::*;
 
     fn sample(owner: &[u8]) -> Lock<'_> {
-        Lock {
-            kind: Kind::Plain,
-            owner,
-            fence: 1795312345678001,
-            deadline_ms: 1795312347678,
-            holds: 1,
-        }
+        Lock { kind: Kind::Plain, owner, fence: 1795312345678001, deadline_ms: 1795312347678, holds: 1 }
     }
 
     #[test]
     fn encodes_readable_text() {
-        assert_eq!(
-            encode(&sample(b"worker-7")),
-            b"LK1|P|1795312345678001|1795312347678|1|worker-7".to_vec()
-        );
+        assert_eq!(encode(&sample(b"worker-7")), b"LK1|P|1795312345678001|1795312347678|1|worker-7".to_vec());
     }
 
     #[test]

@@ -40,9 +40,7 @@ impl Fencer {
 
     /// The smallest token the clock alone would give at `now_ms`.
     pub fn clock_floor(now_ms: i64) -> u64 {
-        u64::try_from(now_ms)
-            .unwrap_or(0)
-            .saturating_mul(TOKENS_PER_MS)
+        u64::try_from(now_ms).unwrap_or(0).saturating_mul(TOKENS_PER_MS)
     }
 }
 

@@ -97,6 +97,8 @@ pub enum Grant {
     Busy,
     /// Reentrant only: the hold count would pass [`HOLDS_MAX`].
     TooManyHolds,
+    /// Free, but the node is in quarantine.
+    Quarantined,
 }
 
 /// Splits the stored lock into live or expired, so every transition treats an
@@ -119,108 +121,71 @@ fn keep_or_reap<'a>(found_expired: bool) -> Step<'a> {
     }
 }
 
+/// Whether a free lock may be granted to the requester.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    Open,
+    /// Clients are queued for this key: a free lock belongs to the head of
+    /// the queue, not to this newcomer (no barging).
+    Queued,
+    /// The node is in quarantine: no new grants (renewals still work).
+    Quarantined,
+}
+
 /// LOCK.ACQUIRE (plain) and LOCK.ENTER (reentrant). The caller has checked
-/// that a stored lock is of `kind`. `others_waiting`: clients are queued for
-/// this key, so a free lock belongs to the head of the queue, not to this
-/// newcomer (no barging).
+/// that a stored lock is of `kind`.
 pub fn acquire<'a>(
     current: Option<Lock<'a>>,
     kind: Kind,
     owner: &'a [u8],
     ttl_ms: i64,
     now_ms: i64,
-    others_waiting: bool,
+    admission: Admission,
     fencer: &mut Fencer,
 ) -> Outcome<'a, Grant> {
     let (held, found_expired) = live(current, now_ms);
     let deadline_ms = now_ms.saturating_add(ttl_ms);
     let (reply, step) = match held {
-        None if others_waiting => (Grant::Busy, keep_or_reap(found_expired)),
+        None if admission == Admission::Queued => (Grant::Busy, keep_or_reap(found_expired)),
+        None if admission == Admission::Quarantined => (Grant::Quarantined, keep_or_reap(found_expired)),
         None => {
             let fence = fencer.next(now_ms);
-            let lock = Lock {
-                kind,
-                owner,
-                fence,
-                deadline_ms,
-                holds: 1,
-            };
+            let lock = Lock { kind, owner, fence, deadline_ms, holds: 1 };
             (Grant::Granted(fence), Step::Write(lock))
         }
         Some(lock) if lock.owner != owner => (Grant::Busy, Step::Keep),
         Some(lock) => match kind {
             // Idempotent: a retry after a lost reply gets the same token.
-            Kind::Plain => (
-                Grant::Renewed(lock.fence),
-                Step::Write(Lock {
-                    deadline_ms,
-                    ..lock
-                }),
-            ),
+            Kind::Plain => (Grant::Renewed(lock.fence), Step::Write(Lock { deadline_ms, ..lock })),
             Kind::Reentrant if lock.holds >= HOLDS_MAX => (Grant::TooManyHolds, Step::Keep),
             Kind::Reentrant => {
                 let holds = lock.holds + 1;
-                (
-                    Grant::Renewed(lock.fence),
-                    Step::Write(Lock {
-                        deadline_ms,
-                        holds,
-                        ..lock
-                    }),
-                )
+                (Grant::Renewed(lock.fence), Step::Write(Lock { deadline_ms, holds, ..lock }))
             }
         },
     };
-    Outcome {
-        reply,
-        step,
-        found_expired,
-    }
+    Outcome { reply, step, found_expired }
 }
 
 /// LOCK.RELEASE: frees the lock (all holds) if `owner` holds it.
 pub fn release<'a>(current: Option<Lock<'a>>, owner: &[u8], now_ms: i64) -> Outcome<'a, bool> {
     let (held, found_expired) = live(current, now_ms);
     match held {
-        Some(lock) if lock.owner == owner => Outcome {
-            reply: true,
-            step: Step::Delete,
-            found_expired,
-        },
-        _ => Outcome {
-            reply: false,
-            step: keep_or_reap(found_expired),
-            found_expired,
-        },
+        Some(lock) if lock.owner == owner => Outcome { reply: true, step: Step::Delete, found_expired },
+        _ => Outcome { reply: false, step: keep_or_reap(found_expired), found_expired },
     }
 }
 
 /// LOCK.EXTEND: the TTL becomes `ttl_ms` from now if `owner` holds the lock.
 /// Never re-creates a lock that is gone.
-pub fn extend<'a>(
-    current: Option<Lock<'a>>,
-    owner: &[u8],
-    ttl_ms: i64,
-    now_ms: i64,
-) -> Outcome<'a, bool> {
+pub fn extend<'a>(current: Option<Lock<'a>>, owner: &[u8], ttl_ms: i64, now_ms: i64) -> Outcome<'a, bool> {
     let (held, found_expired) = live(current, now_ms);
     match held {
         Some(lock) if lock.owner == owner => {
             let deadline_ms = now_ms.saturating_add(ttl_ms);
-            Outcome {
-                reply: true,
-                step: Step::Write(Lock {
-                    deadline_ms,
-                    ..lock
-                }),
-                found_expired,
-            }
+            Outcome { reply: true, step: Step::Write(Lock { deadline_ms, ..lock }), found_expired }
         }
-        _ => Outcome {
-            reply: false,
-            step: keep_or_reap(found_expired),
-            found_expired,
-        },
+        _ => Outcome { reply: false, step: keep_or_reap(found_expired), found_expired },
     }
 }
 
@@ -231,22 +196,10 @@ pub fn exit<'a>(current: Option<Lock<'a>>, owner: &[u8], now_ms: i64) -> Outcome
     match held {
         Some(lock) if lock.owner == owner => {
             let holds = lock.holds.saturating_sub(1);
-            let step = if holds == 0 {
-                Step::Delete
-            } else {
-                Step::Write(Lock { holds, ..lock })
-            };
-            Outcome {
-                reply: Some(holds),
-                step,
-                found_expired,
-            }
+            let step = if holds == 0 { Step::Delete } else { Step::Write(Lock { holds, ..lock }) };
+            Outcome { reply: Some(holds), step, found_expired }
         }
-        _ => Outcome {
-            reply: None,
-            step: keep_or_reap(found_expired),
-            found_expired,
-        },
+        _ => Outcome { reply: None, step: keep_or_reap(found_expired), found_expired },
     }
 }
 
@@ -263,17 +216,9 @@ pub fn fence<'a>(
     match held {
         Some(lock) if lock.owner == owner => {
             fencer.raise_to(floor);
-            Outcome {
-                reply: true,
-                step: keep_or_reap(found_expired),
-                found_expired,
-            }
+            Outcome { reply: true, step: keep_or_reap(found_expired), found_expired }
         }
-        _ => Outcome {
-            reply: false,
-            step: keep_or_reap(found_expired),
-            found_expired,
-        },
+        _ => Outcome { reply: false, step: keep_or_reap(found_expired), found_expired },
     }
 }
 
@@ -289,21 +234,13 @@ mod tests {
 
     const TTL: i64 = 1_000;
 
-    fn grant<'a>(
-        cur: Option<Lock<'a>>,
-        owner: &'a [u8],
-        now: i64,
-        f: &mut Fencer,
-    ) -> Outcome<'a, Grant> {
-        acquire(cur, Kind::Plain, owner, TTL, now, false, f)
+    fn grant<'a>(cur: Option<Lock<'a>>, owner: &'a [u8], now: i64, f: &mut Fencer) -> Outcome<'a, Grant> {
+        acquire(cur, Kind::Plain, owner, TTL, now, Admission::Open, f)
     }
 
     fn stored(o: &Outcome<'_, impl Copy>) -> Option<Lock<'static>> {
         match o.step {
-            Step::Write(l) => Some(Lock {
-                owner: Box::leak(l.owner.to_vec().into_boxed_slice()),
-                ..l
-            }),
+            Step::Write(l) => Some(Lock { owner: Box::leak(l.owner.to_vec().into_boxed_slice()), ..l }),
             _ => None,
         }
     }
@@ -312,9 +249,7 @@ mod tests {
     fn grant_then_busy_then_idempotent_retry() {
         let mut f = Fencer::new(0);
         let a = grant(None, b"a", 10, &mut f);
-        let Grant::Granted(t) = a.reply else {
-            panic!("{a:?}")
-        };
+        let Grant::Granted(t) = a.reply else { panic!("{a:?}") };
         let lock = stored(&a);
         assert_eq!(grant(lock, b"b", 20, &mut f).reply, Grant::Busy);
         let again = grant(lock, b"a", 30, &mut f);
@@ -331,11 +266,7 @@ mod tests {
         assert!(matches!(b.reply, Grant::Granted(_)));
         assert!(b.found_expired);
         assert!(!release(lock, b"a", TTL).reply);
-        assert_eq!(
-            release(lock, b"a", TTL).step,
-            Step::Delete,
-            "expired lock is reaped"
-        );
+        assert_eq!(release(lock, b"a", TTL).step, Step::Delete, "expired lock is reaped");
         assert!(!extend(lock, b"a", TTL, TTL).reply);
         assert_eq!(inspect(lock, TTL), None);
         assert_eq!(inspect(lock, TTL - 1), lock);
@@ -345,36 +276,20 @@ mod tests {
     fn only_the_holder_releases_or_extends() {
         let mut f = Fencer::new(0);
         let lock = stored(&grant(None, b"a", 0, &mut f));
-        assert_eq!(
-            release(lock, b"b", 1),
-            Outcome {
-                reply: false,
-                step: Step::Keep,
-                found_expired: false
-            }
-        );
+        assert_eq!(release(lock, b"b", 1), Outcome { reply: false, step: Step::Keep, found_expired: false });
         assert_eq!(extend(lock, b"b", 5, 1).step, Step::Keep);
         assert_eq!(release(lock, b"a", 1).step, Step::Delete);
-        assert_eq!(
-            extend(None, b"a", 5, 1).step,
-            Step::Keep,
-            "never re-creates"
-        );
+        assert_eq!(extend(None, b"a", 5, 1).step, Step::Keep, "never re-creates");
     }
 
     #[test]
     fn reentrant_counts_holds_and_keeps_its_token() {
         let mut f = Fencer::new(0);
-        let e1 = acquire(None, Kind::Reentrant, b"o", TTL, 0, false, &mut f);
-        let Grant::Granted(t) = e1.reply else {
-            panic!()
-        };
-        let e2 = acquire(stored(&e1), Kind::Reentrant, b"o", TTL, 5, false, &mut f);
+        let e1 = acquire(None, Kind::Reentrant, b"o", TTL, 0, Admission::Open, &mut f);
+        let Grant::Granted(t) = e1.reply else { panic!() };
+        let e2 = acquire(stored(&e1), Kind::Reentrant, b"o", TTL, 5, Admission::Open, &mut f);
         assert_eq!(e2.reply, Grant::Renewed(t));
-        assert_eq!(
-            stored(&e2).map(|l| (l.holds, l.deadline_ms)),
-            Some((2, 5 + TTL))
-        );
+        assert_eq!(stored(&e2).map(|l| (l.holds, l.deadline_ms)), Some((2, 5 + TTL)));
         let x1 = exit(stored(&e2), b"o", 6);
         assert_eq!(x1.reply, Some(1));
         assert_eq!(exit(stored(&x1), b"p", 6).reply, None);
@@ -385,30 +300,18 @@ mod tests {
     #[test]
     fn no_barging_past_queued_waiters() {
         let mut f = Fencer::new(0);
-        assert_eq!(
-            acquire(None, Kind::Plain, b"new", TTL, 0, true, &mut f).reply,
-            Grant::Busy
-        );
+        assert_eq!(acquire(None, Kind::Plain, b"new", TTL, 0, Admission::Queued, &mut f).reply, Grant::Busy);
         let held = stored(&grant(None, b"a", 0, &mut f));
-        let again = acquire(held, Kind::Plain, b"a", TTL, 1, true, &mut f);
-        assert!(
-            matches!(again.reply, Grant::Renewed(_)),
-            "the holder itself still renews"
-        );
+        let again = acquire(held, Kind::Plain, b"a", TTL, 1, Admission::Queued, &mut f);
+        assert!(matches!(again.reply, Grant::Renewed(_)), "the holder itself still renews");
     }
 
     #[test]
     fn hold_count_is_bounded() {
         let mut f = Fencer::new(0);
-        let full = Lock {
-            kind: Kind::Reentrant,
-            owner: b"o",
-            fence: 1,
-            deadline_ms: 100,
-            holds: HOLDS_MAX,
-        };
+        let full = Lock { kind: Kind::Reentrant, owner: b"o", fence: 1, deadline_ms: 100, holds: HOLDS_MAX };
         assert_eq!(
-            acquire(Some(full), Kind::Reentrant, b"o", TTL, 0, false, &mut f).reply,
+            acquire(Some(full), Kind::Reentrant, b"o", TTL, 0, Admission::Open, &mut f).reply,
             Grant::TooManyHolds
         );
     }

@@ -5,6 +5,7 @@ pub mod args;
 pub mod codec;
 pub mod fencing;
 pub mod lock;
+pub mod quarantine;
 pub mod queue;
 
 #[cfg(test)]

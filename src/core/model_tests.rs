@@ -52,9 +52,7 @@ struct Store {
 
 impl Store {
     fn current(&self) -> Option<Lock<'_>> {
-        self.bytes
-            .as_deref()
-            .map(|b| codec::decode(b).expect("stored bytes decode"))
+        self.bytes.as_deref().map(|b| codec::decode(b).expect("stored bytes decode"))
     }
 
     fn apply(&mut self, change: Change) {
@@ -103,7 +101,7 @@ proptest! {
                         continue;
                     }
                     let current = store.current().filter(|l| l.kind == kind || !l.is_live(now));
-                    let out = lock::acquire(current, kind, OWNERS[owner as usize], ttl, now, false, &mut fencer);
+                    let out = lock::acquire(current, kind, OWNERS[owner as usize], ttl, now, lock::Admission::Open, &mut fencer);
                     let (reply, change) = (out.reply, owned(out.step));
                     match (live, reply) {
                         (None, Grant::Granted(t)) => {

@@ -41,10 +41,7 @@ pub struct Queues<H> {
 
 impl<H: Copy + Eq + Hash> Default for Queues<H> {
     fn default() -> Self {
-        Queues {
-            by_key: HashMap::new(),
-            key_of: HashMap::new(),
-        }
+        Queues { by_key: HashMap::new(), key_of: HashMap::new() }
     }
 }
 
@@ -111,11 +108,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
 
     /// Keys with waiters in database `db` (every database if `db` is -1).
     pub fn keys_in(&self, db: i32) -> Vec<KeyId> {
-        self.by_key
-            .keys()
-            .filter(|(d, _)| db == -1 || *d == db)
-            .cloned()
-            .collect()
+        self.by_key.keys().filter(|(d, _)| db == -1 || *d == db).cloned().collect()
     }
 
     pub fn contains_key(&self, key: &KeyId) -> bool {
@@ -129,13 +122,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn w(handle: u32) -> Waiter<u32> {
-        Waiter {
-            handle,
-            kind: Kind::Plain,
-            owner: handle.to_be_bytes().to_vec(),
-            ttl_ms: 10,
-            timer: None,
-        }
+        Waiter { handle, kind: Kind::Plain, owner: handle.to_be_bytes().to_vec(), ttl_ms: 10, timer: None }
     }
 
     fn key(k: &str) -> KeyId {

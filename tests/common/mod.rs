@@ -71,11 +71,7 @@ fn taken_ports() -> &'static Mutex<Vec<u16>> {
 
 pub fn free_port() -> u16 {
     for _ in 0..100 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .expect("bind port 0")
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = TcpListener::bind("127.0.0.1:0").expect("bind port 0").local_addr().unwrap().port();
         // Cluster mode also binds port + 10000.
         if port > 55_000 {
             continue;
@@ -119,8 +115,7 @@ impl Opts {
         Opts::default()
     }
     pub fn module_arg(mut self, name: &str, value: &str) -> Opts {
-        self.module_args
-            .extend([name.to_string(), value.to_string()]);
+        self.module_args.extend([name.to_string(), value.to_string()]);
         self
     }
     pub fn config(mut self, name: &str, value: &str) -> Opts {
@@ -128,8 +123,7 @@ impl Opts {
         self
     }
     pub fn aof_always(self) -> Opts {
-        self.config("appendonly", "yes")
-            .config("appendfsync", "always")
+        self.config("appendonly", "yes").config("appendfsync", "always")
     }
     pub fn clock_file(mut self, path: &Path) -> Opts {
         self.clock_file = Some(path.to_path_buf());
@@ -155,20 +149,12 @@ impl Server {
         // A port can be taken by another process between our probe and the
         // server's bind: try a few.
         for _ in 0..5 {
-            let mut server = Server {
-                port: free_port(),
-                dir: dir.clone(),
-                opts: opts.clone(),
-                child: None,
-            };
+            let mut server = Server { port: free_port(), dir: dir.clone(), opts: opts.clone(), child: None };
             if server.spawn() {
                 return server;
             }
         }
-        panic!(
-            "could not start redis-server; see logs in {}",
-            dir.display()
-        );
+        panic!("could not start redis-server; see logs in {}", dir.display());
     }
 
     /// Spawns the process and waits for PING; false if it exited.
@@ -177,16 +163,7 @@ impl Server {
         command
             .arg("--port")
             .arg(self.port.to_string())
-            .args([
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--protected-mode",
-                "no",
-                "--daemonize",
-                "no",
-            ])
+            .args(["--bind", "127.0.0.1", "--save", "", "--protected-mode", "no", "--daemonize", "no"])
             .arg("--dir")
             .arg(&self.dir)
             .arg("--logfile")
@@ -195,20 +172,18 @@ impl Server {
             command.arg(format!("--{name}")).arg(value);
         }
         if !self.opts.without_module {
-            command
-                .arg("--loadmodule")
-                .arg(module_path())
-                .args(&self.opts.module_args);
+            command.arg("--loadmodule").arg(module_path()).args(&self.opts.module_args);
+            // Tests start servers that hold no earlier locks: no restart
+            // quarantine unless a test asks for one.
+            if !self.opts.module_args.iter().any(|a| a == "quarantine-ms") {
+                command.args(["quarantine-ms", "0"]);
+            }
         }
         if let Some(file) = &self.opts.clock_file {
-            command
-                .env("LD_PRELOAD", clock_shim_path())
-                .env("CLOCKSHIM_FILE", file);
+            command.env("LD_PRELOAD", clock_shim_path()).env("CLOCKSHIM_FILE", file);
         }
         command.stdout(Stdio::null()).stderr(Stdio::null());
-        let child = command
-            .spawn()
-            .expect("spawn redis-server (is it installed? scripts/install-deps)");
+        let child = command.spawn().expect("spawn redis-server (is it installed? scripts/install-deps)");
         self.child = Some(child);
         let deadline = Instant::now() + START_DEADLINE;
         while Instant::now() < deadline {
@@ -252,8 +227,7 @@ impl Server {
 
     /// A new connection with read/write timeouts.
     pub fn conn(&self) -> Connection {
-        self.try_connect()
-            .unwrap_or_else(|e| panic!("connect to {}: {e}; log: {}", self.url(), self.log()))
+        self.try_connect().unwrap_or_else(|e| panic!("connect to {}: {e}; log: {}", self.url(), self.log()))
     }
 
     /// The tail of the server log, for failure messages.
@@ -282,21 +256,14 @@ impl Server {
         assert!(self.child.is_none(), "restart of a running server");
         let deadline = Instant::now() + START_DEADLINE;
         while !self.spawn() {
-            assert!(
-                Instant::now() < deadline,
-                "restart failed; log: {}",
-                self.log()
-            );
+            assert!(Instant::now() < deadline, "restart failed; log: {}", self.log());
             sleep(Duration::from_millis(100));
         }
     }
 
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.pid().to_string())
-            .status()
-            .unwrap();
+        let status =
+            Command::new("kill").arg(format!("-{signal}")).arg(self.pid().to_string()).status().unwrap();
         assert!(status.success());
     }
 }
@@ -307,11 +274,7 @@ impl Drop for Server {
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
-            eprintln!(
-                "server {} kept its dir for inspection: {}",
-                self.port,
-                self.dir.display()
-            );
+            eprintln!("server {} kept its dir for inspection: {}", self.port, self.dir.display());
         }
         if let Ok(mut taken) = taken_ports().lock() {
             taken.retain(|&p| p != self.port);
@@ -342,21 +305,13 @@ pub fn run(c: &mut Connection, words: &[&[u8]]) -> redis::RedisResult<Value> {
 
 /// `LOCK.INFO key` as (field, value) pairs; None when nil.
 pub fn lock_info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
-    let reply: Value = redis::cmd("LOCK.INFO")
-        .arg(key)
-        .query(c)
-        .expect("LOCK.INFO");
+    let reply: Value = redis::cmd("LOCK.INFO").arg(key).query(c).expect("LOCK.INFO");
     match reply {
         Value::Nil => None,
         Value::Array(items) => Some(
             items
                 .chunks(2)
-                .map(|pair| {
-                    (
-                        redis::from_redis_value::<String>(&pair[0]).unwrap(),
-                        pair[1].clone(),
-                    )
-                })
+                .map(|pair| (redis::from_redis_value::<String>(&pair[0]).unwrap(), pair[1].clone()))
                 .collect(),
         ),
         other => panic!("unexpected LOCK.INFO reply {other:?}"),
@@ -366,10 +321,7 @@ pub fn lock_info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> 
 /// One integer field of `LOCK.INFO key`.
 pub fn info_int(c: &mut Connection, key: &str, field: &str) -> Option<i64> {
     let fields = lock_info(c, key)?;
-    fields
-        .iter()
-        .find(|(name, _)| name == field)
-        .map(|(_, v)| redis::from_redis_value(v).unwrap())
+    fields.iter().find(|(name, _)| name == field).map(|(_, v)| redis::from_redis_value(v).unwrap())
 }
 
 /// One field of `INFO lock` as an integer.

@@ -1,0 +1,101 @@
+//! The restart and failover quarantine, as pure arithmetic.
+//!
+//! A node that may have forgotten acknowledged grants (it restarted without
+//! `appendfsync always`, or it is a replica just promoted over an
+//! asynchronous link) must not grant anything until every lock it might have
+//! forgotten has expired. It does not know those locks, so it waits for the
+//! longest TTL any of them could have had: `lock.max-ttl-ms`, plus a margin.
+//! Time is the module clock (monotonic), so a wall-clock jump cannot shorten
+//! the wait.
+
+/// Added to `lock.max-ttl-ms` when `lock.quarantine-ms` is left on auto
+/// (-1): covers the gap between a grant's deadline being computed on the old
+/// node and the millisecond rounding of both clocks.
+pub const AUTO_MARGIN_MS: i64 = 1_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The node (or the module) started and could not prove that no
+    /// acknowledged lock was lost.
+    Startup,
+    /// The node was a replica and became a master.
+    Promotion,
+}
+
+impl Reason {
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Startup => "startup",
+            Reason::Promotion => "promotion",
+        }
+    }
+
+    /// The first words of the QUARANTINE error.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reason::Startup => "node restarted",
+            Reason::Promotion => "replica promoted to master",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Quarantine {
+    pub reason: Reason,
+    /// Module-clock instant at which it started.
+    pub since_ms: i64,
+}
+
+/// The quarantine length in force: `configured` if >= 0, else auto.
+pub fn length_ms(configured: i64, max_ttl_ms: i64) -> i64 {
+    if configured >= 0 {
+        configured
+    } else {
+        max_ttl_ms.saturating_add(AUTO_MARGIN_MS)
+    }
+}
+
+/// Milliseconds of quarantine left at `now_ms`; 0 when over (or none).
+pub fn remaining_ms(quarantine: Option<Quarantine>, now_ms: i64, length_ms: i64) -> i64 {
+    match quarantine {
+        Some(q) => q.since_ms.saturating_add(length_ms).saturating_sub(now_ms).max(0),
+        None => 0,
+    }
+}
+
+/// Whether a start needs a quarantine: only `appendonly yes` with
+/// `appendfsync always` proves that every acknowledged grant is on disk.
+pub fn needed_at_start(appendonly: bool, appendfsync: &str) -> bool {
+    !(appendonly && appendfsync.eq_ignore_ascii_case("always"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_length_covers_the_longest_ttl() {
+        assert_eq!(length_ms(-1, 30_000), 31_000);
+        assert_eq!(length_ms(0, 30_000), 0);
+        assert_eq!(length_ms(5_000, 30_000), 5_000);
+    }
+
+    #[test]
+    fn remaining_counts_down_on_the_module_clock() {
+        let q = Some(Quarantine { reason: Reason::Startup, since_ms: 1_000 });
+        assert_eq!(remaining_ms(q, 1_000, 500), 500);
+        assert_eq!(remaining_ms(q, 1_400, 500), 100);
+        assert_eq!(remaining_ms(q, 1_500, 500), 0);
+        assert_eq!(remaining_ms(q, 9_000, 500), 0);
+        assert_eq!(remaining_ms(None, 0, 500), 0);
+        assert_eq!(remaining_ms(q, 1_200, 0), 0, "setting the length to 0 ends it");
+    }
+
+    #[test]
+    fn only_aof_always_skips_it() {
+        assert!(!needed_at_start(true, "always"));
+        assert!(needed_at_start(true, "everysec"));
+        assert!(needed_at_start(false, "always"));
+        assert!(needed_at_start(false, "no"));
+    }
+}
