@@ -160,6 +160,9 @@ pub fn fence(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         // The master checked the holder when it ran this FENCE; its copy in
         // the replication stream or the AOF only carries the raise.
         node::with_fencer(|f| f.raise_to(request.floor));
+        // Passed on to this node's own AOF and sub-replicas (ignored while
+        // loading).
+        call.replicate_verbatim();
         return Reply::Int(1);
     }
     let reply = with_lock_reply(call, None, |current, now| {

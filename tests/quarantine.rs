@@ -1,0 +1,213 @@
+//! Part 3: restart-proof fencing tokens, the delayed-restart and failover
+//! quarantine, and LOCK.FENCE replication and persistence.
+
+mod common;
+use common::*;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+const QUARANTINE_MS: i64 = 1500;
+
+fn acquire(c: &mut Connection, key: &str, token: &str) -> redis::RedisResult<Option<i64>> {
+    cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(10_000).query(c)
+}
+
+fn quarantined_opts() -> Opts {
+    Opts::new().module_arg("quarantine-ms", &QUARANTINE_MS.to_string())
+}
+
+/// Waits (bounded) until the node has left its quarantine.
+fn wait_out_quarantine(c: &mut Connection) {
+    wait_until(Duration::from_secs(10), "quarantine to end", || info_stat(c, "quarantine") == 0);
+}
+
+/// The milliseconds left in a QUARANTINE error, asserting its form.
+fn quarantine_left(result: redis::RedisResult<Option<i64>>) -> i64 {
+    let e = match result {
+        Err(e) => e,
+        Ok(v) => panic!("expected a QUARANTINE error, got {v:?}"),
+    };
+    assert_eq!(e.code(), Some("QUARANTINE"), "{e}");
+    let detail = e.detail().unwrap_or("");
+    assert!(detail.contains("refusing new locks for"), "{detail}");
+    detail.split_whitespace().rev().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn restart_without_persistence_quarantines_then_grants_above_old_tokens() {
+    let mut s = Server::with(quarantined_opts());
+    let mut c = s.conn();
+    let left = quarantine_left(acquire(&mut c, "res", "a"));
+    assert!(left > 0 && left <= QUARANTINE_MS, "{left}");
+    wait_out_quarantine(&mut c);
+    let t1 = acquire(&mut c, "res", "a").unwrap().expect("granted after quarantine");
+
+    s.kill_and_restart();
+    let restarted = Instant::now();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 1);
+    let left = quarantine_left(acquire(&mut c, "res", "b"));
+    assert!(left > QUARANTINE_MS - 1000, "{left}");
+    // Everything but new grants keeps working in quarantine.
+    assert!(lock_info(&mut c, "res").is_none(), "the lock was lost with the process");
+    assert_eq!(cmd("LOCK.RELEASE").arg("res").arg("a").query::<i64>(&mut c).unwrap(), 0);
+    assert_eq!(cmd("LOCK.EXTEND").arg("res").arg("a").arg(100).query::<i64>(&mut c).unwrap(), 0);
+    assert!(err_text(cmd("LOCK.ENTER").arg("r").arg("o").arg(100).query(&mut c)).starts_with("QUARANTINE"));
+    let waited = err_text(cmd("LOCK.ACQUIRE").arg("res").arg("b").arg(100).arg("WAIT").arg(0).query(&mut c));
+    assert!(waited.starts_with("QUARANTINE"), "WAIT does not block through a quarantine: {waited}");
+
+    wait_out_quarantine(&mut c);
+    assert!(restarted.elapsed() >= Duration::from_millis(QUARANTINE_MS as u64 - 50));
+    let t2 = acquire(&mut c, "res", "b").unwrap().expect("granted after the quarantine");
+    assert!(t2 > t1, "tokens after a crash are above tokens before: {t1} then {t2}");
+    let text: String = cmd("INFO").arg("lock").query(&mut c).unwrap();
+    assert!(text.contains("lock_quarantine_reason:none"), "{text}");
+    assert!(info_stat(&mut c, "quarantined") >= 3);
+}
+
+#[test]
+fn aof_always_needs_no_quarantine_and_keeps_the_lock() {
+    let mut s = Server::with(quarantined_opts().aof_always());
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "appendfsync always proves nothing was lost");
+    let t1 = acquire(&mut c, "res", "a").unwrap().unwrap();
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0);
+    assert_eq!(acquire(&mut c, "res", "b").unwrap(), None, "still held by a");
+    assert_eq!(acquire(&mut c, "res", "a").unwrap(), Some(t1), "the holder's retry keeps its token");
+    assert!(acquire(&mut c, "other", "b").unwrap().unwrap() > t1);
+}
+
+#[test]
+fn config_set_zero_ends_the_quarantine() {
+    let s = Server::with(Opts::new().module_arg("quarantine-ms", "60000"));
+    let mut c = s.conn();
+    assert!(quarantine_left(acquire(&mut c, "res", "a")) > 50_000);
+    let _: () = cmd("CONFIG").arg("SET").arg("lock.quarantine-ms").arg(0).query(&mut c).unwrap();
+    assert!(acquire(&mut c, "res", "a").unwrap().is_some());
+    assert!(s.log().contains("lock.quarantine-ms set to 0"), "{}", s.log());
+}
+
+#[test]
+fn tokens_never_go_down_across_restart_flushall_and_reload() {
+    let mut s = Server::with(Opts::new().config("enable-debug-command", "yes"));
+    let mut c = s.conn();
+    let mut last = 0;
+    let mut next = |c: &mut Connection, step: &str| {
+        let t = acquire(c, &format!("k{last}"), "x").unwrap().unwrap();
+        assert!(t > last, "{step}: {t} after {last}");
+        last = t;
+    };
+    next(&mut c, "first");
+    let _: () = cmd("FLUSHALL").query(&mut c).unwrap();
+    next(&mut c, "after FLUSHALL");
+    let _: () = cmd("DEBUG").arg("RELOAD").query(&mut c).unwrap();
+    next(&mut c, "after DEBUG RELOAD");
+    let _: Result<(), _> = cmd("SHUTDOWN").arg("NOSAVE").query::<()>(&mut c);
+    s.kill();
+    s.restart();
+    let mut c = s.conn();
+    next(&mut c, "after a clean restart");
+    s.kill_and_restart();
+    let mut c = s.conn();
+    next(&mut c, "after kill -9");
+}
+
+#[test]
+fn quarantine_runs_on_the_monotonic_clock() {
+    let dir = std::env::temp_dir().join(format!("redis-lock-qclock-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let clock = dir.join("offset");
+    std::fs::write(&clock, "0").unwrap();
+    let s = Server::with(Opts::new().module_arg("quarantine-ms", "3000").clock_file(&clock));
+    let mut c = s.conn();
+    let before = quarantine_left(acquire(&mut c, "res", "a"));
+    // Jump the server's wall clock a minute forward.
+    std::fs::write(&clock, "60000").unwrap();
+    sleep(Duration::from_millis(50));
+    let after = quarantine_left(acquire(&mut c, "res", "a"));
+    assert!(after > 2000 && after <= before, "a wall-clock jump did not shorten it: {before} then {after}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn attach_replica(master: &Server, replica: &Server) {
+    let mut r = replica.conn();
+    let _: () = cmd("REPLICAOF").arg("127.0.0.1").arg(master.port).query(&mut r).unwrap();
+    wait_until(Duration::from_secs(10), "replica link up", || {
+        let text: String = cmd("INFO").arg("replication").query(&mut r).unwrap();
+        text.contains("master_link_status:up")
+    });
+}
+
+fn fast_sync() -> Opts {
+    Opts::new().config("repl-diskless-sync-delay", "0")
+}
+
+#[test]
+fn promoted_replica_refuses_grants_it_may_have_missed() {
+    let mut master = Server::with(fast_sync());
+    // The replica itself starts without a start-up quarantine, so that only
+    // the promotion starts one.
+    let replica =
+        Server::with(Opts::new().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()).aof_always());
+    attach_replica(&master, &replica);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let seen = acquire(&mut m, "seen", "a").unwrap().unwrap();
+    let _: i64 = cmd("WAIT").arg(1).arg(2000).query(&mut m).unwrap();
+
+    // A grant the replica never receives: the replica is paused and its link
+    // cut while the master acknowledges the grant, then the master dies
+    // before the replica can reconnect and catch up.
+    replica.signal("STOP");
+    let _: i64 = cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut m).unwrap();
+    let lost = acquire(&mut m, "lost", "a").unwrap().unwrap();
+    master.kill();
+    replica.signal("CONT");
+    let _: () = cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+
+    let text: String = cmd("INFO").arg("lock").query(&mut r).unwrap();
+    assert!(text.contains("lock_quarantine_reason:promotion"), "{text}");
+    let left = quarantine_left(acquire(&mut r, "lost", "b"));
+    assert!(left > 0 && left <= QUARANTINE_MS);
+    assert_eq!(acquire(&mut r, "seen", "b").unwrap(), None, "a replicated lock is still held");
+    wait_out_quarantine(&mut r);
+    let next = acquire(&mut r, "lost", "b").unwrap().expect("granted after the quarantine");
+    assert!(next > lost && next > seen, "promoted node's token {next} above the old master's {lost}");
+}
+
+#[test]
+fn fence_is_replicated_and_persisted() {
+    let master = Server::with(fast_sync().aof_always());
+    let mut replica = Server::with(Opts::new().aof_always());
+    attach_replica(&master, &replica);
+    // After a full sync a replica rewrites its AOF and appends nothing until
+    // that is done: wait, so that what follows is on disk.
+    let mut r = replica.conn();
+    wait_until(Duration::from_secs(10), "replica AOF rewrite after sync", || {
+        let text: String = cmd("INFO").arg("persistence").query(&mut r).unwrap();
+        text.contains("aof_rewrite_in_progress:0")
+            && text.contains("aof_rewrite_scheduled:0")
+            && text.contains("aof_last_bgrewrite_status:ok")
+            && text.lines().any(|l| l.strip_prefix("aof_rewrites:").is_some_and(|n| n.trim() != "0"))
+    });
+    let mut m = master.conn();
+    let t = acquire(&mut m, "res", "a").unwrap().unwrap();
+    let floor = t + 1_000_000_000; // a million ms of tokens ahead
+    assert_eq!(cmd("LOCK.FENCE").arg("res").arg("a").arg(floor).query::<i64>(&mut m).unwrap(), 1);
+    assert_eq!(cmd("LOCK.RELEASE").arg("res").arg("a").query::<i64>(&mut m).unwrap(), 1);
+    let _: i64 = cmd("WAIT").arg(1).arg(2000).query(&mut m).unwrap();
+    let mut r = replica.conn();
+    assert!(info_stat(&mut r, "last_fencing_token") >= floor, "the replica applied the raise");
+
+    // The raise survives a crash of the replica (AOF replay), with the lock
+    // itself long gone; then the replica is promoted and grants above it.
+    replica.kill_and_restart();
+    let mut r = replica.conn();
+    assert!(info_stat(&mut r, "last_fencing_token") >= floor, "the AOF replayed the raise");
+    let _: () = cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    let _: () = cmd("CONFIG").arg("SET").arg("lock.quarantine-ms").arg(0).query(&mut r).unwrap();
+    let next = acquire(&mut r, "res", "b").unwrap().unwrap();
+    assert!(next > floor, "{next} > {floor}");
+}
