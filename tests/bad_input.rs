@@ -66,11 +66,7 @@ impl World {
     }
 
     fn holder(&self, key: &[u8]) -> Option<&[u8]> {
-        self.plain
-            .iter()
-            .chain(self.reentrant.iter())
-            .find(|(k, _)| k == key)
-            .map(|(_, t)| t.as_slice())
+        self.plain.iter().chain(self.reentrant.iter()).find(|(k, _)| k == key).map(|(_, t)| t.as_slice())
     }
 }
 
@@ -86,10 +82,8 @@ fn set_up(c: &mut Connection) -> World {
         (b"p:2".to_vec(), b"bin\x00\r\n|tok\xff".to_vec()),
         (b"p:3\x00\r\nkey".to_vec(), long_token),
     ];
-    let reentrant: Vec<(Vec<u8>, Vec<u8>)> = vec![
-        (b"r:1".to_vec(), b"owner-1".to_vec()),
-        (b"r:2".to_vec(), b"o\x00\r\n|".to_vec()),
-    ];
+    let reentrant: Vec<(Vec<u8>, Vec<u8>)> =
+        vec![(b"r:1".to_vec(), b"owner-1".to_vec()), (b"r:2".to_vec(), b"o\x00\r\n|".to_vec())];
     let ttl = MAX_TTL.to_string();
     for (key, token) in &plain {
         let fence: i64 = q(c, &[b"LOCK.ACQUIRE", key, token, ttl.as_bytes()]);
@@ -111,25 +105,12 @@ fn set_up(c: &mut Connection) -> World {
     let _: i64 = q(c, &[b"HSET", b"hash", b"f1", b"v1", b"f2", b"v2"]);
     let _: i64 = q(c, &[b"SADD", b"set", b"m1", b"m2"]);
     let _: i64 = q(c, &[b"ZADD", b"zset", b"1", b"z1"]);
-    let not_locks = [
-        "str",
-        "fake:holds0",
-        "fake:kind",
-        "fake:short",
-        "str:ttl",
-        "list",
-        "hash",
-        "set",
-        "zset",
-    ]
-    .iter()
-    .map(|k| k.as_bytes().to_vec())
-    .collect();
-    World {
-        plain,
-        reentrant,
-        not_locks,
-    }
+    let not_locks =
+        ["str", "fake:holds0", "fake:kind", "fake:short", "str:ttl", "list", "hash", "set", "zset"]
+            .iter()
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+    World { plain, reentrant, not_locks }
 }
 
 #[derive(Debug, PartialEq)]
@@ -182,25 +163,14 @@ fn snapshot(c: &mut Connection) -> Snapshot {
                 Ok(Value::Array(items)) => Ok(Some(
                     items
                         .chunks(2)
-                        .map(|p| {
-                            (
-                                redis::from_redis_value::<String>(&p[0]).unwrap(),
-                                p[1].clone(),
-                            )
-                        })
+                        .map(|p| (redis::from_redis_value::<String>(&p[0]).unwrap(), p[1].clone()))
                         .filter(|(name, _)| name != "ttl-ms")
                         .collect(),
                 )),
                 Ok(other) => panic!("LOCK.INFO reply {other:?}"),
                 Err(e) => Err(e.code().unwrap_or("?").to_string()),
             };
-            KeySnap {
-                key,
-                kind,
-                content,
-                pexpiretime,
-                lock,
-            }
+            KeySnap { key, kind, content, pexpiretime, lock }
         })
         .collect();
     let info: String = q(c, &[b"INFO", b"lock"]);
@@ -211,11 +181,7 @@ fn snapshot(c: &mut Connection) -> Snapshot {
         .map(|(k, v)| (k.to_string(), v.trim().to_string()))
         .collect::<BTreeMap<_, _>>();
     assert_eq!(stats.len(), STABLE_STATS.len(), "INFO lock: {info}");
-    Snapshot {
-        dbsize,
-        keys,
-        stats,
-    }
+    Snapshot { dbsize, keys, stats }
 }
 
 // ---------------------------------------------------------------------------
@@ -232,15 +198,8 @@ enum Cmd {
     Info,
 }
 
-const CMDS: [Cmd; 7] = [
-    Cmd::Acquire,
-    Cmd::Enter,
-    Cmd::Release,
-    Cmd::Extend,
-    Cmd::Exit,
-    Cmd::Fence,
-    Cmd::Info,
-];
+const CMDS: [Cmd; 7] =
+    [Cmd::Acquire, Cmd::Enter, Cmd::Release, Cmd::Extend, Cmd::Exit, Cmd::Fence, Cmd::Info];
 
 impl Cmd {
     fn name(self) -> &'static str {
@@ -310,10 +269,7 @@ enum Slot {
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 /// Numbers that are not integers in Redis' syntax, or overflow i64.
@@ -369,10 +325,8 @@ fn not_integers() -> Vec<Vec<u8>> {
 
 /// Integers outside the slot's range.
 fn out_of_range(slot: Slot) -> Vec<Vec<u8>> {
-    let mut values: Vec<String> = ["-1", "-5", "-9223372036854775808"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut values: Vec<String> =
+        ["-1", "-5", "-9223372036854775808"].iter().map(|s| s.to_string()).collect();
     match slot {
         Slot::Ttl => values.extend([
             "0".to_string(),
@@ -424,13 +378,15 @@ impl Gen {
     fn bytes(&mut self, len: usize) -> Vec<u8> {
         const SPICY: &[u8] = b"\0\r\n|\xff 0-+.9";
         (0..len)
-            .map(|_| {
-                if self.rng.gen_bool(0.3) {
-                    *SPICY.choose(&mut self.rng).unwrap()
-                } else {
-                    self.rng.gen()
-                }
-            })
+            .map(
+                |_| {
+                    if self.rng.gen_bool(0.3) {
+                        *SPICY.choose(&mut self.rng).unwrap()
+                    } else {
+                        self.rng.gen()
+                    }
+                },
+            )
             .collect()
     }
 
@@ -440,13 +396,7 @@ impl Gen {
             0 => name.to_lowercase().into_bytes(),
             1 => name
                 .chars()
-                .map(|ch| {
-                    if self.rng.gen_bool(0.5) {
-                        ch.to_ascii_lowercase()
-                    } else {
-                        ch
-                    }
-                })
+                .map(|ch| if self.rng.gen_bool(0.5) { ch.to_ascii_lowercase() } else { ch })
                 .collect::<String>()
                 .into_bytes(),
             _ => name.as_bytes().to_vec(),
@@ -457,13 +407,7 @@ impl Gen {
     fn key(&mut self) -> (Vec<u8>, KeyClass) {
         let key = match self.rng.gen_range(0..20) {
             0..=7 => self.world.plain.choose(&mut self.rng).unwrap().0.clone(),
-            8..=12 => self
-                .world
-                .reentrant
-                .choose(&mut self.rng)
-                .unwrap()
-                .0
-                .clone(),
+            8..=12 => self.world.reentrant.choose(&mut self.rng).unwrap().0.clone(),
             13..=15 => self.world.not_locks.choose(&mut self.rng).unwrap().clone(),
             16..=17 => format!("missing:{}", self.rng.gen::<u32>()).into_bytes(),
             _ => {
@@ -546,10 +490,7 @@ impl Gen {
     }
 
     fn wait_word(&mut self) -> Vec<u8> {
-        [&b"WAIT"[..], b"wait", b"Wait", b"wAiT"]
-            .choose(&mut self.rng)
-            .unwrap()
-            .to_vec()
+        [&b"WAIT"[..], b"wait", b"Wait", b"wAiT"].choose(&mut self.rng).unwrap().to_vec()
     }
 
     fn unknown_option(&mut self) -> Vec<u8> {
@@ -613,11 +554,7 @@ impl Gen {
             Some(class) if cmd.wrong_type(class) => ERR_OR_WRONGTYPE,
             _ => ERR,
         };
-        Case {
-            category,
-            words,
-            allowed,
-        }
+        Case { category, words, allowed }
     }
 
     /// A random argument for arity cases.
@@ -731,10 +668,7 @@ impl Gen {
                     return case;
                 }
                 // FENCE by the holder with a floor absurdly far ahead.
-                5 if cmd == Cmd::Fence
-                    && class != KeyClass::NotLock
-                    && class != KeyClass::Missing =>
-                {
+                5 if cmd == Cmd::Fence && class != KeyClass::NotLock && class != KeyClass::Missing => {
                     let holder = self.world.holder(&key).unwrap().to_vec();
                     let floor = out_of_range(Slot::Floor)
                         .into_iter()
@@ -743,12 +677,7 @@ impl Gen {
                         .choose(&mut self.rng)
                         .unwrap()
                         .clone();
-                    return self.case(
-                        "absurd floor",
-                        cmd,
-                        vec![key.clone(), holder, floor],
-                        Some(class),
-                    );
+                    return self.case("absurd floor", cmd, vec![key.clone(), holder, floor], Some(class));
                 }
                 _ => continue,
             }
@@ -773,11 +702,7 @@ impl Gen {
             (Cmd::Fence, rkey.clone(), rown.clone()),
         ] {
             let class = self.world.class(&key);
-            let slot = if cmd == Cmd::Fence {
-                Slot::Floor
-            } else {
-                Slot::Ttl
-            };
+            let slot = if cmd == Cmd::Fence { Slot::Floor } else { Slot::Ttl };
             let mut bad = not_integers();
             bad.extend(out_of_range(slot));
             for value in &bad {
@@ -788,13 +713,7 @@ impl Gen {
                 let mut bad = not_integers();
                 bad.extend(out_of_range(Slot::Wait));
                 for value in bad {
-                    let args = vec![
-                        key.clone(),
-                        token.clone(),
-                        ok_ttl.clone(),
-                        b"WAIT".to_vec(),
-                        value,
-                    ];
+                    let args = vec![key.clone(), token.clone(), ok_ttl.clone(), b"WAIT".to_vec(), value];
                     cases.push(self.case("fixed bad wait", cmd, args, Some(class)));
                 }
             }
@@ -822,11 +741,7 @@ fn show(words: &[&[u8]]) -> Vec<String> {
         .iter()
         .map(|w| {
             if w.len() > 80 {
-                format!(
-                    "<{} bytes: {:?}...>",
-                    w.len(),
-                    String::from_utf8_lossy(&w[..40])
-                )
+                format!("<{} bytes: {:?}...>", w.len(), String::from_utf8_lossy(&w[..40]))
             } else {
                 format!("{:?}", String::from_utf8_lossy(w))
             }
@@ -838,10 +753,7 @@ fn seed() -> u64 {
     match std::env::var("LOCK_FUZZ_SEED") {
         Ok(text) => text.trim().parse().expect("LOCK_FUZZ_SEED must be a u64"),
         Err(_) => {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64;
+            let nanos = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
             nanos ^ (u64::from(std::process::id()) << 32)
         }
     }
@@ -850,19 +762,10 @@ fn seed() -> u64 {
 /// Checks the whole server log (not just its tail) for a crash or a panic.
 fn assert_log_clean(server: &Server) {
     let log = std::fs::read_to_string(server.dir.join("redis.log")).expect("read redis.log");
-    for marker in [
-        "PANIC",
-        "panicked",
-        "REDIS BUG REPORT",
-        "crashed by signal",
-        "ASSERTION FAILED",
-        "Guru Meditation",
-    ] {
-        assert!(
-            !log.contains(marker),
-            "server log contains {marker:?}:\n{}",
-            server.log()
-        );
+    for marker in
+        ["PANIC", "panicked", "REDIS BUG REPORT", "crashed by signal", "ASSERTION FAILED", "Guru Meditation"]
+    {
+        assert!(!log.contains(marker), "server log contains {marker:?}:\n{}", server.log());
     }
 }
 
@@ -876,10 +779,7 @@ fn malformed_calls_get_errors_and_change_nothing() {
     let set_up_at = Instant::now();
     let before = snapshot(&mut c);
     let rejected_before = info_stat(&mut c, "rejected");
-    let mut gen = Gen {
-        rng: StdRng::seed_from_u64(seed),
-        world,
-    };
+    let mut gen = Gen { rng: StdRng::seed_from_u64(seed), world };
 
     let mut cases = gen.fixed_cases();
     let fixed = cases.len();
@@ -950,12 +850,7 @@ fn malformed_calls_get_errors_and_change_nothing() {
         "{} of {} malformed calls were not refused properly (seed {seed}):\n{}",
         failures.len(),
         cases.len(),
-        failures
-            .iter()
-            .take(30)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
+        failures.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
     );
     assert!(cases.len() >= 5000);
 
@@ -1034,10 +929,7 @@ fn malformed_calls_inside_multi_and_lua_change_nothing() {
     let mut c = server.conn();
     let world = set_up(&mut c);
     let before = snapshot(&mut c);
-    let mut gen = Gen {
-        rng: StdRng::seed_from_u64(seed ^ 0x5eed),
-        world,
-    };
+    let mut gen = Gen { rng: StdRng::seed_from_u64(seed ^ 0x5eed), world };
     // Module-level refusals only: a core arity error would abort the whole
     // transaction at EXEC (EXECABORT), which is also "nothing changed" but
     // checks less.
@@ -1050,9 +942,7 @@ fn malformed_calls_inside_multi_and_lua_change_nothing() {
     }
 
     let stream = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     for batch in cases.chunks(50) {
@@ -1088,10 +978,7 @@ fn malformed_calls_inside_multi_and_lua_change_nothing() {
                         case.allowed
                     );
                 }
-                other => panic!(
-                    "in MULTI {:?}: expected an error, got {other:?}",
-                    show(&words)
-                ),
+                other => panic!("in MULTI {:?}: expected an error, got {other:?}", show(&words)),
             }
         }
     }

@@ -34,10 +34,7 @@ impl ClockFile {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let file = ClockFile {
-            path: dir.join("offset"),
-            dir,
-        };
+        let file = ClockFile { path: dir.join("offset"), dir };
         file.set(0);
         file
     }
@@ -62,10 +59,7 @@ impl Drop for ClockFile {
 }
 
 fn real_wall_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
 /// The server's wall clock (`TIME`) in epoch ms.
@@ -88,12 +82,7 @@ fn jump(c: &mut Connection, clock: &ClockFile, offset_ms: i64) -> Duration {
 }
 
 fn acquire(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> Value {
-    cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(token)
-        .arg(ttl_ms)
-        .query(c)
-        .unwrap()
+    cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(ttl_ms).query(c).unwrap()
 }
 
 fn acquire_ok(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> i64 {
@@ -124,10 +113,7 @@ fn wait_for_grant(
         if let Value::Int(fence) = acquire(c, key, token, 1_000) {
             return (fence, since.elapsed());
         }
-        assert!(
-            since.elapsed() < within,
-            "{token} got no grant on {key} within {within:?}"
-        );
+        assert!(since.elapsed() < within, "{token} got no grant on {key} within {within:?}");
         sleep(Duration::from_millis(2));
     }
 }
@@ -144,29 +130,16 @@ fn forward_jump_does_not_shorten_a_held_lock() {
     let fence = acquire_ok(&mut c, "k", "tok-A", 2_000);
     let deadline = info_int(&mut c, "k", "deadline-ms").unwrap();
     // Control: the same lock done the client-side way, by Redis expiry.
-    let set: String = cmd("SET")
-        .arg("plain-set-px")
-        .arg("tok-A")
-        .arg("PX")
-        .arg(2_000)
-        .query(&mut c)
-        .unwrap();
+    let set: String = cmd("SET").arg("plain-set-px").arg("tok-A").arg("PX").arg(2_000).query(&mut c).unwrap();
     assert_eq!(set, "OK");
 
     // 30 s forward: far more than the TTL, below the 60 s default tolerance.
     let seen_after = jump(&mut c, &clock, 30_000);
     let offset = info_stat(&mut c, "wall_clock_offset_ms");
-    assert!(
-        (offset - 30_000).abs() < 100,
-        "lock_wall_clock_offset_ms {offset} after a +30000 jump"
-    );
+    assert!((offset - 30_000).abs() < 100, "lock_wall_clock_offset_ms {offset} after a +30000 jump");
 
     // Kleppmann's scenario: the SET PX lock is gone at once...
-    assert_eq!(
-        int(&mut c, &["EXISTS", "plain-set-px"]),
-        0,
-        "the jump did not reach Redis' expiry"
-    );
+    assert_eq!(int(&mut c, &["EXISTS", "plain-set-px"]), 0, "the jump did not reach Redis' expiry");
     // ...the module's lock is still held, by the same holder, same deadline.
     assert!(lock_info(&mut c, "k").is_some(), "lock gone after the jump");
     assert_eq!(info_int(&mut c, "k", "deadline-ms"), Some(deadline));
@@ -177,11 +150,7 @@ fn forward_jump_does_not_shorten_a_held_lock() {
     // Give Redis' active expiry (10 times a second) a chance: DBSIZE does
     // not expire keys lazily, so it sees what the expire cycle did.
     sleep(Duration::from_millis(300));
-    assert_eq!(
-        int(&mut c, &["DBSIZE"]),
-        1,
-        "active expiry deleted the lock"
-    );
+    assert_eq!(int(&mut c, &["DBSIZE"]), 1, "active expiry deleted the lock");
     assert_eq!(int(&mut c, &["EXISTS", "k"]), 1);
     assert!(lock_info(&mut c, "k").is_some());
     assert!(
@@ -196,10 +165,7 @@ fn forward_jump_does_not_shorten_a_held_lock() {
         after >= Duration::from_millis(1_950),
         "another token got the lock {after:?} after a 2000 ms grant"
     );
-    assert!(
-        after <= Duration::from_millis(3_000),
-        "the lock freed only {after:?} after a 2000 ms grant"
-    );
+    assert!(after <= Duration::from_millis(3_000), "the lock freed only {after:?} after a 2000 ms grant");
     assert!(next > fence, "token {next} not above {fence}");
 
     // The new grant's native expiry is laid onto the (jumped) wall clock,
@@ -229,10 +195,7 @@ fn backward_jump_does_not_lengthen_a_held_lock() {
     let deadline = info_int(&mut c, "k", "deadline-ms").unwrap();
     let seen_after = jump(&mut c, &clock, -30_000);
     let offset = info_stat(&mut c, "wall_clock_offset_ms");
-    assert!(
-        (offset + 30_000).abs() < 100,
-        "lock_wall_clock_offset_ms {offset} after a -30000 jump"
-    );
+    assert!((offset + 30_000).abs() < 100, "lock_wall_clock_offset_ms {offset} after a -30000 jump");
     assert_eq!(info_int(&mut c, "k", "deadline-ms"), Some(deadline));
     let ttl = info_int(&mut c, "k", "ttl-ms").unwrap();
     assert!(ttl > 0 && ttl <= 1_500, "ttl-ms {ttl} after the jump");
@@ -244,14 +207,8 @@ fn backward_jump_does_not_lengthen_a_held_lock() {
         after >= Duration::from_millis(1_450),
         "another token got the lock {after:?} after a 1500 ms grant"
     );
-    assert!(
-        after <= Duration::from_millis(3_000),
-        "the lock freed only {after:?} after a 1500 ms grant"
-    );
-    assert!(
-        next > fence,
-        "token {next} not above {fence} after a clock step back"
-    );
+    assert!(after <= Duration::from_millis(3_000), "the lock freed only {after:?} after a 1500 ms grant");
+    assert!(next > fence, "token {next} not above {fence} after a clock step back");
     eprintln!(
         "backward -30 s: jump visible after {seen_after:?}; other token granted {after:?} \
          after the acquire ({} ms past the 1500 ms TTL)",
@@ -265,11 +222,7 @@ fn backward_jump_does_not_lengthen_a_held_lock() {
 #[test]
 fn forward_jump_beyond_the_tolerance_loses_the_lock_early() {
     let clock = ClockFile::new();
-    let s = Server::with(
-        Opts::new()
-            .module_arg("clock-jump-tolerance-ms", "1000")
-            .clock_file(clock.path()),
-    );
+    let s = Server::with(Opts::new().module_arg("clock-jump-tolerance-ms", "1000").clock_file(clock.path()));
     let mut c = s.conn();
     assert_eq!(info_stat(&mut c, "clock_jump_tolerance_ms"), 1_000);
 
@@ -277,26 +230,18 @@ fn forward_jump_beyond_the_tolerance_loses_the_lock_early() {
     acquire_ok(&mut c, "k", "tok-A", 5_000);
     let deadline = info_int(&mut c, "k", "deadline-ms").unwrap();
     let margin = int(&mut c, &["PEXPIRETIME", "k"]) - deadline;
-    assert!(
-        (margin - 1_000).abs() < 50,
-        "native expiry {margin} ms after the deadline, expected about 1000"
-    );
+    assert!((margin - 1_000).abs() < 50, "native expiry {margin} ms after the deadline, expected about 1000");
 
     // 10 s forward: past deadline + tolerance on the wall clock.
     let jumped = Instant::now();
     clock.set(10_000);
     // Watch with DBSIZE, which does not expire keys on access: this is
     // Redis' active expiry cycle removing the key on its own.
-    wait_until(
-        Duration::from_secs(3),
-        "Redis to expire the lock key after the jump",
-        || int(&mut c, &["DBSIZE"]) == 0,
-    );
+    wait_until(Duration::from_secs(3), "Redis to expire the lock key after the jump", || {
+        int(&mut c, &["DBSIZE"]) == 0
+    });
     let gone_after = jumped.elapsed();
-    assert!(
-        gone_after < Duration::from_millis(1_500),
-        "key removed {gone_after:?} after the jump"
-    );
+    assert!(gone_after < Duration::from_millis(1_500), "key removed {gone_after:?} after the jump");
     let lost_at = t0.elapsed();
     assert!(
         lost_at < Duration::from_millis(4_000),
@@ -316,21 +261,13 @@ fn forward_jump_beyond_the_tolerance_loses_the_lock_early() {
 #[test]
 fn forward_jump_within_the_tolerance_keeps_the_lock() {
     let clock = ClockFile::new();
-    let s = Server::with(
-        Opts::new()
-            .module_arg("clock-jump-tolerance-ms", "12000")
-            .clock_file(clock.path()),
-    );
+    let s = Server::with(Opts::new().module_arg("clock-jump-tolerance-ms", "12000").clock_file(clock.path()));
     let mut c = s.conn();
     let t0 = Instant::now();
     acquire_ok(&mut c, "k", "tok-A", 1_500);
     jump(&mut c, &clock, 10_000);
     sleep(Duration::from_millis(300));
-    assert_eq!(
-        int(&mut c, &["DBSIZE"]),
-        1,
-        "active expiry deleted the lock"
-    );
+    assert_eq!(int(&mut c, &["DBSIZE"]), 1, "active expiry deleted the lock");
     assert!(lock_info(&mut c, "k").is_some());
     assert_eq!(acquire(&mut c, "k", "tok-B", 1_000), Value::Nil);
     let (_, after) = wait_for_grant(&mut c, "k", "tok-B", t0, Duration::from_secs(4));

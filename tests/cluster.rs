@@ -37,9 +37,7 @@ fn cluster_info(c: &mut Connection) -> Vec<(String, String)> {
 }
 
 fn field<'a>(info: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    info.iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
+    info.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 /// Three masters with the module, slots assigned, met, and agreeing that the
@@ -83,11 +81,7 @@ fn start_cluster() -> Vec<Server> {
         assert!(
             Instant::now() < deadline,
             "cluster not ok after {CONVERGE_DEADLINE:?}: {infos:?}\nlogs:\n{}",
-            nodes
-                .iter()
-                .map(Server::log)
-                .collect::<Vec<_>>()
-                .join("\n----\n")
+            nodes.iter().map(Server::log).collect::<Vec<_>>().join("\n----\n")
         );
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -100,18 +94,11 @@ fn start_cluster() -> Vec<Server> {
 }
 
 fn owner_of(slot: u16) -> usize {
-    RANGES
-        .iter()
-        .position(|&(first, last)| (first..=last).contains(&slot))
-        .expect("slot in range")
+    RANGES.iter().position(|&(first, last)| (first..=last).contains(&slot)).expect("slot in range")
 }
 
 fn keyslot(c: &mut Connection, key: &str) -> u16 {
-    cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query(c)
-        .expect("CLUSTER KEYSLOT")
+    cmd("CLUSTER").arg("KEYSLOT").arg(key).query(c).expect("CLUSTER KEYSLOT")
 }
 
 /// `count` keys with the given prefix for each node, with their slots.
@@ -158,22 +145,15 @@ fn as_int(v: &Value) -> i64 {
 fn info_fields(v: &Value) -> Option<Vec<(String, Value)>> {
     match v {
         Value::Nil => None,
-        Value::Array(items) => Some(
-            items
-                .chunks(2)
-                .map(|p| (redis::from_redis_value(&p[0]).unwrap(), p[1].clone()))
-                .collect(),
-        ),
+        Value::Array(items) => {
+            Some(items.chunks(2).map(|p| (redis::from_redis_value(&p[0]).unwrap(), p[1].clone())).collect())
+        }
         other => panic!("unexpected LOCK.INFO reply {other:?}"),
     }
 }
 
 fn get<'a>(fields: &'a [(String, Value)], name: &str) -> &'a Value {
-    &fields
-        .iter()
-        .find(|(k, _)| k == name)
-        .unwrap_or_else(|| panic!("LOCK.INFO has no {name}: {fields:?}"))
-        .1
+    &fields.iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("LOCK.INFO has no {name}: {fields:?}")).1
 }
 
 fn exists(c: &mut Connection, key: &str) -> RedisResult<i64> {
@@ -207,11 +187,7 @@ fn lock_commands_route_to_the_owner_of_each_slot() {
                 "{key}: idempotent re-acquire keeps the token"
             );
             // The key lives on the owner of its slot, and only there.
-            assert_eq!(
-                exists(&mut direct[owner], key).unwrap(),
-                1,
-                "{key} on its owner"
-            );
+            assert_eq!(exists(&mut direct[owner], key).unwrap(), 1, "{key} on its owner");
             let stored: Vec<u8> = cmd("GET").arg(key).query(&mut direct[owner]).unwrap();
             assert!(stored.starts_with(b"LK1|P|"), "{key}: {stored:?}");
             for (i, c) in direct.iter_mut().enumerate() {
@@ -230,45 +206,24 @@ fn lock_commands_route_to_the_owner_of_each_slot() {
             let ttl = as_int(get(&info, "ttl-ms"));
             assert!(ttl > 0 && ttl <= 10_000, "{key}: ttl {ttl}");
 
-            assert_eq!(
-                ccall(&mut cc, &["LOCK.EXTEND", key, "tok-a", "20000"]).unwrap(),
-                Value::Int(1)
-            );
-            assert_eq!(
-                ccall(&mut cc, &["LOCK.EXTEND", key, "tok-b", "20000"]).unwrap(),
-                Value::Int(0)
-            );
+            assert_eq!(ccall(&mut cc, &["LOCK.EXTEND", key, "tok-a", "20000"]).unwrap(), Value::Int(1));
+            assert_eq!(ccall(&mut cc, &["LOCK.EXTEND", key, "tok-b", "20000"]).unwrap(), Value::Int(0));
             let info = info_fields(&ccall(&mut cc, &["LOCK.INFO", key]).unwrap()).unwrap();
             let ttl = as_int(get(&info, "ttl-ms"));
             assert!(ttl > 10_000 && ttl <= 20_000, "{key}: extended ttl {ttl}");
 
             let floor = (fence + 5).to_string();
-            assert_eq!(
-                ccall(&mut cc, &["LOCK.FENCE", key, "tok-a", &floor]).unwrap(),
-                Value::Int(1)
-            );
+            assert_eq!(ccall(&mut cc, &["LOCK.FENCE", key, "tok-a", &floor]).unwrap(), Value::Int(1));
 
-            assert_eq!(
-                ccall(&mut cc, &["LOCK.RELEASE", key, "tok-b"]).unwrap(),
-                Value::Int(0)
-            );
-            assert_eq!(
-                ccall(&mut cc, &["LOCK.RELEASE", key, "tok-a"]).unwrap(),
-                Value::Int(1)
-            );
+            assert_eq!(ccall(&mut cc, &["LOCK.RELEASE", key, "tok-b"]).unwrap(), Value::Int(0));
+            assert_eq!(ccall(&mut cc, &["LOCK.RELEASE", key, "tok-a"]).unwrap(), Value::Int(1));
             assert_eq!(exists(&mut direct[owner], key).unwrap(), 0, "{key} freed");
             assert_eq!(ccall(&mut cc, &["LOCK.INFO", key]).unwrap(), Value::Nil);
 
             // The next holder on that node gets a token above the fenced floor.
             let next = as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", key, "tok-c", "5000"]).unwrap());
-            assert!(
-                next > fence + 5,
-                "{key} (slot {slot}): {next} after floor {floor}"
-            );
-            assert_eq!(
-                ccall(&mut cc, &["LOCK.RELEASE", key, "tok-c"]).unwrap(),
-                Value::Int(1)
-            );
+            assert!(next > fence + 5, "{key} (slot {slot}): {next} after floor {floor}");
+            assert_eq!(ccall(&mut cc, &["LOCK.RELEASE", key, "tok-c"]).unwrap(), Value::Int(1));
         }
     }
 
@@ -276,25 +231,13 @@ fn lock_commands_route_to_the_owner_of_each_slot() {
     for (owner, keys) in reentrant_keys.iter().enumerate() {
         for (key, _) in keys {
             let fence = as_int(&ccall(&mut cc, &["LOCK.ENTER", key, "own-a", "10000"]).unwrap());
-            assert_eq!(
-                as_int(&ccall(&mut cc, &["LOCK.ENTER", key, "own-a", "10000"]).unwrap()),
-                fence
-            );
-            assert_eq!(
-                ccall(&mut cc, &["LOCK.ENTER", key, "own-b", "10000"]).unwrap(),
-                Value::Nil
-            );
+            assert_eq!(as_int(&ccall(&mut cc, &["LOCK.ENTER", key, "own-a", "10000"]).unwrap()), fence);
+            assert_eq!(ccall(&mut cc, &["LOCK.ENTER", key, "own-b", "10000"]).unwrap(), Value::Nil);
             assert_eq!(exists(&mut direct[owner], key).unwrap(), 1);
             let info = info_fields(&ccall(&mut cc, &["LOCK.INFO", key]).unwrap()).unwrap();
             assert_eq!(as_int(get(&info, "holds")), 2, "{key}");
-            assert_eq!(
-                ccall(&mut cc, &["LOCK.EXIT", key, "own-a"]).unwrap(),
-                Value::Int(1)
-            );
-            assert_eq!(
-                ccall(&mut cc, &["LOCK.EXIT", key, "own-a"]).unwrap(),
-                Value::Int(0)
-            );
+            assert_eq!(ccall(&mut cc, &["LOCK.EXIT", key, "own-a"]).unwrap(), Value::Int(1));
+            assert_eq!(ccall(&mut cc, &["LOCK.EXIT", key, "own-a"]).unwrap(), Value::Int(0));
             assert_eq!(exists(&mut direct[owner], key).unwrap(), 0);
         }
     }
@@ -349,11 +292,8 @@ fn wrong_node_answers_moved_for_every_lock_command() {
             assert_eq!(after, dbsize, "node {i} stored nothing");
         }
         // The owner runs it.
-        let fence = run(
-            &mut direct[owner],
-            &[b"LOCK.ACQUIRE", key.as_bytes(), b"t", b"1000"],
-        )
-        .unwrap_or_else(|e| panic!("owner of {key}: {e}"));
+        let fence = run(&mut direct[owner], &[b"LOCK.ACQUIRE", key.as_bytes(), b"t", b"1000"])
+            .unwrap_or_else(|e| panic!("owner of {key}: {e}"));
         assert!(as_int(&fence) > 0);
         assert_eq!(exists(&mut direct[owner], key).unwrap(), 1);
     }
@@ -399,19 +339,11 @@ fn command_metadata_declares_the_key() {
         for w in call {
             command.arg(*w);
         }
-        command
-            .query(c)
-            .unwrap_or_else(|e| panic!("COMMAND GETKEYS {call:?}: {e}"))
+        command.query(c).unwrap_or_else(|e| panic!("COMMAND GETKEYS {call:?}: {e}"))
     };
     assert_eq!(getkeys(&mut c, &["LOCK.ACQUIRE", "k", "t", "100"]), ["k"]);
-    assert_eq!(
-        getkeys(&mut c, &["LOCK.ACQUIRE", "k", "t", "100", "WAIT", "5"]),
-        ["k"]
-    );
-    assert_eq!(
-        getkeys(&mut c, &["LOCK.ENTER", "{x}k", "o", "100"]),
-        ["{x}k"]
-    );
+    assert_eq!(getkeys(&mut c, &["LOCK.ACQUIRE", "k", "t", "100", "WAIT", "5"]), ["k"]);
+    assert_eq!(getkeys(&mut c, &["LOCK.ENTER", "{x}k", "o", "100"]), ["{x}k"]);
     assert_eq!(getkeys(&mut c, &["LOCK.RELEASE", "k2", "t"]), ["k2"]);
     assert_eq!(getkeys(&mut c, &["LOCK.EXTEND", "k3", "t", "100"]), ["k3"]);
     assert_eq!(getkeys(&mut c, &["LOCK.EXIT", "k4", "o"]), ["k4"]);
@@ -430,12 +362,8 @@ fn command_metadata_declares_the_key() {
     ];
     for (name, arity, writes) in commands {
         let reply: Value = cmd("COMMAND").arg("INFO").arg(name).query(&mut c).unwrap();
-        let Value::Array(entries) = &reply else {
-            panic!("COMMAND INFO {name}: {reply:?}")
-        };
-        let Some(Value::Array(entry)) = entries.first() else {
-            panic!("COMMAND INFO {name}: {reply:?}")
-        };
+        let Value::Array(entries) = &reply else { panic!("COMMAND INFO {name}: {reply:?}") };
+        let Some(Value::Array(entry)) = entries.first() else { panic!("COMMAND INFO {name}: {reply:?}") };
         assert!(entry.len() >= 9, "COMMAND INFO {name}: {entry:?}");
         let got_name: String = redis::from_redis_value(&entry[0]).unwrap();
         assert_eq!(got_name, name);
@@ -444,38 +372,22 @@ fn command_metadata_declares_the_key() {
         assert_eq!((first, last, step), (1, 1, 1), "{name} first/last/step");
         let mut flags = Vec::new();
         words(&entry[2], &mut flags);
-        assert_eq!(
-            flags.iter().any(|f| f == "write"),
-            writes,
-            "{name} flags {flags:?}"
-        );
+        assert_eq!(flags.iter().any(|f| f == "write"), writes, "{name} flags {flags:?}");
         if !writes {
             assert!(flags.iter().any(|f| f == "readonly"), "{name} {flags:?}");
         }
 
-        let Value::Array(specs) = &entry[8] else {
-            panic!("{name}: key specs {:?}", entry[8])
-        };
+        let Value::Array(specs) = &entry[8] else { panic!("{name}: key specs {:?}", entry[8]) };
         assert_eq!(specs.len(), 1, "{name}: one key spec: {specs:?}");
         let spec = &specs[0];
         let mut spec_flags = Vec::new();
-        words(
-            map_get(spec, "flags").expect("key spec flags"),
-            &mut spec_flags,
-        );
+        words(map_get(spec, "flags").expect("key spec flags"), &mut spec_flags);
         let want = if writes { "RW" } else { "RO" };
-        assert!(
-            spec_flags.iter().any(|f| f == want),
-            "{name}: key spec flags {spec_flags:?}"
-        );
+        assert!(spec_flags.iter().any(|f| f == want), "{name}: key spec flags {spec_flags:?}");
         let begin = map_get(spec, "begin_search").expect("begin_search");
         let mut begin_words = Vec::new();
         words(begin, &mut begin_words);
-        assert_eq!(
-            begin_words,
-            ["type", "index", "spec", "index", "1"],
-            "{name}: begin_search"
-        );
+        assert_eq!(begin_words, ["type", "index", "spec", "index", "1"], "{name}: begin_search");
         let find = map_get(spec, "find_keys").expect("find_keys");
         let mut find_words = Vec::new();
         words(find, &mut find_words);
@@ -537,15 +449,12 @@ fn held_lock_moves_with_its_slot_and_the_client_follows_moved() {
     let e = exists(&mut direct[0], &key).expect_err("old owner redirects");
     assert_eq!(e.kind(), ErrorKind::Moved, "{e}");
     let moved_expire: i64 = cmd("PEXPIRETIME").arg(&key).query(&mut direct[1]).unwrap();
-    assert!(
-        (moved_expire - expire_at).abs() <= 1_000,
-        "backstop expiry {expire_at} became {moved_expire}"
-    );
+    assert!((moved_expire - expire_at).abs() <= 1_000, "backstop expiry {expire_at} became {moved_expire}");
 
     // The client's slot map is stale: it asks node 0, gets MOVED, follows.
     let grants_before = info_stat(&mut direct[1], "grants");
-    let info = info_fields(&ccall(&mut cc, &["LOCK.INFO", &key]).unwrap())
-        .expect("lock still held after migration");
+    let info =
+        info_fields(&ccall(&mut cc, &["LOCK.INFO", &key]).unwrap()).expect("lock still held after migration");
     let holder: String = redis::from_redis_value(get(&info, "holder")).unwrap();
     assert_eq!(holder, "tok-a");
     assert_eq!(as_int(get(&info, "fence")), fence);
@@ -559,14 +468,8 @@ fn held_lock_moves_with_its_slot_and_the_client_follows_moved() {
         fence,
         "holder's retry on the new owner keeps its token"
     );
-    assert_eq!(
-        ccall(&mut cc, &["LOCK.EXTEND", &key, "tok-a", "5000"]).unwrap(),
-        Value::Int(1)
-    );
-    assert_eq!(
-        ccall(&mut cc, &["LOCK.RELEASE", &key, "tok-a"]).unwrap(),
-        Value::Int(1)
-    );
+    assert_eq!(ccall(&mut cc, &["LOCK.EXTEND", &key, "tok-a", "5000"]).unwrap(), Value::Int(1));
+    assert_eq!(ccall(&mut cc, &["LOCK.RELEASE", &key, "tok-a"]).unwrap(), Value::Int(1));
     assert_eq!(exists(&mut direct[1], &key).unwrap(), 0);
     assert_eq!(
         info_stat(&mut direct[1], "grants"),

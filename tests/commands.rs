@@ -7,12 +7,7 @@ use std::thread::sleep;
 use std::time::Duration;
 
 fn acquire(c: &mut Connection, key: &str, token: &str, ttl: i64) -> Option<i64> {
-    cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(token)
-        .arg(ttl)
-        .query(c)
-        .unwrap()
+    cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(ttl).query(c).unwrap()
 }
 
 fn words(line: &[&str]) -> Vec<Vec<u8>> {
@@ -40,11 +35,7 @@ fn snapshot(c: &mut Connection) -> Vec<(String, String, Option<Vec<u8>>, i64)> {
     keys.into_iter()
         .map(|k| {
             let t: String = cmd("TYPE").arg(&k).query(c).unwrap();
-            let v: Option<Vec<u8>> = if t == "string" {
-                cmd("GET").arg(&k).query(c).unwrap()
-            } else {
-                None
-            };
+            let v: Option<Vec<u8>> = if t == "string" { cmd("GET").arg(&k).query(c).unwrap() } else { None };
             let e: i64 = cmd("PEXPIRETIME").arg(&k).query(c).unwrap();
             (k, t, v, e)
         })
@@ -56,41 +47,22 @@ fn acquire_grants_renews_and_refuses() {
     let s = Server::start();
     let mut c = s.conn();
     let t1 = acquire(&mut c, "res", "alice", 10_000).expect("grant");
-    assert_eq!(
-        acquire(&mut c, "res", "bob", 10_000),
-        None,
-        "held by another token: nil"
-    );
+    assert_eq!(acquire(&mut c, "res", "bob", 10_000), None, "held by another token: nil");
     sleep(Duration::from_millis(20));
     let before = info_int(&mut c, "res", "deadline-ms").unwrap();
-    assert_eq!(
-        acquire(&mut c, "res", "alice", 10_000),
-        Some(t1),
-        "idempotent re-acquire: same token"
-    );
-    assert!(
-        info_int(&mut c, "res", "deadline-ms").unwrap() > before,
-        "re-acquire resets the TTL"
-    );
+    assert_eq!(acquire(&mut c, "res", "alice", 10_000), Some(t1), "idempotent re-acquire: same token");
+    assert!(info_int(&mut c, "res", "deadline-ms").unwrap() > before, "re-acquire resets the TTL");
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "res", "alice"]), 1);
     let t2 = acquire(&mut c, "res", "bob", 10_000).expect("free again");
     assert!(t2 > t1, "fencing tokens increase: {t1} then {t2}");
     let t3 = acquire(&mut c, "other", "carol", 10_000).unwrap();
     assert!(t3 > t2, "one counter per node, across keys");
     // Binary tokens are compared byte for byte.
-    let bin: Option<i64> = cmd("LOCK.ACQUIRE")
-        .arg("bin")
-        .arg(&b"a\x00b\xff"[..])
-        .arg(1000)
-        .query(&mut c)
-        .unwrap();
+    let bin: Option<i64> =
+        cmd("LOCK.ACQUIRE").arg("bin").arg(&b"a\x00b\xff"[..]).arg(1000).query(&mut c).unwrap();
     assert!(bin.is_some());
-    let other: Option<i64> = cmd("LOCK.ACQUIRE")
-        .arg("bin")
-        .arg(&b"a\x00c\xff"[..])
-        .arg(1000)
-        .query(&mut c)
-        .unwrap();
+    let other: Option<i64> =
+        cmd("LOCK.ACQUIRE").arg("bin").arg(&b"a\x00c\xff"[..]).arg(1000).query(&mut c).unwrap();
     assert_eq!(other, None);
 }
 
@@ -100,20 +72,13 @@ fn expired_lock_is_free_for_everyone_and_counted() {
     let mut c = s.conn();
     let t1 = acquire(&mut c, "res", "alice", 100).unwrap();
     sleep(Duration::from_millis(150));
-    assert!(
-        lock_info(&mut c, "res").is_none(),
-        "expired lock reads as absent"
-    );
+    assert!(lock_info(&mut c, "res").is_none(), "expired lock reads as absent");
     assert_eq!(
         int(&mut c, &["LOCK.EXTEND", "res", "alice", "1000"]),
         0,
         "an expired lock cannot be extended"
     );
-    assert_eq!(
-        int(&mut c, &["EXISTS", "res"]),
-        0,
-        "the write that found it expired removed it"
-    );
+    assert_eq!(int(&mut c, &["EXISTS", "res"]), 0, "the write that found it expired removed it");
     assert_eq!(info_stat(&mut c, "expiries"), 1);
     acquire(&mut c, "res2", "alice", 100).unwrap();
     sleep(Duration::from_millis(150));
@@ -131,32 +96,13 @@ fn expired_lock_is_free_for_everyone_and_counted() {
 fn release_only_by_the_holder() {
     let s = Server::start();
     let mut c = s.conn();
-    assert_eq!(
-        int(&mut c, &["LOCK.RELEASE", "res", "alice"]),
-        0,
-        "free lock: 0"
-    );
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "res", "alice"]), 0, "free lock: 0");
     acquire(&mut c, "res", "alice", 10_000).unwrap();
-    assert_eq!(
-        int(&mut c, &["LOCK.RELEASE", "res", "bob"]),
-        0,
-        "another token: 0"
-    );
-    assert!(
-        lock_info(&mut c, "res").is_some(),
-        "still held after a foreign release"
-    );
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "res", "bob"]), 0, "another token: 0");
+    assert!(lock_info(&mut c, "res").is_some(), "still held after a foreign release");
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "res", "alice"]), 1);
-    assert_eq!(
-        int(&mut c, &["EXISTS", "res"]),
-        0,
-        "a freed lock leaves no key"
-    );
-    assert_eq!(
-        int(&mut c, &["LOCK.RELEASE", "res", "alice"]),
-        0,
-        "second release: 0"
-    );
+    assert_eq!(int(&mut c, &["EXISTS", "res"]), 0, "a freed lock leaves no key");
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "res", "alice"]), 0, "second release: 0");
 }
 
 #[test]
@@ -164,26 +110,15 @@ fn extend_resets_ttl_and_never_creates() {
     let s = Server::start();
     let mut c = s.conn();
     assert_eq!(int(&mut c, &["LOCK.EXTEND", "res", "alice", "5000"]), 0);
-    assert_eq!(
-        int(&mut c, &["EXISTS", "res"]),
-        0,
-        "EXTEND never re-creates a lock"
-    );
+    assert_eq!(int(&mut c, &["EXISTS", "res"]), 0, "EXTEND never re-creates a lock");
     acquire(&mut c, "res", "alice", 1000).unwrap();
     assert_eq!(int(&mut c, &["LOCK.EXTEND", "res", "bob", "5000"]), 0);
     let ttl = info_int(&mut c, "res", "ttl-ms").unwrap();
     assert!(ttl <= 1000, "foreign extend changed nothing: {ttl}");
     assert_eq!(int(&mut c, &["LOCK.EXTEND", "res", "alice", "20000"]), 1);
     let ttl = info_int(&mut c, "res", "ttl-ms").unwrap();
-    assert!(
-        (19_000..=20_000).contains(&ttl),
-        "TTL is now 20 s from now: {ttl}"
-    );
-    assert_eq!(
-        int(&mut c, &["LOCK.EXTEND", "res", "alice", "500"]),
-        1,
-        "extend may also shorten"
-    );
+    assert!((19_000..=20_000).contains(&ttl), "TTL is now 20 s from now: {ttl}");
+    assert_eq!(int(&mut c, &["LOCK.EXTEND", "res", "alice", "500"]), 1, "extend may also shorten");
     assert!(info_int(&mut c, "res", "ttl-ms").unwrap() <= 500);
 }
 
@@ -195,18 +130,7 @@ fn info_describes_the_lock() {
     let t = acquire(&mut c, "res", "alice", 5000).unwrap();
     let fields = lock_info(&mut c, "res").unwrap();
     let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "kind",
-            "holder",
-            "holds",
-            "fence",
-            "ttl-ms",
-            "deadline-ms",
-            "waiters"
-        ]
-    );
+    assert_eq!(names, ["kind", "holder", "holds", "fence", "ttl-ms", "deadline-ms", "waiters"]);
     let text = |name: &str| -> String {
         redis::from_redis_value(&fields.iter().find(|(n, _)| n == name).unwrap().1).unwrap()
     };
@@ -233,29 +157,16 @@ fn reentrant_enter_exit() {
     let s = Server::start();
     let mut c = s.conn();
     let t = int(&mut c, &["LOCK.ENTER", "r", "owner-1", "5000"]);
-    assert_eq!(
-        int(&mut c, &["LOCK.ENTER", "r", "owner-1", "5000"]),
-        t,
-        "same token for every entry"
-    );
+    assert_eq!(int(&mut c, &["LOCK.ENTER", "r", "owner-1", "5000"]), t, "same token for every entry");
     assert_eq!(int(&mut c, &["LOCK.ENTER", "r", "owner-1", "5000"]), t);
-    assert!(
-        is_nil(&mut c, &["LOCK.ENTER", "r", "owner-2", "5000"]),
-        "foreign owner: nil"
-    );
+    assert!(is_nil(&mut c, &["LOCK.ENTER", "r", "owner-2", "5000"]), "foreign owner: nil");
     assert_eq!(info_int(&mut c, "r", "holds"), Some(3));
-    assert!(
-        is_nil(&mut c, &["LOCK.EXIT", "r", "owner-2"]),
-        "exit by a non-owner: nil"
-    );
+    assert!(is_nil(&mut c, &["LOCK.EXIT", "r", "owner-2"]), "exit by a non-owner: nil");
     assert_eq!(int(&mut c, &["LOCK.EXIT", "r", "owner-1"]), 2);
     assert_eq!(int(&mut c, &["LOCK.EXIT", "r", "owner-1"]), 1);
     assert_eq!(int(&mut c, &["LOCK.EXIT", "r", "owner-1"]), 0);
     assert_eq!(int(&mut c, &["EXISTS", "r"]), 0);
-    assert!(
-        is_nil(&mut c, &["LOCK.EXIT", "r", "owner-1"]),
-        "exit of a free lock: nil"
-    );
+    assert!(is_nil(&mut c, &["LOCK.EXIT", "r", "owner-1"]), "exit of a free lock: nil");
     // EXTEND, RELEASE and INFO work on reentrant locks too; RELEASE frees all holds.
     int(&mut c, &["LOCK.ENTER", "r", "o", "5000"]);
     int(&mut c, &["LOCK.ENTER", "r", "o", "5000"]);
@@ -271,33 +182,20 @@ fn fence_raises_the_counter_only_for_the_holder() {
     let mut c = s.conn();
     let t = acquire(&mut c, "res", "alice", 5000).unwrap();
     let floor = (t + 5_000_000).to_string();
-    assert_eq!(
-        int(&mut c, &["LOCK.FENCE", "res", "bob", &floor]),
-        0,
-        "non-holder: 0"
-    );
+    assert_eq!(int(&mut c, &["LOCK.FENCE", "res", "bob", &floor]), 0, "non-holder: 0");
     let next = acquire(&mut c, "other", "x", 5000).unwrap();
     assert!(next < t + 5_000_000, "a refused FENCE raised nothing");
     assert_eq!(int(&mut c, &["LOCK.FENCE", "res", "alice", &floor]), 1);
     let after = acquire(&mut c, "third", "x", 5000).unwrap();
-    assert!(
-        after > t + 5_000_000,
-        "next grant is above the floor: {after}"
-    );
+    assert!(after > t + 5_000_000, "next grant is above the floor: {after}");
     assert_eq!(
         int(&mut c, &["LOCK.FENCE", "res", "alice", "1"]),
         1,
         "a lower floor is accepted and lowers nothing"
     );
     assert!(acquire(&mut c, "fourth", "x", 5000).unwrap() > after);
-    let absurd = err_text(call(
-        &mut c,
-        &["LOCK.FENCE", "res", "alice", "9223372036854775807"],
-    ));
-    assert!(
-        absurd.starts_with("ERR") && absurd.contains("floor"),
-        "{absurd}"
-    );
+    let absurd = err_text(call(&mut c, &["LOCK.FENCE", "res", "alice", "9223372036854775807"]));
+    assert!(absurd.starts_with("ERR") && absurd.contains("floor"), "{absurd}");
 }
 
 #[test]
@@ -346,94 +244,43 @@ fn every_misuse_is_an_err_that_changes_nothing() {
         (vec!["LOCK.ACQUIRE", "k", "t", "07"], "not an integer"),
         (vec!["LOCK.ACQUIRE", "k", "t", " 5"], "not an integer"),
         (vec!["LOCK.ACQUIRE", "k", "t", "1.5"], "not an integer"),
-        (
-            vec!["LOCK.ACQUIRE", "k", "t", "99999999999999999999"],
-            "not an integer",
-        ),
+        (vec!["LOCK.ACQUIRE", "k", "t", "99999999999999999999"], "not an integer"),
         (vec!["LOCK.ACQUIRE", "k", "", "100"], "must not be empty"),
-        (
-            vec!["LOCK.ACQUIRE", "k", &long, "100"],
-            "longer than the limit of 256",
-        ),
-        (
-            vec!["LOCK.ACQUIRE", "k", "t", "100", "NX"],
-            "unknown option 'NX'",
-        ),
-        (
-            vec!["LOCK.ACQUIRE", "k", "t", "100", "WAIT"],
-            "needs a value",
-        ),
-        (
-            vec!["LOCK.ACQUIRE", "k", "t", "100", "WAIT", "1", "wait", "2"],
-            "given twice",
-        ),
-        (
-            vec!["LOCK.ACQUIRE", "k", "t", "100", "WAIT", "-1"],
-            "out of range",
-        ),
-        (
-            vec!["LOCK.ACQUIRE", "k", "t", "100", "WAIT", "x"],
-            "not an integer",
-        ),
+        (vec!["LOCK.ACQUIRE", "k", &long, "100"], "longer than the limit of 256"),
+        (vec!["LOCK.ACQUIRE", "k", "t", "100", "NX"], "unknown option 'NX'"),
+        (vec!["LOCK.ACQUIRE", "k", "t", "100", "WAIT"], "needs a value"),
+        (vec!["LOCK.ACQUIRE", "k", "t", "100", "WAIT", "1", "wait", "2"], "given twice"),
+        (vec!["LOCK.ACQUIRE", "k", "t", "100", "WAIT", "-1"], "out of range"),
+        (vec!["LOCK.ACQUIRE", "k", "t", "100", "WAIT", "x"], "not an integer"),
         (vec!["LOCK.ACQUIRE", "held", "alice", "0"], "out of range"),
         (vec!["LOCK.RELEASE", "held"], "wrong number of arguments"),
-        (
-            vec!["LOCK.RELEASE", "held", "alice", "extra"],
-            "wrong number of arguments",
-        ),
+        (vec!["LOCK.RELEASE", "held", "alice", "extra"], "wrong number of arguments"),
         (vec!["LOCK.RELEASE", "held", ""], "must not be empty"),
-        (
-            vec!["LOCK.EXTEND", "held", "alice"],
-            "wrong number of arguments",
-        ),
+        (vec!["LOCK.EXTEND", "held", "alice"], "wrong number of arguments"),
         (vec!["LOCK.EXTEND", "held", "alice", "0"], "out of range"),
-        (
-            vec!["LOCK.EXTEND", "held", "alice", "30001"],
-            "lock.max-ttl-ms",
-        ),
-        (
-            vec!["LOCK.EXTEND", "held", "alice", "1e3"],
-            "not an integer",
-        ),
-        (
-            vec!["LOCK.EXTEND", "held", "alice", "100", "extra"],
-            "wrong number of arguments",
-        ),
+        (vec!["LOCK.EXTEND", "held", "alice", "30001"], "lock.max-ttl-ms"),
+        (vec!["LOCK.EXTEND", "held", "alice", "1e3"], "not an integer"),
+        (vec!["LOCK.EXTEND", "held", "alice", "100", "extra"], "wrong number of arguments"),
         (vec!["LOCK.ENTER", "re", "alice", "-1"], "out of range"),
-        (
-            vec!["LOCK.ENTER", "re", "alice"],
-            "wrong number of arguments",
-        ),
+        (vec!["LOCK.ENTER", "re", "alice"], "wrong number of arguments"),
         (vec!["LOCK.EXIT", "re"], "wrong number of arguments"),
         (vec!["LOCK.EXIT", "re", &long], "longer than the limit"),
-        (
-            vec!["LOCK.FENCE", "held", "alice"],
-            "wrong number of arguments",
-        ),
+        (vec!["LOCK.FENCE", "held", "alice"], "wrong number of arguments"),
         (vec!["LOCK.FENCE", "held", "alice", "-1"], "out of range"),
         (vec!["LOCK.FENCE", "held", "alice", "x"], "not an integer"),
         (vec!["LOCK.INFO"], "wrong number of arguments"),
-        (
-            vec!["LOCK.INFO", "held", "extra"],
-            "wrong number of arguments",
-        ),
+        (vec!["LOCK.INFO", "held", "extra"], "wrong number of arguments"),
     ];
     for (line, expect) in &cases {
         let e = err_text(call(&mut c, line));
         assert!(e.starts_with("ERR"), "{line:?}: {e}");
-        assert!(
-            e.contains(expect),
-            "{line:?}: {e:?} should mention {expect:?}"
-        );
+        assert!(e.contains(expect), "{line:?}: {e:?} should mention {expect:?}");
     }
     assert_eq!(snapshot(&mut c), before, "no error changed any key or TTL");
     assert_eq!(info_stat(&mut c, "grants"), grants);
     // Arity errors are answered by Redis itself (the arity is declared);
     // every other rejection reached the module and was counted.
-    let reached = cases
-        .iter()
-        .filter(|(_, e)| !e.contains("wrong number"))
-        .count() as i64;
+    let reached = cases.iter().filter(|(_, e)| !e.contains("wrong number")).count() as i64;
     assert_eq!(info_stat(&mut c, "rejected"), reached, "rejections counted");
 }
 
@@ -484,38 +331,16 @@ fn max_ttl_is_configurable_everywhere() {
     assert!(e.contains("5000"), "{e}");
     assert!(acquire(&mut c, "k", "t", 5000).is_some());
     // With CONFIG SET / GET.
-    let _: () = cmd("CONFIG")
-        .arg("SET")
-        .arg("lock.max-ttl-ms")
-        .arg("60000")
-        .query(&mut c)
-        .unwrap();
-    let got: Vec<String> = cmd("CONFIG")
-        .arg("GET")
-        .arg("lock.max-ttl-ms")
-        .query(&mut c)
-        .unwrap();
+    let _: () = cmd("CONFIG").arg("SET").arg("lock.max-ttl-ms").arg("60000").query(&mut c).unwrap();
+    let got: Vec<String> = cmd("CONFIG").arg("GET").arg("lock.max-ttl-ms").query(&mut c).unwrap();
     assert_eq!(got, ["lock.max-ttl-ms", "60000"]);
     assert!(acquire(&mut c, "k2", "t", 60_000).is_some());
     // Invalid values are refused with a message naming the setting and range.
     for bad in ["0", "-1", "86400001", "abc"] {
-        let e = err_text(
-            cmd("CONFIG")
-                .arg("SET")
-                .arg("lock.max-ttl-ms")
-                .arg(bad)
-                .query(&mut c),
-        );
-        assert!(
-            e.contains("lock.max-ttl-ms") || e.contains("argument"),
-            "{bad}: {e}"
-        );
+        let e = err_text(cmd("CONFIG").arg("SET").arg("lock.max-ttl-ms").arg(bad).query(&mut c));
+        assert!(e.contains("lock.max-ttl-ms") || e.contains("argument"), "{bad}: {e}");
     }
-    let got: Vec<String> = cmd("CONFIG")
-        .arg("GET")
-        .arg("lock.max-ttl-ms")
-        .query(&mut c)
-        .unwrap();
+    let got: Vec<String> = cmd("CONFIG").arg("GET").arg("lock.max-ttl-ms").query(&mut c).unwrap();
     assert_eq!(got[1], "60000", "a refused CONFIG SET changed nothing");
 
     // As a redis.conf / command-line setting.
@@ -531,14 +356,7 @@ fn invalid_config_at_startup_is_logged_clearly() {
     let log = dir.join("redis.log");
     let port = free_port();
     let status = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
         .arg("--dir")
         .arg(&dir)
         .arg("--logfile")
@@ -549,14 +367,8 @@ fn invalid_config_at_startup_is_logged_clearly() {
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();
-    assert!(
-        !status.success(),
-        "a server with an invalid lock setting must not start"
-    );
+    assert!(!status.success(), "a server with an invalid lock setting must not start");
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        text.contains("lock.max-ttl-ms must be between 1 and 86400000, got 0"),
-        "{text}"
-    );
+    assert!(text.contains("lock.max-ttl-ms must be between 1 and 86400000, got 0"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -55,10 +55,7 @@ fn cycles(c: &mut Connection, prefix: &str, start: usize, count: usize) {
             assert!(*fence > last_fence, "fence {fence} after {last_fence}");
             last_fence = *fence;
         }
-        assert!(
-            released.iter().all(|&r| r == 1),
-            "a release did not free its lock"
-        );
+        assert!(released.iter().all(|&r| r == 1), "a release did not free its lock");
     }
 }
 
@@ -94,14 +91,8 @@ fn a_freed_lock_leaves_nothing_behind() {
     assert_eq!(dbsize, 0, "keys left behind");
     let keyspace: String = cmd("INFO").arg("keyspace").query(&mut c).unwrap();
     assert!(!keyspace.contains("db0:"), "keyspace not empty: {keyspace}");
-    assert_eq!(
-        info_stat(&mut c, "grants") - grants_before,
-        cycles_wanted as i64
-    );
-    assert_eq!(
-        info_stat(&mut c, "releases") - releases_before,
-        cycles_wanted as i64
-    );
+    assert_eq!(info_stat(&mut c, "grants") - grants_before, cycles_wanted as i64);
+    assert_eq!(info_stat(&mut c, "releases") - releases_before, cycles_wanted as i64);
     let after = used_memory(&mut c);
     let clients_after = info_field(&mut c, "memory", "mem_clients_normal");
     let delta = after - before;
@@ -125,11 +116,7 @@ fn a_freed_lock_leaves_nothing_behind() {
 }
 
 fn memory_usage(c: &mut Connection, key: &str) -> i64 {
-    cmd("MEMORY")
-        .arg("USAGE")
-        .arg(key)
-        .query(c)
-        .unwrap_or_else(|e| panic!("MEMORY USAGE {key}: {e}"))
+    cmd("MEMORY").arg("USAGE").arg(key).query(c).unwrap_or_else(|e| panic!("MEMORY USAGE {key}: {e}"))
 }
 
 #[test]
@@ -139,23 +126,12 @@ fn a_held_lock_costs_about_as_much_as_set_nx_px() {
     let mut c = server.conn();
 
     // Key names of equal length, so only the values differ.
-    let ok: String = cmd("SET")
-        .arg("setnx:lock")
-        .arg(TOKEN)
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query(&mut c)
-        .unwrap();
+    let ok: String =
+        cmd("SET").arg("setnx:lock").arg(TOKEN).arg("NX").arg("PX").arg(30_000).query(&mut c).unwrap();
     assert_eq!(ok, "OK");
     let set_cost = memory_usage(&mut c, "setnx:lock");
 
-    let fence: i64 = cmd("LOCK.ACQUIRE")
-        .arg("plain:lock")
-        .arg(TOKEN)
-        .arg(30_000)
-        .query(&mut c)
-        .unwrap();
+    let fence: i64 = cmd("LOCK.ACQUIRE").arg("plain:lock").arg(TOKEN).arg(30_000).query(&mut c).unwrap();
     assert!(fence > 0);
     let stored: Vec<u8> = cmd("GET").arg("plain:lock").query(&mut c).unwrap();
     let lock_cost = memory_usage(&mut c, "plain:lock");
@@ -174,44 +150,24 @@ fn a_held_lock_costs_about_as_much_as_set_nx_px() {
     );
 
     // Rewrites of the value (renewal, extension) must not make it grow.
-    let again: i64 = cmd("LOCK.ACQUIRE")
-        .arg("plain:lock")
-        .arg(TOKEN)
-        .arg(30_000)
-        .query(&mut c)
-        .unwrap();
+    let again: i64 = cmd("LOCK.ACQUIRE").arg("plain:lock").arg(TOKEN).arg(30_000).query(&mut c).unwrap();
     assert_eq!(again, fence);
     for _ in 0..10 {
-        let extended: i64 = cmd("LOCK.EXTEND")
-            .arg("plain:lock")
-            .arg(TOKEN)
-            .arg(20_000)
-            .query(&mut c)
-            .unwrap();
+        let extended: i64 =
+            cmd("LOCK.EXTEND").arg("plain:lock").arg(TOKEN).arg(20_000).query(&mut c).unwrap();
         assert_eq!(extended, 1);
     }
     let rewritten_cost = memory_usage(&mut c, "plain:lock");
 
     // A reentrant lock entered several times.
     for _ in 0..5 {
-        let _: i64 = cmd("LOCK.ENTER")
-            .arg("reent:lock")
-            .arg(TOKEN)
-            .arg(30_000)
-            .query(&mut c)
-            .unwrap();
+        let _: i64 = cmd("LOCK.ENTER").arg("reent:lock").arg(TOKEN).arg(30_000).query(&mut c).unwrap();
     }
     let reentrant_cost = memory_usage(&mut c, "reent:lock");
     eprintln!(
         "after renewal + 10 extensions: {rewritten_cost} bytes; reentrant lock with 5 holds: {reentrant_cost} bytes"
     );
-    for (what, cost) in [
-        ("renewed and extended", rewritten_cost),
-        ("reentrant", reentrant_cost),
-    ] {
-        assert!(
-            cost <= set_cost + OVERHEAD_MAX,
-            "{what} lock costs {cost} bytes, SET NX PX {set_cost}"
-        );
+    for (what, cost) in [("renewed and extended", rewritten_cost), ("reentrant", reentrant_cost)] {
+        assert!(cost <= set_cost + OVERHEAD_MAX, "{what} lock costs {cost} bytes, SET NX PX {set_cost}");
     }
 }

@@ -60,11 +60,7 @@ fn snapshot(c: &mut Connection, key: &str) -> Snapshot {
         .collect();
     let raw: Vec<u8> = cmd("GET").arg(key).query(c).unwrap();
     let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
-    let snap = Snapshot {
-        info,
-        raw,
-        pexpiretime,
-    };
+    let snap = Snapshot { info, raw, pexpiretime };
     check_stored_form(&snap);
     snap
 }
@@ -95,16 +91,7 @@ fn check_stored_form(snap: &Snapshot) {
 }
 
 fn acquire(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> Value {
-    run(
-        c,
-        &[
-            b"LOCK.ACQUIRE",
-            key.as_bytes(),
-            token.as_bytes(),
-            ttl_ms.to_string().as_bytes(),
-        ],
-    )
-    .unwrap()
+    run(c, &[b"LOCK.ACQUIRE", key.as_bytes(), token.as_bytes(), ttl_ms.to_string().as_bytes()]).unwrap()
 }
 
 fn acquire_ok(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> i64 {
@@ -115,12 +102,7 @@ fn acquire_ok(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> i64 {
 }
 
 fn enter_ok(c: &mut Connection, key: &str, owner: &str, ttl_ms: i64) -> i64 {
-    cmd("LOCK.ENTER")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl_ms)
-        .query(c)
-        .unwrap()
+    cmd("LOCK.ENTER").arg(key).arg(owner).arg(ttl_ms).query(c).unwrap()
 }
 
 fn exists(c: &mut Connection, key: &str) -> i64 {
@@ -147,12 +129,7 @@ fn aof_always_restores_a_held_lock_exactly() {
     let fence = acquire_ok(&mut c, "res", "tok-A", 20_000);
     // An EXTEND must be replayed with its absolute deadline too.
     sleep(Duration::from_millis(200));
-    let extended: i64 = cmd("LOCK.EXTEND")
-        .arg("res")
-        .arg("tok-A")
-        .arg(25_000)
-        .query(&mut c)
-        .unwrap();
+    let extended: i64 = cmd("LOCK.EXTEND").arg("res").arg("tok-A").arg(25_000).query(&mut c).unwrap();
     assert_eq!(extended, 1);
     let before = snapshot(&mut c, "res");
     assert_eq!(before.fence(), fence);
@@ -175,11 +152,7 @@ fn aof_always_restores_a_held_lock_exactly() {
 
     // Still held: another token is refused, the holder keeps its token.
     assert_eq!(acquire(&mut c, "res", "tok-B", 1_000), Value::Nil);
-    let released: i64 = cmd("LOCK.RELEASE")
-        .arg("res")
-        .arg("tok-B")
-        .query(&mut c)
-        .unwrap();
+    let released: i64 = cmd("LOCK.RELEASE").arg("res").arg("tok-B").query(&mut c).unwrap();
     assert_eq!(released, 0, "a non-holder released the restored lock");
     assert_eq!(
         acquire_ok(&mut c, "res", "tok-A", 20_000),
@@ -246,24 +219,11 @@ fn aof_restores_a_reentrant_lock_with_its_hold_count() {
     let mut c = s.conn();
     let after = snapshot(&mut c, "re");
     assert_eq!(after, before);
-    let other: Value = cmd("LOCK.ENTER")
-        .arg("re")
-        .arg("owner-2")
-        .arg(1_000)
-        .query(&mut c)
-        .unwrap();
+    let other: Value = cmd("LOCK.ENTER").arg("re").arg("owner-2").arg(1_000).query(&mut c).unwrap();
     assert_eq!(other, Value::Nil, "another owner entered a restored lock");
-    let left: i64 = cmd("LOCK.EXIT")
-        .arg("re")
-        .arg("owner-1")
-        .query(&mut c)
-        .unwrap();
+    let left: i64 = cmd("LOCK.EXIT").arg("re").arg("owner-1").query(&mut c).unwrap();
     assert_eq!(left, 1);
-    let left: i64 = cmd("LOCK.EXIT")
-        .arg("re")
-        .arg("owner-1")
-        .query(&mut c)
-        .unwrap();
+    let left: i64 = cmd("LOCK.EXIT").arg("re").arg("owner-1").query(&mut c).unwrap();
     assert_eq!(left, 0);
     assert_eq!(exists(&mut c, "re"), 0);
 }
@@ -302,10 +262,7 @@ fn rdb_restores_held_locks_and_drops_expired_ones() {
         let pexpiretime: i64 = cmd("PEXPIRETIME").arg("short").query(&mut c).unwrap();
         assert_eq!(pexpiretime, short.pexpiretime);
     }
-    assert!(
-        lock_info(&mut c, "short").is_none(),
-        "expired lock came back"
-    );
+    assert!(lock_info(&mut c, "short").is_none(), "expired lock came back");
     let next = acquire_ok(&mut c, "short", "tok-T", 1_000);
     assert!(
         next > short_fence && next > long_fence && next > re_fence && next > last_before,
@@ -318,20 +275,12 @@ fn released_locks_stay_released_after_restart() {
     let mut s = Server::with(Opts::new().aof_always());
     let mut c = s.conn();
     let fence = acquire_ok(&mut c, "plain", "tok-A", 20_000);
-    let released: i64 = cmd("LOCK.RELEASE")
-        .arg("plain")
-        .arg("tok-A")
-        .query(&mut c)
-        .unwrap();
+    let released: i64 = cmd("LOCK.RELEASE").arg("plain").arg("tok-A").query(&mut c).unwrap();
     assert_eq!(released, 1);
     enter_ok(&mut c, "re", "owner-1", 20_000);
     enter_ok(&mut c, "re", "owner-1", 20_000);
     for expect in [1i64, 0] {
-        let left: i64 = cmd("LOCK.EXIT")
-            .arg("re")
-            .arg("owner-1")
-            .query(&mut c)
-            .unwrap();
+        let left: i64 = cmd("LOCK.EXIT").arg("re").arg("owner-1").query(&mut c).unwrap();
         assert_eq!(left, expect);
     }
     // A key that is still held next to them, so the AOF is not trivially empty.

@@ -47,11 +47,7 @@ fn snapshot(c: &mut Connection, key: &str) -> Snapshot {
         .collect();
     let raw: Vec<u8> = cmd("GET").arg(key).query(c).unwrap();
     let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
-    Snapshot {
-        info,
-        raw,
-        pexpiretime,
-    }
+    Snapshot { info, raw, pexpiretime }
 }
 
 /// Raw value and native expiry only (works on a node without the module).
@@ -71,11 +67,7 @@ fn master_opts() -> Opts {
 fn link(replica: &Server, master: &Server) -> Duration {
     let t = Instant::now();
     let mut r = replica.conn();
-    let ok: String = cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(master.port)
-        .query(&mut r)
-        .unwrap();
+    let ok: String = cmd("REPLICAOF").arg("127.0.0.1").arg(master.port).query(&mut r).unwrap();
     assert_eq!(ok, "OK");
     wait_until(Duration::from_secs(20), "master_link_status:up", || {
         let text: String = cmd("INFO").arg("replication").query(&mut r).unwrap();
@@ -91,21 +83,11 @@ fn wait_for_replica(m: &mut Connection) {
 }
 
 fn acquire_ok(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> i64 {
-    cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(token)
-        .arg(ttl_ms)
-        .query(c)
-        .unwrap()
+    cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(ttl_ms).query(c).unwrap()
 }
 
 fn enter_ok(c: &mut Connection, key: &str, owner: &str, ttl_ms: i64) -> i64 {
-    cmd("LOCK.ENTER")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl_ms)
-        .query(c)
-        .unwrap()
+    cmd("LOCK.ENTER").arg(key).arg(owner).arg(ttl_ms).query(c).unwrap()
 }
 
 fn int(c: &mut Connection, words: &[&str]) -> i64 {
@@ -189,10 +171,7 @@ fn replica_with_the_module_reproduces_locks_exactly() {
 #[test]
 fn replica_without_the_module_holds_locks_as_plain_strings() {
     let master = Server::with(master_opts());
-    let replica = Server::with(Opts {
-        without_module: true,
-        ..Opts::new()
-    });
+    let replica = Server::with(Opts { without_module: true, ..Opts::new() });
     let mut m = master.conn();
     let pre_fence = acquire_ok(&mut m, "pre", "tok-P", 20_000);
     let linked = link(&replica, &master);
@@ -200,10 +179,7 @@ fn replica_without_the_module_holds_locks_as_plain_strings() {
 
     // The replica really has no module.
     let e = err_text(run(&mut r, &[b"LOCK.INFO", b"pre"]));
-    assert!(
-        e.contains("unknown command"),
-        "LOCK.INFO on bare replica: {e}"
-    );
+    assert!(e.contains("unknown command"), "LOCK.INFO on bare replica: {e}");
 
     let fence = acquire_ok(&mut m, "plain", "tok-A", 20_000);
     assert_eq!(int(&mut m, &["LOCK.EXTEND", "plain", "tok-A", "25000"]), 1);
@@ -238,10 +214,6 @@ fn replica_without_the_module_holds_locks_as_plain_strings() {
     assert_eq!(int(&mut m, &["LOCK.EXIT", "re", "owner-1"]), 0);
     assert_eq!(int(&mut m, &["LOCK.RELEASE", "pre", "tok-P"]), 1);
     wait_for_replica(&mut m);
-    assert_eq!(
-        int(&mut r, &["DBSIZE"]),
-        0,
-        "released locks left on replica"
-    );
+    assert_eq!(int(&mut r, &["DBSIZE"]), 0, "released locks left on replica");
     eprintln!("replica without module: link up after {linked:?}");
 }
