@@ -203,33 +203,38 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Publishes `reason` on the key's channel `__lock@<db>__:<key>`, the
-    /// documented per-key channel on which a freed lock is announced.
-    pub fn publish_freed(&self, reason: &[u8]) {
-        let (db, name) = self.key_id();
-        let mut channel = format!("__lock@{db}__:").into_bytes();
-        channel.extend_from_slice(&name);
-        self.publish(&channel, reason);
-    }
-
-    /// Publishes `message` on `channel` (not replicated).
-    fn publish(&self, channel: &[u8], message: &[u8]) {
-        // SAFETY: ctx is live; the strings are created and freed here.
-        unsafe {
-            let channel = api(raw::RedisModule_CreateString)(
-                self.ctx,
-                channel.as_ptr().cast::<c_char>(),
-                channel.len(),
-            );
-            let message = api(raw::RedisModule_CreateString)(
-                self.ctx,
-                message.as_ptr().cast::<c_char>(),
-                message.len(),
-            );
-            api(raw::RedisModule_PublishMessage)(self.ctx, channel, message);
-            api(raw::RedisModule_FreeString)(self.ctx, channel);
-            api(raw::RedisModule_FreeString)(self.ctx, message);
+    /// Announces a freed lock on the key's channel `__lock@<db>__:<key>`
+    /// (not replicated). Built to cost little when nobody listens: the
+    /// channel name goes through a reused buffer and the two possible
+    /// messages are created once.
+    pub fn publish_freed(&self, reason: Freed) {
+        thread_local! {
+            static CHANNEL: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
+        let message = constant(match reason {
+            Freed::Released => Constant::Released,
+            Freed::Expired => Constant::Expired,
+        });
+        // SAFETY: ctx is live for this call.
+        let db = unsafe { api(raw::RedisModule_GetSelectedDb)(self.ctx) };
+        CHANNEL.with_borrow_mut(|channel| {
+            channel.clear();
+            channel.extend_from_slice(b"__lock@");
+            channel.extend_from_slice(itoa::Buffer::new().format(db).as_bytes());
+            channel.extend_from_slice(b"__:");
+            channel.extend_from_slice(string_bytes(self.key));
+            // SAFETY: ctx is live; the channel string is created and freed
+            // here; the message strings live forever (above).
+            unsafe {
+                let channel = api(raw::RedisModule_CreateString)(
+                    self.ctx,
+                    channel.as_ptr().cast::<c_char>(),
+                    channel.len(),
+                );
+                api(raw::RedisModule_PublishMessage)(self.ctx, channel, message);
+                api(raw::RedisModule_FreeString)(self.ctx, channel);
+            }
+        });
     }
 
     /// Opens the command's key (argv[1]) for reading, or for writing too.
@@ -257,18 +262,19 @@ impl<'a> Call<'a> {
 
     /// Replicates `SET key value PXAT at_ms` to replicas and the AOF.
     pub fn replicate_set_pxat(&self, value: &[u8], at_ms: i64) {
-        // SAFETY: the format "sbcl" matches the arguments that follow: a
-        // RedisModuleString, a buffer with its length, a C string and a long
-        // long. Redis copies them before returning.
+        // SAFETY: the format "sbsl" matches the arguments that follow: a
+        // RedisModuleString, a buffer with its length, a RedisModuleString
+        // (kept for the process's life) and a long long. Redis copies or
+        // retains them before returning.
         unsafe {
             api(raw::RedisModule_Replicate)(
                 self.ctx,
                 c"SET".as_ptr(),
-                c"sbcl".as_ptr(),
+                c"sbsl".as_ptr(),
                 self.key_name(),
                 value.as_ptr().cast::<c_char>(),
                 value.len(),
-                c"PXAT".as_ptr(),
+                constant(Constant::Pxat),
                 at_ms as c_longlong,
             );
         }
@@ -375,24 +381,36 @@ impl Key<'_> {
         }
     }
 
-    /// Stores `value` as the key's string and sets its native expiry to the
-    /// absolute wall-clock instant `expire_at_ms`. Returns false if Redis
-    /// refused (the key was opened read-only or holds another type).
-    pub fn store(&mut self, value: &[u8], expire_at_ms: i64) -> bool {
+    /// Makes the key a string of exactly `len` bytes with native expiry at
+    /// the absolute wall-clock instant `expire_at_ms`, lets `fill` write the
+    /// bytes in place (no intermediate copy), and returns them. `None` if
+    /// Redis refused (the key was opened read-only or holds another type).
+    pub fn store_with(
+        &mut self,
+        len: usize,
+        expire_at_ms: i64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Option<&[u8]> {
         // SAFETY: the key is open for writing. Truncate creates or resizes
-        // the string to exactly `value.len()` bytes; DMA in WRITE mode then
-        // gives a pointer to those bytes, which we fill completely.
+        // the string to exactly `len` bytes; DMA in WRITE mode then gives a
+        // pointer to those bytes, valid until the key is modified or closed,
+        // which the returned borrow of `self` prevents.
         unsafe {
-            if api(raw::RedisModule_StringTruncate)(self.raw, value.len()) != raw::REDISMODULE_OK as c_int {
-                return false;
+            if api(raw::RedisModule_StringTruncate)(self.raw, len) != raw::REDISMODULE_OK as c_int {
+                return None;
             }
-            let mut len: usize = 0;
-            let ptr = api(raw::RedisModule_StringDMA)(self.raw, &mut len, raw::REDISMODULE_WRITE as c_int);
-            if ptr.is_null() || len != value.len() {
-                return false;
+            if api(raw::RedisModule_SetAbsExpire)(self.raw, expire_at_ms) != raw::REDISMODULE_OK as c_int {
+                return None;
             }
-            ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len);
-            api(raw::RedisModule_SetAbsExpire)(self.raw, expire_at_ms) == raw::REDISMODULE_OK as c_int
+            let mut dma_len: usize = 0;
+            let ptr =
+                api(raw::RedisModule_StringDMA)(self.raw, &mut dma_len, raw::REDISMODULE_WRITE as c_int);
+            if ptr.is_null() || dma_len != len {
+                return None;
+            }
+            let bytes = slice::from_raw_parts_mut(ptr.cast::<u8>(), len);
+            fill(bytes);
+            Some(bytes)
         }
     }
 
@@ -577,6 +595,41 @@ fn with_key_context(ctx: RawCtx, key: &KeyId, f: impl FnOnce(&Call<'_>)) {
         let _ = catch_unwind(AssertUnwindSafe(|| f(&call)));
         api(raw::RedisModule_FreeString)(ptr::null_mut(), key);
     }
+}
+
+/// Strings the hot paths pass to Redis, created once and kept for the life
+/// of the process, so that no call allocates them again.
+#[derive(Clone, Copy)]
+enum Constant {
+    Pxat,
+    Released,
+    Expired,
+}
+
+fn constant(which: Constant) -> *mut raw::RedisModuleString {
+    static STRINGS: std::sync::OnceLock<[usize; 3]> = std::sync::OnceLock::new();
+    let strings = STRINGS.get_or_init(|| {
+        // SAFETY: strings created with a NULL context are never freed
+        // automatically; these live for the life of the process. Commands
+        // run on the main thread, so sharing their refcounts is safe.
+        [b"PXAT".as_slice(), b"released", b"expired"].map(|text| unsafe {
+            api(raw::RedisModule_CreateString)(ptr::null_mut(), text.as_ptr().cast::<c_char>(), text.len())
+                as usize
+        })
+    });
+    let index = match which {
+        Constant::Pxat => 0,
+        Constant::Released => 1,
+        Constant::Expired => 2,
+    };
+    strings.get(index).copied().unwrap_or(0) as *mut raw::RedisModuleString
+}
+
+/// Why a lock was freed, as published on its channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freed {
+    Released,
+    Expired,
 }
 
 /// The address of a blocked client: identifies a waiter.

@@ -2,6 +2,7 @@
 //! run on Redis' main thread, so the mutexes are never contended; they only
 //! make the statics safe.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::clock;
@@ -11,6 +12,9 @@ use crate::core::quarantine::{self, Quarantine, Reason};
 
 static FENCER: Mutex<Fencer> = Mutex::new(Fencer::new(0));
 static QUARANTINE: Mutex<Option<Quarantine>> = Mutex::new(None);
+/// Set once a quarantine is found over, so that every later grant checks
+/// one flag instead of the clock (a quarantine, once over, stays over).
+static QUARANTINE_OVER: AtomicBool = AtomicBool::new(true);
 
 pub fn with_fencer<T>(f: impl FnOnce(&mut Fencer) -> T) -> T {
     let mut guard = FENCER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -25,6 +29,7 @@ pub fn last_fence() -> u64 {
 pub fn start_quarantine(reason: Reason) {
     let mut guard = QUARANTINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     *guard = Some(Quarantine { reason, since_ms: clock::now_ms() });
+    QUARANTINE_OVER.store(false, Ordering::Relaxed);
     let length = current_length_ms();
     if length > 0 {
         redis_module::logging::log_warning(format!(
@@ -48,18 +53,24 @@ fn current_length_ms() -> i64 {
 /// The quarantine in force, with the milliseconds left; `None` when the
 /// node may grant.
 pub fn quarantine() -> Option<(Reason, i64)> {
+    if QUARANTINE_OVER.load(Ordering::Relaxed) {
+        return None;
+    }
     let current = *QUARANTINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let left = quarantine::remaining_ms(current, clock::now_ms(), current_length_ms());
     match current {
         Some(q) if left > 0 => Some((q.reason, left)),
-        _ => None,
+        _ => {
+            QUARANTINE_OVER.store(true, Ordering::Relaxed);
+            None
+        }
     }
 }
 
 /// This node was a replica and is now a master: asynchronous replication may
 /// have lost grants its old master acknowledged.
 pub fn on_promoted() {
-    if config::FAILOVER_QUARANTINE.load(std::sync::atomic::Ordering::Relaxed) {
+    if config::FAILOVER_QUARANTINE.load(Ordering::Relaxed) {
         start_quarantine(Reason::Promotion);
     } else {
         redis_module::logging::log_warning(

@@ -12,6 +12,7 @@
 //! no sign or leading zeros; anything else is not a lock (the command answers
 //! WRONGTYPE rather than guessing).
 
+use super::args::TOKEN_LEN_MAX;
 use super::lock::{Kind, Lock};
 
 /// Every lock value starts with this; a string that does not is not a lock.
@@ -21,27 +22,80 @@ pub const MAGIC: &[u8] = b"LK1|";
 /// 10-digit holds and five separators.
 pub const HEADER_LEN_MAX: usize = MAGIC.len() + 2 + 21 + 21 + 11;
 
-pub fn encode_into(lock: &Lock<'_>, out: &mut Vec<u8>) {
-    out.clear();
-    out.reserve(HEADER_LEN_MAX + lock.owner.len());
-    out.extend_from_slice(MAGIC);
-    out.push(lock.kind.letter());
-    out.push(b'|');
-    push_decimal(out, lock.fence);
-    out.push(b'|');
-    // Deadlines before 1970 cannot be produced by the module clock; clamp
-    // rather than write a sign the decoder would reject.
-    push_decimal(out, u64::try_from(lock.deadline_ms).unwrap_or(0));
-    out.push(b'|');
-    push_decimal(out, u64::from(lock.holds));
-    out.push(b'|');
-    out.extend_from_slice(lock.owner);
+/// A lock ready to be stored: header formatted and owner copied, so it no
+/// longer borrows anything (a renewal's owner points into the very value
+/// that the write replaces). Lives on the stack: no allocation per write.
+pub struct Encoded {
+    header: [u8; HEADER_LEN_MAX],
+    header_len: usize,
+    owner: [u8; TOKEN_LEN_MAX],
+    owner_len: usize,
+}
+
+impl Encoded {
+    pub fn new(lock: &Lock<'_>) -> Encoded {
+        let mut e =
+            Encoded { header: [0; HEADER_LEN_MAX], header_len: 0, owner: [0; TOKEN_LEN_MAX], owner_len: 0 };
+        let mut fence = itoa::Buffer::new();
+        let mut deadline = itoa::Buffer::new();
+        let mut holds = itoa::Buffer::new();
+        // Deadlines before 1970 cannot come from the module clock; clamp
+        // rather than write a sign the decoder would reject.
+        let parts: [&[u8]; 9] = [
+            MAGIC,
+            &[lock.kind.letter(), b'|'],
+            fence.format(lock.fence).as_bytes(),
+            b"|",
+            deadline.format(u64::try_from(lock.deadline_ms).unwrap_or(0)).as_bytes(),
+            b"|",
+            holds.format(lock.holds).as_bytes(),
+            b"|",
+            b"",
+        ];
+        for part in parts {
+            let rest = e.header.get_mut(e.header_len..).unwrap_or_default();
+            e.header_len += copy_into(rest, part);
+        }
+        // Owners are bounded by the parser and the decoder; a longer one is
+        // cut rather than overflow (it cannot occur).
+        e.owner_len = copy_into(&mut e.owner, lock.owner);
+        e
+    }
+
+    /// The stored value's length in bytes.
+    pub fn len(&self) -> usize {
+        self.header_len + self.owner_len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the value into `out`, which must be [`Encoded::len`] long.
+    pub fn write_to(&self, out: &mut [u8]) {
+        let (head, tail) = out.split_at_mut(self.header_len.min(out.len()));
+        copy_into(head, self.header.get(..self.header_len).unwrap_or_default());
+        copy_into(tail, self.owner.get(..self.owner_len).unwrap_or_default());
+    }
+
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut out = vec![0; self.len()];
+        self.write_to(&mut out);
+        out
+    }
+}
+
+/// Copies as much of `src` as fits; returns the count copied.
+fn copy_into(dst: &mut [u8], src: &[u8]) -> usize {
+    let n = src.len().min(dst.len());
+    if let (Some(d), Some(s)) = (dst.get_mut(..n), src.get(..n)) {
+        d.copy_from_slice(s);
+    }
+    n
 }
 
 pub fn encode(lock: &Lock<'_>) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_into(lock, &mut out);
-    out
+    Encoded::new(lock).to_vec()
 }
 
 /// Reads a stored value; `None` when the bytes are not a lock this version
@@ -63,7 +117,7 @@ pub fn decode(value: &[u8]) -> Option<Lock<'_>> {
         deadline_ms: i64::try_from(parse_decimal(deadline)?).ok()?,
         holds: u32::try_from(parse_decimal(holds)?).ok()?,
     };
-    if owner.is_empty() || lock.holds == 0 {
+    if owner.is_empty() || owner.len() > TOKEN_LEN_MAX || lock.holds == 0 {
         return None;
     }
     Some(lock)
@@ -72,12 +126,6 @@ pub fn decode(value: &[u8]) -> Option<Lock<'_>> {
 fn split_field(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let at = bytes.iter().position(|&b| b == b'|')?;
     Some((bytes.get(..at)?, bytes.get(at + 1..)?))
-}
-
-fn push_decimal(out: &mut Vec<u8>, value: u64) {
-    use std::io::Write;
-    // Writing into a Vec cannot fail.
-    let _ = write!(out, "{value}");
 }
 
 /// Unsigned decimal without sign, spaces or leading zeros (the form
@@ -115,6 +163,13 @@ mod tests {
         let owner = b"a|b\x00\xff|";
         let bytes = encode(&sample(owner));
         assert_eq!(decode(&bytes), Some(sample(owner)));
+    }
+
+    #[test]
+    fn owners_longer_than_the_token_limit_are_not_locks() {
+        let mut value = b"LK1|P|1|2|1|".to_vec();
+        value.extend(std::iter::repeat_n(b'x', TOKEN_LEN_MAX + 1));
+        assert_eq!(decode(&value), None);
     }
 
     #[test]
