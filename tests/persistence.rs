@@ -12,62 +12,16 @@ use common::*;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-/// What a restart must reproduce exactly for one key.
-#[derive(Debug, Clone, PartialEq)]
-struct Snapshot {
-    /// `LOCK.INFO` without `ttl-ms` (which shrinks with time by design).
-    info: Vec<(String, Value)>,
-    /// The raw stored value (`GET key`).
-    raw: Vec<u8>,
-    /// The key's native absolute expiry (`PEXPIRETIME key`, epoch ms).
-    pexpiretime: i64,
-}
-
-impl Snapshot {
-    fn int(&self, field: &str) -> i64 {
-        let (_, v) = self
-            .info
-            .iter()
-            .find(|(name, _)| name == field)
-            .unwrap_or_else(|| panic!("LOCK.INFO has no {field}: {:?}", self.info));
-        redis::from_redis_value(v).unwrap()
-    }
-
-    fn text(&self, field: &str) -> String {
-        let (_, v) = self
-            .info
-            .iter()
-            .find(|(name, _)| name == field)
-            .unwrap_or_else(|| panic!("LOCK.INFO has no {field}: {:?}", self.info));
-        redis::from_redis_value(v).unwrap()
-    }
-
-    fn deadline(&self) -> i64 {
-        self.int("deadline-ms")
-    }
-
-    fn fence(&self) -> i64 {
-        self.int("fence")
-    }
-}
-
-/// LOCK.INFO, GET and PEXPIRETIME of a held lock; panics if it is not held.
-fn snapshot(c: &mut Connection, key: &str) -> Snapshot {
-    let info: Vec<(String, Value)> = lock_info(c, key)
-        .unwrap_or_else(|| panic!("{key} is not held"))
-        .into_iter()
-        .filter(|(name, _)| name != "ttl-ms")
-        .collect();
-    let raw: Vec<u8> = cmd("GET").arg(key).query(c).unwrap();
-    let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
-    let snap = Snapshot { info, raw, pexpiretime };
+/// LOCK.INFO, GET and PEXPIRETIME of a held lock, checked for its stored form.
+fn snapshot(c: &mut Connection, key: &str) -> LockSnapshot {
+    let snap = lock_snapshot(c, key);
     check_stored_form(&snap);
     snap
 }
 
 /// The raw value is `LK1|<P|R>|fence|deadline|holds|owner` and agrees with
 /// LOCK.INFO; the native expiry is a backstop at or after the deadline.
-fn check_stored_form(snap: &Snapshot) {
+fn check_stored_form(snap: &LockSnapshot) {
     let text = String::from_utf8(snap.raw.clone()).expect("utf-8 lock value in these tests");
     let letter = match snap.text("kind").as_str() {
         "plain" => "P",
@@ -76,17 +30,17 @@ fn check_stored_form(snap: &Snapshot) {
     };
     let expected = format!(
         "LK1|{letter}|{}|{}|{}|{}",
-        snap.fence(),
-        snap.deadline(),
+        snap.int("fence"),
+        snap.int("deadline-ms"),
         snap.int("holds"),
         snap.text("holder")
     );
     assert_eq!(text, expected, "stored form disagrees with LOCK.INFO");
     assert!(
-        snap.pexpiretime >= snap.deadline(),
+        snap.pexpiretime >= snap.int("deadline-ms"),
         "native expiry {} before the lock deadline {}",
         snap.pexpiretime,
-        snap.deadline()
+        snap.int("deadline-ms")
     );
 }
 
@@ -132,7 +86,7 @@ fn aof_always_restores_a_held_lock_exactly() {
     let extended: i64 = cmd("LOCK.EXTEND").arg("res").arg("tok-A").arg(25_000).query(&mut c).unwrap();
     assert_eq!(extended, 1);
     let before = snapshot(&mut c, "res");
-    assert_eq!(before.fence(), fence);
+    assert_eq!(before.int("fence"), fence);
     assert_eq!(before.text("holder"), "tok-A");
     assert_eq!(before.text("kind"), "plain");
     assert_eq!(before.int("holds"), 1);

@@ -131,19 +131,6 @@ fn quarantine_runs_on_the_monotonic_clock() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn attach_replica(master: &Server, replica: &Server) {
-    let mut r = replica.conn();
-    let _: () = cmd("REPLICAOF").arg("127.0.0.1").arg(master.port).query(&mut r).unwrap();
-    wait_until(Duration::from_secs(10), "replica link up", || {
-        let text: String = cmd("INFO").arg("replication").query(&mut r).unwrap();
-        text.contains("master_link_status:up")
-    });
-}
-
-fn fast_sync() -> Opts {
-    Opts::new().config("repl-diskless-sync-delay", "0")
-}
-
 #[test]
 fn promoted_replica_refuses_grants_it_may_have_missed() {
     let mut master = Server::with(fast_sync());
@@ -151,7 +138,7 @@ fn promoted_replica_refuses_grants_it_may_have_missed() {
     // the promotion starts one.
     let replica =
         Server::with(Opts::new().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()).aof_always());
-    attach_replica(&master, &replica);
+    replicate(&replica, &master);
     let mut m = master.conn();
     let mut r = replica.conn();
     let seen = acquire(&mut m, "seen", "a").unwrap().unwrap();
@@ -181,7 +168,7 @@ fn promoted_replica_refuses_grants_it_may_have_missed() {
 fn fence_is_replicated_and_persisted() {
     let master = Server::with(fast_sync().aof_always());
     let mut replica = Server::with(Opts::new().aof_always());
-    attach_replica(&master, &replica);
+    replicate(&replica, &master);
     // After a full sync a replica rewrites its AOF and appends nothing until
     // that is done: wait, so that what follows is on disk.
     let mut r = replica.conn();

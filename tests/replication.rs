@@ -8,72 +8,13 @@
 mod common;
 use common::*;
 
-use std::time::{Duration, Instant};
-
-/// What a replica must reproduce exactly for one key.
-#[derive(Debug, Clone, PartialEq)]
-struct Snapshot {
-    /// `LOCK.INFO` without `ttl-ms` (relative, read at different instants).
-    info: Vec<(String, Value)>,
-    raw: Vec<u8>,
-    pexpiretime: i64,
-}
-
-impl Snapshot {
-    fn int(&self, field: &str) -> i64 {
-        let (_, v) = self
-            .info
-            .iter()
-            .find(|(name, _)| name == field)
-            .unwrap_or_else(|| panic!("LOCK.INFO has no {field}: {:?}", self.info));
-        redis::from_redis_value(v).unwrap()
-    }
-
-    fn text(&self, field: &str) -> String {
-        let (_, v) = self
-            .info
-            .iter()
-            .find(|(name, _)| name == field)
-            .unwrap_or_else(|| panic!("LOCK.INFO has no {field}: {:?}", self.info));
-        redis::from_redis_value(v).unwrap()
-    }
-}
-
-fn snapshot(c: &mut Connection, key: &str) -> Snapshot {
-    let info: Vec<(String, Value)> = lock_info(c, key)
-        .unwrap_or_else(|| panic!("{key} is not held"))
-        .into_iter()
-        .filter(|(name, _)| name != "ttl-ms")
-        .collect();
-    let raw: Vec<u8> = cmd("GET").arg(key).query(c).unwrap();
-    let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
-    Snapshot { info, raw, pexpiretime }
-}
+use std::time::Duration;
 
 /// Raw value and native expiry only (works on a node without the module).
 fn raw_state(c: &mut Connection, key: &str) -> (Option<Vec<u8>>, i64) {
     let raw: Option<Vec<u8>> = cmd("GET").arg(key).query(c).unwrap();
     let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
     (raw, pexpiretime)
-}
-
-/// The master starts a full sync at once (the diskless-sync default waits
-/// 5 s for more replicas to join).
-fn master_opts() -> Opts {
-    Opts::new().config("repl-diskless-sync-delay", "0")
-}
-
-/// Makes `replica` replicate `master` and waits for the link to be up.
-fn link(replica: &Server, master: &Server) -> Duration {
-    let t = Instant::now();
-    let mut r = replica.conn();
-    let ok: String = cmd("REPLICAOF").arg("127.0.0.1").arg(master.port).query(&mut r).unwrap();
-    assert_eq!(ok, "OK");
-    wait_until(Duration::from_secs(20), "master_link_status:up", || {
-        let text: String = cmd("INFO").arg("replication").query(&mut r).unwrap();
-        text.lines().any(|l| l.trim() == "master_link_status:up")
-    });
-    t.elapsed()
 }
 
 /// `WAIT 1 2000` on the master: the replica acknowledged every write.
@@ -100,12 +41,12 @@ fn int(c: &mut Connection, words: &[&str]) -> i64 {
 
 #[test]
 fn replica_with_the_module_reproduces_locks_exactly() {
-    let master = Server::with(master_opts());
+    let master = Server::with(fast_sync());
     let replica = Server::start();
     let mut m = master.conn();
     // Taken before the link: reaches the replica through the full sync RDB.
     let pre_fence = acquire_ok(&mut m, "pre", "tok-P", 20_000);
-    let linked = link(&replica, &master);
+    let linked = replicate(&replica, &master);
     let mut r = replica.conn();
 
     // Through the command stream: acquire, extend, two reentrant entries.
@@ -117,21 +58,21 @@ fn replica_with_the_module_reproduces_locks_exactly() {
     wait_for_replica(&mut m);
 
     for key in ["pre", "plain", "re"] {
-        let on_master = snapshot(&mut m, key);
-        let on_replica = snapshot(&mut r, key);
+        let on_master = lock_snapshot(&mut m, key);
+        let on_replica = lock_snapshot(&mut r, key);
         assert_eq!(on_replica, on_master, "replica differs on {key}");
     }
-    let plain = snapshot(&mut r, "plain");
+    let plain = lock_snapshot(&mut r, "plain");
     assert_eq!(plain.text("kind"), "plain");
     assert_eq!(plain.text("holder"), "tok-A");
     assert_eq!(plain.int("holds"), 1);
     assert_eq!(plain.int("fence"), fence);
-    let re = snapshot(&mut r, "re");
+    let re = lock_snapshot(&mut r, "re");
     assert_eq!(re.text("kind"), "reentrant");
     assert_eq!(re.text("holder"), "owner-1");
     assert_eq!(re.int("holds"), 2);
     assert_eq!(re.int("fence"), re_fence);
-    assert_eq!(snapshot(&mut r, "pre").int("fence"), pre_fence);
+    assert_eq!(lock_snapshot(&mut r, "pre").int("fence"), pre_fence);
 
     // Writes on the replica are refused by Redis itself, and change nothing.
     for words in [
@@ -148,16 +89,16 @@ fn replica_with_the_module_reproduces_locks_exactly() {
         assert!(e.starts_with("READONLY"), "{words:?} on replica: {e}");
     }
     assert_eq!(int(&mut r, &["EXISTS", "new"]), 0);
-    assert_eq!(snapshot(&mut r, "plain"), snapshot(&mut m, "plain"));
-    assert_eq!(snapshot(&mut r, "re").int("holds"), 2);
+    assert_eq!(lock_snapshot(&mut r, "plain"), lock_snapshot(&mut m, "plain"));
+    assert_eq!(lock_snapshot(&mut r, "re").int("holds"), 2);
 
     // Frees on the master reach the replica as deletions.
     assert_eq!(int(&mut m, &["LOCK.RELEASE", "plain", "tok-A"]), 1);
     assert_eq!(int(&mut m, &["LOCK.RELEASE", "pre", "tok-P"]), 1);
     assert_eq!(int(&mut m, &["LOCK.EXIT", "re", "owner-1"]), 1);
     wait_for_replica(&mut m);
-    assert_eq!(snapshot(&mut r, "re").int("holds"), 1);
-    assert_eq!(snapshot(&mut r, "re"), snapshot(&mut m, "re"));
+    assert_eq!(lock_snapshot(&mut r, "re").int("holds"), 1);
+    assert_eq!(lock_snapshot(&mut r, "re"), lock_snapshot(&mut m, "re"));
     assert_eq!(int(&mut m, &["LOCK.EXIT", "re", "owner-1"]), 0);
     wait_for_replica(&mut m);
     for key in ["pre", "plain", "re"] {
@@ -170,11 +111,11 @@ fn replica_with_the_module_reproduces_locks_exactly() {
 
 #[test]
 fn replica_without_the_module_holds_locks_as_plain_strings() {
-    let master = Server::with(master_opts());
+    let master = Server::with(fast_sync());
     let replica = Server::with(Opts { without_module: true, ..Opts::new() });
     let mut m = master.conn();
     let pre_fence = acquire_ok(&mut m, "pre", "tok-P", 20_000);
-    let linked = link(&replica, &master);
+    let linked = replicate(&replica, &master);
     let mut r = replica.conn();
 
     // The replica really has no module.
@@ -192,7 +133,7 @@ fn replica_without_the_module_holds_locks_as_plain_strings() {
         ("plain", "P", fence, 1, "tok-A"),
         ("re", "R", re_fence, 2, "owner-1"),
     ] {
-        let on_master = snapshot(&mut m, key);
+        let on_master = lock_snapshot(&mut m, key);
         let (raw, pexpiretime) = raw_state(&mut r, key);
         let raw = raw.unwrap_or_else(|| panic!("{key} missing on the bare replica"));
         assert_eq!(raw, on_master.raw, "value of {key}");
@@ -210,7 +151,7 @@ fn replica_without_the_module_holds_locks_as_plain_strings() {
     assert_eq!(int(&mut m, &["LOCK.EXIT", "re", "owner-1"]), 1);
     wait_for_replica(&mut m);
     let (raw, _) = raw_state(&mut r, "re");
-    assert_eq!(raw, Some(snapshot(&mut m, "re").raw));
+    assert_eq!(raw, Some(lock_snapshot(&mut m, "re").raw));
     assert_eq!(int(&mut m, &["LOCK.EXIT", "re", "owner-1"]), 0);
     assert_eq!(int(&mut m, &["LOCK.RELEASE", "pre", "tok-P"]), 1);
     wait_for_replica(&mut m);

@@ -354,3 +354,64 @@ pub fn err_text(result: redis::RedisResult<Value>) -> String {
         Ok(v) => panic!("expected an error reply, got {v:?}"),
     }
 }
+
+/// What must survive a restart, or reach a replica, exactly, for one lock.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LockSnapshot {
+    /// `LOCK.INFO` without `ttl-ms` (relative, so it shrinks between reads).
+    pub info: Vec<(String, Value)>,
+    /// The raw stored value (`GET key`).
+    pub raw: Vec<u8>,
+    /// The key's native absolute expiry (`PEXPIRETIME key`, epoch ms).
+    pub pexpiretime: i64,
+}
+
+impl LockSnapshot {
+    fn field(&self, field: &str) -> &Value {
+        let (_, v) = self
+            .info
+            .iter()
+            .find(|(name, _)| name == field)
+            .unwrap_or_else(|| panic!("LOCK.INFO has no {field}: {:?}", self.info));
+        v
+    }
+
+    pub fn int(&self, field: &str) -> i64 {
+        redis::from_redis_value(self.field(field)).unwrap()
+    }
+
+    pub fn text(&self, field: &str) -> String {
+        redis::from_redis_value(self.field(field)).unwrap()
+    }
+}
+
+/// LOCK.INFO, GET and PEXPIRETIME of a held lock; panics if it is not held.
+pub fn lock_snapshot(c: &mut Connection, key: &str) -> LockSnapshot {
+    let info: Vec<(String, Value)> = lock_info(c, key)
+        .unwrap_or_else(|| panic!("{key} is not held"))
+        .into_iter()
+        .filter(|(name, _)| name != "ttl-ms")
+        .collect();
+    let raw: Vec<u8> = cmd("GET").arg(key).query(c).unwrap();
+    let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
+    LockSnapshot { info, raw, pexpiretime }
+}
+
+/// Options for a master that starts a full sync at once (the diskless-sync
+/// default waits 5 s for more replicas to join).
+pub fn fast_sync() -> Opts {
+    Opts::new().config("repl-diskless-sync-delay", "0")
+}
+
+/// Makes `replica` replicate `master` and waits (bounded) for the link.
+pub fn replicate(replica: &Server, master: &Server) -> Duration {
+    let t = Instant::now();
+    let mut r = replica.conn();
+    let ok: String = cmd("REPLICAOF").arg("127.0.0.1").arg(master.port).query(&mut r).unwrap();
+    assert_eq!(ok, "OK");
+    wait_until(Duration::from_secs(20), "master_link_status:up", || {
+        let text: String = cmd("INFO").arg("replication").query(&mut r).unwrap();
+        text.lines().any(|l| l.trim() == "master_link_status:up")
+    });
+    t.elapsed()
+}
