@@ -204,6 +204,20 @@ pub fn info(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
     }
 }
 
+/// `LOCK.CHECK key fencing-token`: 1 if that token is the key's current,
+/// live grant, else 0 (a resource server's check before acting).
+pub fn check(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let fence = match args::check(argv) {
+        Ok(fence) => fence,
+        Err(e) => return rejected("lock.check", &e),
+    };
+    let Some(key) = call.open_key(false) else { return Reply::Int(0) };
+    match read(&key, None) {
+        Ok(current) => Reply::Int(i64::from(lock::is_current(current, fence, clock::now_ms()))),
+        Err(reply) => reply,
+    }
+}
+
 fn waiters_on(call: &Call<'_>) -> i64 {
     if !handoff::any_waiters() {
         return 0;

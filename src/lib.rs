@@ -57,6 +57,7 @@ mod module {
     entry!(exit_entry => commands::exit);
     entry!(fence_entry => commands::fence);
     entry!(info_entry => commands::info);
+    entry!(check_entry => commands::check);
 
     // Key-spec flags (REDISMODULE_CMD_KEY_*), see redismodule.h.
     const RO: u64 = 1 << 0;
@@ -65,7 +66,7 @@ mod module {
     const UPDATE: u64 = 1 << 5;
     const DELETE: u64 = 1 << 7;
 
-    fn command_table() -> [CommandDef; 7] {
+    fn command_table() -> [CommandDef; 8] {
         [
             CommandDef {
                 name: c"lock.acquire",
@@ -122,6 +123,14 @@ mod module {
                 arity: 2,
                 key_flags: RO | ACCESS,
                 summary: c"Describe the lock at key; reply: field/value array or nil",
+            },
+            CommandDef {
+                name: c"lock.check",
+                entry: check_entry,
+                flags: c"readonly fast",
+                arity: 3,
+                key_flags: RO | ACCESS,
+                summary: c"Is this fencing token the current grant of key? reply: 1 or 0",
             },
         ]
     }

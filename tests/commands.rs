@@ -199,6 +199,35 @@ fn fence_raises_the_counter_only_for_the_holder() {
 }
 
 #[test]
+fn check_answers_whether_a_token_is_the_current_grant() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let t1 = acquire(&mut c, "res", "alice", 5000).unwrap();
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &t1.to_string()]), 1);
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &(t1 - 1).to_string()]), 0);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "res", "alice"]), 1);
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &t1.to_string()]), 0, "released: no longer current");
+    let t2 = acquire(&mut c, "res", "bob", 100).unwrap();
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &t1.to_string()]), 0, "the old holder's token is stale");
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &t2.to_string()]), 1);
+    sleep(Duration::from_millis(150));
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &t2.to_string()]), 0, "expired: no longer current");
+    int(&mut c, &["LOCK.ENTER", "re", "o", "5000"]);
+    let t3 = info_int(&mut c, "re", "fence").unwrap();
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "re", &t3.to_string()]), 1, "works on reentrant locks");
+    for (line, expect) in [
+        (vec!["LOCK.CHECK", "res", "-1"], "out of range"),
+        (vec!["LOCK.CHECK", "res", "x"], "not an integer"),
+        (vec!["LOCK.CHECK", "res"], "wrong number of arguments"),
+    ] {
+        let e = err_text(call(&mut c, &line));
+        assert!(e.starts_with("ERR") && e.contains(expect), "{line:?}: {e}");
+    }
+    let _: () = cmd("SET").arg("str").arg("x").query(&mut c).unwrap();
+    assert!(err_text(call(&mut c, &["LOCK.CHECK", "str", "1"])).starts_with("WRONGTYPE"));
+}
+
+#[test]
 fn wrongtype_on_keys_that_are_not_locks_of_that_kind() {
     let s = Server::start();
     let mut c = s.conn();
@@ -313,6 +342,7 @@ fn keys_are_declared_for_cluster_routing() {
         &["COMMAND", "GETKEYS", "LOCK.EXIT", "mykey", "t"],
         &["COMMAND", "GETKEYS", "LOCK.FENCE", "mykey", "t", "5"],
         &["COMMAND", "GETKEYS", "LOCK.INFO", "mykey"],
+        &["COMMAND", "GETKEYS", "LOCK.CHECK", "mykey", "5"],
     ] {
         let keys: Vec<String> = redis::from_redis_value(&call(&mut c, line).unwrap()).unwrap();
         assert_eq!(keys, ["mykey"], "{line:?}");

@@ -9,6 +9,7 @@
 //! LOCK.EXTEND  key token ttl-ms
 //! LOCK.FENCE   key token floor
 //! LOCK.INFO    key
+//! LOCK.CHECK   key fencing-token
 //! ```
 //! Integers follow Redis' own rules (`string2ll`): optional `-`, no `+`, no
 //! leading zeros, no spaces, no fraction, within i64. Option names are
@@ -143,6 +144,13 @@ pub fn fence<'a>(argv: &[&'a [u8]], floor_max: u64) -> Result<Fence<'a>, ArgErro
     let max = i64::try_from(floor_max).unwrap_or(i64::MAX);
     let floor = bounded(floor, "floor", 0, max, None)?;
     Ok(Fence { owner, floor: u64::try_from(floor).unwrap_or(0) })
+}
+
+/// LOCK.CHECK: the fencing token to compare with the current grant.
+pub fn check(argv: &[&[u8]]) -> Result<u64, ArgError> {
+    let [_, _, fence] = argv else { return Err(ArgError::Arity) };
+    let fence = bounded(fence, "fencing-token", 0, i64::MAX, None)?;
+    Ok(u64::try_from(fence).unwrap_or(0))
 }
 
 pub fn key_only(argv: &[&[u8]]) -> Result<(), ArgError> {
@@ -337,6 +345,12 @@ mod tests {
         );
         assert_eq!(fence(&argv("LOCK.FENCE k t 99"), 99).map(|f| f.floor), Ok(99));
         assert_eq!(key_only(&argv("LOCK.INFO k")), Ok(()));
+        assert_eq!(check(&argv("LOCK.CHECK k 17")), Ok(17));
+        assert_eq!(
+            check(&argv("LOCK.CHECK k -1")).map_err(|e| matches!(e, ArgError::OutOfRange { .. })),
+            Err(true)
+        );
+        assert_eq!(check(&argv("LOCK.CHECK k")), Err(ArgError::Arity));
         assert_eq!(key_only(&argv("LOCK.INFO k x")), Err(ArgError::Arity));
     }
 }

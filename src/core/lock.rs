@@ -228,6 +228,12 @@ pub fn inspect(current: Option<Lock<'_>>, now_ms: i64) -> Option<Lock<'_>> {
     current.filter(|lock| lock.is_live(now_ms))
 }
 
+/// LOCK.CHECK (Chubby's CheckSequencer): is `fence` the current, live grant
+/// of this lock? A resource server asks this before acting for a client.
+pub fn is_current(current: Option<Lock<'_>>, fence: u64, now_ms: i64) -> bool {
+    inspect(current, now_ms).is_some_and(|lock| lock.fence == fence)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +320,18 @@ mod tests {
             acquire(Some(full), Kind::Reentrant, b"o", TTL, 0, Admission::Open, &mut f).reply,
             Grant::TooManyHolds
         );
+    }
+
+    #[test]
+    fn sequencer_check_matches_only_the_live_grant() {
+        let mut f = Fencer::new(0);
+        let out = grant(None, b"a", 0, &mut f);
+        let Grant::Granted(t) = out.reply else { panic!() };
+        let lock = stored(&out);
+        assert!(is_current(lock, t, 1));
+        assert!(!is_current(lock, t - 1, 1), "an older grant");
+        assert!(!is_current(lock, t, TTL), "expired");
+        assert!(!is_current(None, t, 1));
     }
 
     #[test]
