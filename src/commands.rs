@@ -204,6 +204,42 @@ pub fn info(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
     }
 }
 
+/// `LOCK.RENEW token ttl-ms key [key ...]`: LOCK.EXTEND on every key for
+/// one owner (a watchdog holding many locks renews them in one call). Reply:
+/// 1 or 0 per key. A key that is not a lock fails the whole call before
+/// anything is extended.
+pub fn renew(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let request = match args::renew(argv, config::limits()) {
+        Ok(request) => request,
+        Err(e) => return rejected("lock.renew", &e),
+    };
+    const FIRST_KEY: usize = 3;
+    let keys = FIRST_KEY..argv.len();
+    for index in keys.clone() {
+        let key_call = call.for_arg(index);
+        let wrong = key_call.open_key(false).and_then(|key| read(&key, None).err());
+        if let Some(reply) = wrong {
+            return reply;
+        }
+    }
+    let extended = keys
+        .map(|index| {
+            let reply = with_lock_reply(&call.for_arg(index), None, |current, now| {
+                let out = lock::extend(current, request.owner, request.ttl_ms, now);
+                if out.reply {
+                    stats::EXTENSIONS.bump();
+                }
+                bool_reply(out)
+            });
+            match reply {
+                Reply::Int(n) => n,
+                _ => 0,
+            }
+        })
+        .collect();
+    Reply::Ints(extended)
+}
+
 /// `LOCK.CHECK key fencing-token`: 1 if that token is the key's current,
 /// live grant, else 0 (a resource server's check before acting).
 pub fn check(call: &Call<'_>, argv: &[&[u8]]) -> Reply {

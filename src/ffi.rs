@@ -7,7 +7,6 @@
 //! allocate per replicated argument, which costs more than the lock logic.
 
 use std::ffi::{c_char, c_int, c_longlong, c_void, CString};
-use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::slice;
@@ -21,8 +20,13 @@ use crate::handoff;
 pub type RawCtx = *mut raw::RedisModuleCtx;
 pub type RawArgv = *mut *mut raw::RedisModuleString;
 
-/// More arguments than any LOCK.* command takes (ACQUIRE with WAIT has 6).
-const ARGS_MAX: usize = 8;
+/// Arguments read into a stack array (every single-key command fits).
+const ARGS_INLINE: usize = 8;
+
+/// A cap far above any valid call, so that a huge malformed one is refused
+/// before its argument list is copied (the parsers enforce the real bounds
+/// with clearer errors).
+const ARGS_MAX: usize = 16 * crate::core::args::RENEW_KEYS_MAX;
 
 /// A reply, built by safe code and written by [`Call::send`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +39,8 @@ pub enum Reply {
     Fields(Vec<(&'static str, Field)>),
     /// The client was blocked; the reply comes when it is unblocked.
     Blocked,
+    /// An array of integers (one per key of a multi-key command).
+    Ints(Vec<i64>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +55,9 @@ pub enum Field {
 pub struct Call<'a> {
     ctx: RawCtx,
     key: *mut raw::RedisModuleString,
-    _argv: PhantomData<&'a [*mut raw::RedisModuleString]>,
+    /// The command's arguments (empty in callbacks), for commands with
+    /// several keys ([`Call::for_arg`]).
+    argv: &'a [*mut raw::RedisModuleString],
 }
 
 /// Runs `handler` for a command invocation, turning a panic into an error
@@ -66,17 +74,22 @@ pub fn dispatch(ctx: RawCtx, argv: RawArgv, argc: c_int, handler: fn(&Call<'_>, 
         unsafe { slice::from_raw_parts(argv, count) }
     };
     let key = argv.get(1).copied().unwrap_or(ptr::null_mut());
-    let call = Call { ctx, key, _argv: PhantomData };
+    let call = Call { ctx, key, argv };
+    let run = |args: &[&[u8]]| {
+        catch_unwind(AssertUnwindSafe(|| handler(&call, args)))
+            .unwrap_or_else(|_| Reply::Error(errors::internal()))
+    };
     let reply = if argv.len() > ARGS_MAX {
         Reply::Error(errors::arity(string_bytes(argv.first().copied().unwrap_or(ptr::null_mut()))))
+    } else if argv.len() > ARGS_INLINE {
+        let args: Vec<&[u8]> = argv.iter().map(|&arg| string_bytes(arg)).collect();
+        run(&args)
     } else {
-        let mut bytes: [&[u8]; ARGS_MAX] = [&[]; ARGS_MAX];
+        let mut bytes: [&[u8]; ARGS_INLINE] = [&[]; ARGS_INLINE];
         for (slot, &arg) in bytes.iter_mut().zip(argv) {
             *slot = string_bytes(arg);
         }
-        let args = bytes.get(..argv.len()).unwrap_or(&[]);
-        catch_unwind(AssertUnwindSafe(|| handler(&call, args)))
-            .unwrap_or_else(|_| Reply::Error(errors::internal()))
+        run(bytes.get(..argv.len()).unwrap_or(&[]))
     };
     call.send(&reply);
     raw::REDISMODULE_OK as c_int
@@ -124,6 +137,12 @@ pub struct Key<'c> {
 impl<'a> Call<'a> {
     fn key_name(&self) -> *mut raw::RedisModuleString {
         self.key
+    }
+
+    /// The same call, working on the key at argument `index` (for commands
+    /// with several keys).
+    pub fn for_arg(&self, index: usize) -> Call<'a> {
+        Call { ctx: self.ctx, key: self.argv.get(index).copied().unwrap_or(ptr::null_mut()), argv: self.argv }
     }
 
     /// The lock key as (selected database, key bytes).
@@ -310,6 +329,12 @@ impl<'a> Call<'a> {
         unsafe {
             match reply {
                 Reply::Blocked => {}
+                Reply::Ints(values) => {
+                    api(raw::RedisModule_ReplyWithArray)(ctx, values.len() as std::ffi::c_long);
+                    for n in values {
+                        api(raw::RedisModule_ReplyWithLongLong)(ctx, *n);
+                    }
+                }
                 Reply::Int(n) => {
                     api(raw::RedisModule_ReplyWithLongLong)(ctx, *n);
                 }
@@ -435,14 +460,16 @@ pub struct CommandDef {
     pub flags: &'static std::ffi::CStr,
     /// Redis arity: positive = exact, negative = at least.
     pub arity: c_int,
-    /// REDISMODULE_CMD_KEY_* flags of the one key (argv[1]).
+    /// REDISMODULE_CMD_KEY_* flags of the keys.
     pub key_flags: u64,
+    /// Where the keys are: argv[first..=last] (last -1: to the end).
+    pub keys: (c_int, c_int),
     pub summary: &'static std::ffi::CStr,
 }
 
-/// Registers a command whose only key is argv[1], with first/last/step
-/// 1/1/1 (for `COMMAND GETKEYS` and Cluster routing) and, where the server
-/// supports it (7.0+), arity and a key spec.
+/// Registers a command with its keys at `def.keys` (step 1), for `COMMAND
+/// GETKEYS` and Cluster routing, and, where the server supports it (7.0+),
+/// its arity and a key spec.
 // Raw pointers come from Redis itself and are only passed back to it.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn register_command(ctx: RawCtx, def: &CommandDef) -> Result<(), String> {
@@ -483,9 +510,10 @@ pub fn register_command(ctx: RawCtx, def: &CommandDef) -> Result<(), String> {
         let mut spec: raw::RedisModuleCommandKeySpec = std::mem::zeroed();
         spec.flags = def.key_flags;
         spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
-        spec.bs.index.pos = 1;
+        spec.bs.index.pos = def.keys.0;
         spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-        spec.fk.range.lastkey = 0;
+        // Relative to the first key: 0 = just it, -1 = to the end.
+        spec.fk.range.lastkey = if def.keys.1 < 0 { -1 } else { def.keys.1 - def.keys.0 };
         spec.fk.range.keystep = 1;
         spec.fk.range.limit = 0;
         let specs = Box::leak(Box::new([spec, std::mem::zeroed()]));
@@ -591,7 +619,7 @@ fn with_key_context(ctx: RawCtx, key: &KeyId, f: impl FnOnce(&Call<'_>)) {
         }
         let key =
             api(raw::RedisModule_CreateString)(ptr::null_mut(), name.as_ptr().cast::<c_char>(), name.len());
-        let call = Call { ctx, key, _argv: PhantomData };
+        let call = Call { ctx, key, argv: &[] };
         let _ = catch_unwind(AssertUnwindSafe(|| f(&call)));
         api(raw::RedisModule_FreeString)(ptr::null_mut(), key);
     }
@@ -661,7 +689,7 @@ extern "C" fn wait_reply_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> 
     // wait_free_callback), so it is only borrowed here.
     let result =
         unsafe { api(raw::RedisModule_GetBlockedClientPrivateData)(ctx).cast::<WaitResult>().as_ref() };
-    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
+    let call = Call { ctx, key: ptr::null_mut(), argv: &[] };
     let reply = match result {
         Some(WaitResult::Granted(fence)) => Reply::Int(*fence),
         Some(WaitResult::Failed(line)) => Reply::Error(line.clone()),
@@ -674,18 +702,18 @@ extern "C" fn wait_reply_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> 
 /// Never called (clients are blocked without a Redis timeout), but Redis
 /// requires one; it answers as a timeout would.
 extern "C" fn wait_timeout_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> c_int {
-    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
+    let call = Call { ctx, key: ptr::null_mut(), argv: &[] };
     call.send(&Reply::Nil);
     raw::REDISMODULE_OK as c_int
 }
 
 extern "C" fn waiter_timer_callback(ctx: RawCtx, data: *mut c_void) {
-    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
+    let call = Call { ctx, key: ptr::null_mut(), argv: &[] };
     let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_wait_timeout(&call, data as WaiterHandle)));
 }
 
 extern "C" fn wait_disconnect_callback(ctx: RawCtx, bc: *mut raw::RedisModuleBlockedClient) {
-    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
+    let call = Call { ctx, key: ptr::null_mut(), argv: &[] };
     let removed =
         catch_unwind(AssertUnwindSafe(|| handoff::on_disconnect(&call, bc as WaiterHandle))).unwrap_or(false);
     if removed {
@@ -725,7 +753,7 @@ extern "C" fn key_event_callback(
     }
     // SAFETY: ctx is the live notification context.
     let db = unsafe { api(raw::RedisModule_GetSelectedDb)(ctx) };
-    let call = Call { ctx, key, _argv: PhantomData };
+    let call = Call { ctx, key, argv: &[] };
     let key_id = (db, string_bytes(key).to_vec());
     let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_key_changed(&call, key_id)));
     raw::REDISMODULE_OK as c_int
@@ -737,7 +765,7 @@ extern "C" fn flush_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent:
     }
     // SAFETY: for FlushDB events Redis passes a RedisModuleFlushInfo.
     let db = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
-    let call = Call { ctx, key: ptr::null_mut(), _argv: PhantomData };
+    let call = Call { ctx, key: ptr::null_mut(), argv: &[] };
     let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_flush(&call, db)));
 }
 

@@ -58,6 +58,7 @@ mod module {
     entry!(fence_entry => commands::fence);
     entry!(info_entry => commands::info);
     entry!(check_entry => commands::check);
+    entry!(renew_entry => commands::renew);
 
     // Key-spec flags (REDISMODULE_CMD_KEY_*), see redismodule.h.
     const RO: u64 = 1 << 0;
@@ -66,7 +67,7 @@ mod module {
     const UPDATE: u64 = 1 << 5;
     const DELETE: u64 = 1 << 7;
 
-    fn command_table() -> [CommandDef; 8] {
+    fn command_table() -> [CommandDef; 9] {
         [
             CommandDef {
                 name: c"lock.acquire",
@@ -74,6 +75,7 @@ mod module {
                 flags: c"write deny-oom",
                 arity: -4,
                 key_flags: RW | UPDATE,
+                keys: (1, 1),
                 summary: c"Take a plain lock; reply: fencing token or nil",
             },
             CommandDef {
@@ -82,6 +84,7 @@ mod module {
                 flags: c"write fast",
                 arity: 3,
                 key_flags: RW | DELETE,
+                keys: (1, 1),
                 summary: c"Free a lock held by token; reply: 1 or 0",
             },
             CommandDef {
@@ -90,6 +93,7 @@ mod module {
                 flags: c"write deny-oom fast",
                 arity: 4,
                 key_flags: RW | UPDATE,
+                keys: (1, 1),
                 summary: c"Reset the TTL of a lock held by token; reply: 1 or 0",
             },
             CommandDef {
@@ -98,6 +102,7 @@ mod module {
                 flags: c"write deny-oom",
                 arity: -4,
                 key_flags: RW | UPDATE,
+                keys: (1, 1),
                 summary: c"Enter a reentrant lock; reply: fencing token or nil",
             },
             CommandDef {
@@ -106,6 +111,7 @@ mod module {
                 flags: c"write fast",
                 arity: 3,
                 key_flags: RW | UPDATE,
+                keys: (1, 1),
                 summary: c"Drop one hold of a reentrant lock; reply: holds left or nil",
             },
             CommandDef {
@@ -114,6 +120,7 @@ mod module {
                 flags: c"write fast",
                 arity: 4,
                 key_flags: RW | ACCESS,
+                keys: (1, 1),
                 summary: c"Raise this node's fencing counter while holding the lock; reply: 1 or 0",
             },
             CommandDef {
@@ -122,6 +129,7 @@ mod module {
                 flags: c"readonly fast",
                 arity: 2,
                 key_flags: RO | ACCESS,
+                keys: (1, 1),
                 summary: c"Describe the lock at key; reply: field/value array or nil",
             },
             CommandDef {
@@ -130,7 +138,17 @@ mod module {
                 flags: c"readonly fast",
                 arity: 3,
                 key_flags: RO | ACCESS,
+                keys: (1, 1),
                 summary: c"Is this fencing token the current grant of key? reply: 1 or 0",
+            },
+            CommandDef {
+                name: c"lock.renew",
+                entry: renew_entry,
+                flags: c"write deny-oom",
+                arity: -4,
+                key_flags: RW | UPDATE,
+                keys: (3, -1),
+                summary: c"Extend many locks held by one token; reply: 1 or 0 per key",
             },
         ]
     }

@@ -228,6 +228,67 @@ fn check_answers_whether_a_token_is_the_current_grant() {
 }
 
 #[test]
+fn renew_extends_many_locks_of_one_owner() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let keys: Vec<String> = (0..1000).map(|i| format!("job:{i}")).collect();
+    let mut pipe = redis::pipe();
+    for k in &keys {
+        pipe.cmd("LOCK.ACQUIRE").arg(k).arg("watchdog").arg(1000);
+    }
+    let tokens: Vec<i64> = pipe.query(&mut c).unwrap();
+    assert_eq!(tokens.len(), 1000);
+    acquire(&mut c, "foreign", "someone-else", 1000).unwrap();
+    let mut renew = cmd("LOCK.RENEW");
+    renew.arg("watchdog").arg(20_000).arg(&keys);
+    let replies: Vec<i64> = renew.query(&mut c).unwrap();
+    assert_eq!(replies, vec![1; 1000], "all 1000 of the owner's locks renewed in one call");
+    let replies: Vec<i64> = cmd("LOCK.RENEW")
+        .arg("watchdog")
+        .arg(20_000)
+        .arg("job:5")
+        .arg("foreign")
+        .arg("missing")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(replies, [1, 0, 0], "a foreign lock and a missing one are not renewed");
+    assert!(info_int(&mut c, "job:0", "ttl-ms").unwrap() > 19_000);
+    assert!(info_int(&mut c, "job:999", "ttl-ms").unwrap() > 19_000);
+    assert!(info_int(&mut c, "foreign", "ttl-ms").unwrap() <= 1000);
+    assert_eq!(int(&mut c, &["EXISTS", "missing"]), 0, "RENEW never creates a lock");
+
+    // A key that is not a lock fails the whole call, and nothing changes.
+    let _: () = cmd("SET").arg("str").arg("x").query(&mut c).unwrap();
+    let before = snapshot(&mut c);
+    let e = err_text(call(&mut c, &["LOCK.RENEW", "watchdog", "25000", "job:1", "str"]));
+    assert!(e.starts_with("WRONGTYPE"), "{e}");
+    assert_eq!(snapshot(&mut c), before);
+    for (line, expect) in [
+        (vec!["LOCK.RENEW", "watchdog", "0", "job:1"], "out of range"),
+        (vec!["LOCK.RENEW", "", "100", "job:1"], "must not be empty"),
+        (vec!["LOCK.RENEW", "watchdog", "100"], "wrong number of arguments"),
+    ] {
+        let e = err_text(call(&mut c, &line));
+        assert!(e.starts_with("ERR") && e.contains(expect), "{line:?}: {e}");
+    }
+    let mut too_many = cmd("LOCK.RENEW");
+    too_many.arg("watchdog").arg(100).arg(&keys).arg("one-more");
+    let e = err_text(too_many.query(&mut c));
+    assert!(e.contains("more than the limit of 1000"), "{e}");
+    assert_eq!(snapshot(&mut c), before, "refused calls changed nothing");
+    let getkeys: Vec<String> = cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("LOCK.RENEW")
+        .arg("t")
+        .arg(5)
+        .arg("a")
+        .arg("b")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(getkeys, ["a", "b"]);
+}
+
+#[test]
 fn wrongtype_on_keys_that_are_not_locks_of_that_kind() {
     let s = Server::start();
     let mut c = s.conn();

@@ -10,6 +10,7 @@
 //! LOCK.FENCE   key token floor
 //! LOCK.INFO    key
 //! LOCK.CHECK   key fencing-token
+//! LOCK.RENEW   token ttl-ms key [key ...]
 //! ```
 //! Integers follow Redis' own rules (`string2ll`): optional `-`, no `+`, no
 //! leading zeros, no spaces, no fraction, within i64. Option names are
@@ -25,6 +26,10 @@ pub const TOKEN_LEN_MAX: usize = 256;
 
 /// Longest WAIT timeout, in ms (one day). `WAIT 0` means no bound.
 pub const WAIT_MS_MAX: i64 = 86_400_000;
+
+/// Most keys one LOCK.RENEW may extend (Redisson's watchdog renews 100 per
+/// call; a client holding more sends several calls).
+pub const RENEW_KEYS_MAX: usize = 1000;
 
 /// Bounds that come from configuration rather than constants.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +47,7 @@ pub enum ArgError {
     UnknownOption(String),
     DuplicateOption(&'static str),
     MissingValue(&'static str),
+    TooManyKeys { count: usize, max: usize },
 }
 
 impl fmt::Display for ArgError {
@@ -63,6 +69,7 @@ impl fmt::Display for ArgError {
             ArgError::UnknownOption(name) => write!(f, "unknown option '{name}'"),
             ArgError::DuplicateOption(name) => write!(f, "option {name} given twice"),
             ArgError::MissingValue(name) => write!(f, "option {name} needs a value"),
+            ArgError::TooManyKeys { count, max } => write!(f, "{count} keys, more than the limit of {max}"),
         }
     }
 }
@@ -144,6 +151,18 @@ pub fn fence<'a>(argv: &[&'a [u8]], floor_max: u64) -> Result<Fence<'a>, ArgErro
     let max = i64::try_from(floor_max).unwrap_or(i64::MAX);
     let floor = bounded(floor, "floor", 0, max, None)?;
     Ok(Fence { owner, floor: u64::try_from(floor).unwrap_or(0) })
+}
+
+/// LOCK.RENEW: one owner, one TTL, then the keys (argv[3..]).
+pub fn renew<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Extend<'a>, ArgError> {
+    let [_, owner, ttl, keys @ ..] = argv else { return Err(ArgError::Arity) };
+    if keys.is_empty() {
+        return Err(ArgError::Arity);
+    }
+    if keys.len() > RENEW_KEYS_MAX {
+        return Err(ArgError::TooManyKeys { count: keys.len(), max: RENEW_KEYS_MAX });
+    }
+    Ok(Extend { owner: token(owner, "token")?, ttl_ms: ttl_ms(ttl, limits)? })
 }
 
 /// LOCK.CHECK: the fencing token to compare with the current grant.
@@ -351,6 +370,13 @@ mod tests {
             Err(true)
         );
         assert_eq!(check(&argv("LOCK.CHECK k")), Err(ArgError::Arity));
+        assert_eq!(renew(&argv("LOCK.RENEW t 100 a b"), LIMITS), Ok(Extend { owner: b"t", ttl_ms: 100 }));
+        assert_eq!(renew(&argv("LOCK.RENEW t 100"), LIMITS), Err(ArgError::Arity));
+        let many = format!("LOCK.RENEW t 100{}", " k".repeat(RENEW_KEYS_MAX + 1));
+        assert_eq!(
+            renew(&argv(&many), LIMITS),
+            Err(ArgError::TooManyKeys { count: RENEW_KEYS_MAX + 1, max: RENEW_KEYS_MAX })
+        );
         assert_eq!(key_only(&argv("LOCK.INFO k x")), Err(ArgError::Arity));
     }
 }
