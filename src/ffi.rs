@@ -272,11 +272,16 @@ impl<'a> Call<'a> {
         Some(Key { call: self, raw: key.cast() })
     }
 
-    /// True inside MULTI/EXEC or a script, where a command must not block.
+    /// True where a command must not block: MULTI/EXEC, a script, ...
     pub fn cannot_block(&self) -> bool {
         // SAFETY: ctx is live for this call.
         let flags = unsafe { api(raw::RedisModule_GetContextFlags)(self.ctx) } as u32;
-        flags & (raw::REDISMODULE_CTX_FLAGS_MULTI | raw::REDISMODULE_CTX_FLAGS_LUA) != 0
+        // DENY_BLOCKING covers MULTI, scripts and functions, RM_Call from
+        // other modules, and the replication link.
+        let no_block = raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
+        flags & no_block != 0
     }
 
     /// Replicates `SET key value PXAT at_ms` to replicas and the AOF.
