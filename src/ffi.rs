@@ -704,10 +704,14 @@ extern "C" fn wait_reply_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> 
     raw::REDISMODULE_OK as c_int
 }
 
-/// Never called (clients are blocked without a Redis timeout), but Redis
-/// requires one; it answers as a timeout would.
+/// Clients are blocked without a Redis timeout, so Redis calls this only
+/// for `CLIENT UNBLOCK` (timeout mode): the waiter leaves its queue and gets
+/// nil, as on a timeout.
 extern "C" fn wait_timeout_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> c_int {
+    // SAFETY: ctx is the timeout context of a client this module blocked.
+    let bc = unsafe { api(raw::RedisModule_GetBlockedClientHandle)(ctx) };
     let call = Call { ctx, key: ptr::null_mut(), argv: &[] };
+    let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_client_unblock(&call, bc as WaiterHandle)));
     call.send(&Reply::Nil);
     raw::REDISMODULE_OK as c_int
 }
@@ -774,6 +778,19 @@ extern "C" fn flush_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent:
     let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_flush(&call, db)));
 }
 
+extern "C" fn swapdb_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, _subevent: u64, data: *mut c_void) {
+    if data.is_null() || !handoff::any_waiters() {
+        return;
+    }
+    // SAFETY: for SwapDB events Redis passes a RedisModuleSwapDbInfo.
+    let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
+    let call = Call { ctx, key: ptr::null_mut(), argv: &[] };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        handoff::on_flush(&call, info.dbnum_first);
+        handoff::on_flush(&call, info.dbnum_second);
+    }));
+}
+
 extern "C" fn role_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
         let _ = catch_unwind(crate::node::on_promoted);
@@ -800,6 +817,12 @@ pub fn subscribe_events(ctx: RawCtx) -> Result<(), String> {
             != raw::REDISMODULE_OK as c_int
         {
             return Err("cannot subscribe to role-change events".into());
+        }
+        let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
+        if api(raw::RedisModule_SubscribeToServerEvent)(ctx, swap, Some(swapdb_callback))
+            != raw::REDISMODULE_OK as c_int
+        {
+            return Err("cannot subscribe to swapdb events".into());
         }
         let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
         if api(raw::RedisModule_SubscribeToServerEvent)(ctx, flush, Some(flush_callback))

@@ -101,6 +101,7 @@ pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, de
             if let Some(id) = timer {
                 call.stop_waiter_timer(id);
             }
+            stats::WAITS_FAILED.bump();
             ffi::unblock(handle, WaitResult::Failed(line));
         }
     }
@@ -127,13 +128,20 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
                 if let Some(id) = w.timer {
                     call.stop_waiter_timer(id);
                 }
+                stats::WAITS_FAILED.bump();
                 ffi::unblock(w.handle, WaitResult::Failed(errors::not_a_lock()));
             }
             disarm(call, &key_id);
             return false;
         }
         Ok(Some(held)) if held.is_live(now) => Some(held.deadline_ms),
-        Ok(_) => None,
+        Ok(Some(_)) => {
+            // Found expired by the deadline timer (the usual hand-off on
+            // expiry): the expired lock is replaced just below.
+            stats::EXPIRIES.bump();
+            None
+        }
+        Ok(None) => None,
     };
     if let Some(deadline) = live_deadline {
         arm(call, &key_id, deadline);
@@ -163,7 +171,10 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
             stats::WAITS_SERVED.bump();
             (WaitResult::Granted(commands::clamp(fence)), true)
         }
-        _ => (WaitResult::Failed(errors::write_failed()), false),
+        _ => {
+            stats::WAITS_FAILED.bump();
+            (WaitResult::Failed(errors::write_failed()), false)
+        }
     };
     ffi::unblock(head.handle, result);
     if with_queues(|q| q.len(&key_id)) > 0 {
@@ -211,7 +222,8 @@ pub fn on_key_changed(call: &Call<'_>, key: KeyId) {
     }
 }
 
-/// FLUSHDB (`db`) or FLUSHALL (`db` = -1) ended.
+/// FLUSHDB (`db`) or FLUSHALL (`db` = -1) ended, or `db` was swapped with
+/// another: every key with waiters there may have changed.
 pub fn on_flush(call: &Call<'_>, db: i32) {
     for key in with_queues(|q| q.keys_in(db)) {
         arm(call, &key, i64::MIN);
@@ -223,6 +235,17 @@ pub fn on_wait_timeout(call: &Call<'_>, handle: WaiterHandle) {
     if let Some((key, _)) = with_queues(|q| q.remove(handle)) {
         stats::WAITS_TIMED_OUT.bump();
         ffi::unblock(handle, WaitResult::TimedOut);
+        forget_if_idle(call, &key);
+    }
+}
+
+/// `CLIENT UNBLOCK` of a waiter (Redis answers it nil): it leaves its queue.
+pub fn on_client_unblock(call: &Call<'_>, handle: WaiterHandle) {
+    if let Some((key, waiter)) = with_queues(|q| q.remove(handle)) {
+        if let Some(id) = waiter.timer {
+            call.stop_waiter_timer(id);
+        }
+        stats::WAITS_TIMED_OUT.bump();
         forget_if_idle(call, &key);
     }
 }

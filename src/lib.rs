@@ -168,6 +168,7 @@ mod module {
             ("waits_served", Unsigned(stats::WAITS_SERVED.get())),
             ("waits_timed_out", Unsigned(stats::WAITS_TIMED_OUT.get())),
             ("waits_abandoned", Unsigned(stats::WAITS_ABANDONED.get())),
+            ("waits_failed", Unsigned(stats::WAITS_FAILED.get())),
             ("waiters", Unsigned(crate::handoff::waiting_now() as u64)),
             ("quarantine", Unsigned(u64::from(quarantine.is_some()))),
             ("quarantine_ms_left", Signed(quarantine.map_or(0, |(_, left)| left))),

@@ -43,5 +43,7 @@ pub static WAITS_SERVED: Counter = Counter::new();
 pub static WAITS_TIMED_OUT: Counter = Counter::new();
 /// Waiters whose client disconnected while queued.
 pub static WAITS_ABANDONED: Counter = Counter::new();
+/// Waiters answered with an error (the key was overwritten with a non-lock).
+pub static WAITS_FAILED: Counter = Counter::new();
 /// Grants refused because the node was in quarantine.
 pub static QUARANTINED: Counter = Counter::new();
