@@ -70,7 +70,7 @@ fn grant(call: &Call<'_>, argv: &[&[u8]], kind: Kind, name: &str) -> Reply {
             (Grant::Busy, _, Some(timeout_ms)) => {
                 stats::CONTENDED.bump();
                 // The hand-off timer must fire at the holder's deadline.
-                let deadline_ms = current.filter(|l| l.is_live(now)).map_or(now, |l| l.deadline_ms);
+                let deadline_ms = current.filter(|l| now < l.frees_at_ms()).map_or(now, |l| l.frees_at_ms());
                 Answer::Wait { timeout_ms, deadline_ms }
             }
             (Grant::Busy, _, None) => {
@@ -329,7 +329,7 @@ fn read<'k>(key: &'k Key<'_>, kind: Option<Kind>) -> Result<Option<Lock<'k>>, Re
         KeyKind::Empty => Ok(None),
         KeyKind::Other => Err(wrongtype(errors::not_a_lock())),
         KeyKind::String => {
-            let Some(held) = key.value().and_then(codec::decode) else {
+            let Some(held) = key.value().and_then(decode) else {
                 return Err(wrongtype(errors::not_a_lock()));
             };
             if let Some(wanted) = kind {
@@ -351,8 +351,13 @@ pub(crate) fn read_silently<'k>(key: &'k Key<'_>) -> Result<Option<Lock<'k>>, ()
     match key.kind() {
         KeyKind::Empty => Ok(None),
         KeyKind::Other => Err(()),
-        KeyKind::String => key.value().and_then(codec::decode).map(Some).ok_or(()),
+        KeyKind::String => key.value().and_then(decode).map(Some).ok_or(()),
     }
+}
+
+/// A stored lock, with the lock-delay in force.
+fn decode(value: &[u8]) -> Option<Lock<'_>> {
+    codec::decode(value).map(|held| Lock { cool_down_ms: config::EXPIRY_DELAY_MS.get(), ..held })
 }
 
 fn wrongtype(line: String) -> Reply {
@@ -391,7 +396,10 @@ impl Write {
                 deleted
             }
             Write::Store { value, deadline_ms } => {
-                let tolerance = config::CLOCK_JUMP_TOLERANCE_MS.get();
+                // The key must outlive the lock's deadline by the clock-jump
+                // tolerance and any lock-delay after it.
+                let tolerance =
+                    config::CLOCK_JUMP_TOLERANCE_MS.get().saturating_add(config::EXPIRY_DELAY_MS.get());
                 let expire_at = clock::backstop_ms(deadline_ms, now_ms, clock::wall_ms(), tolerance);
                 match key.store_with(value.len(), expire_at, |out| value.write_to(out)) {
                     Some(stored) => {

@@ -83,3 +83,8 @@ pub static QUARANTINE_MS: BoundedI64 = BoundedI64::new("quarantine-ms", -1, -1, 
 
 /// Quarantine after a replica is promoted to master.
 pub static FAILOVER_QUARANTINE: AtomicBool = AtomicBool::new(true);
+
+/// Lock-delay: after a lock expires without being released (its holder
+/// probably died or paused), nobody may take it for this long, in ms. A
+/// normal release frees at once. 0 (the default) turns it off.
+pub static EXPIRY_DELAY_MS: BoundedI64 = BoundedI64::new("expiry-delay-ms", 0, 0, DAY_MS);

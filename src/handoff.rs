@@ -134,7 +134,8 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
             disarm(call, &key_id);
             return false;
         }
-        Ok(Some(held)) if held.is_live(now) => Some(held.deadline_ms),
+        // Held, or within its lock-delay: serve when it frees.
+        Ok(Some(held)) if now < held.frees_at_ms() => Some(held.frees_at_ms()),
         Ok(Some(_)) => {
             // Found expired by the deadline timer (the usual hand-off on
             // expiry): the expired lock is replaced just below.

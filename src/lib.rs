@@ -34,6 +34,7 @@ pub mod stats;
 #[cfg(not(test))]
 mod module {
     use std::ffi::c_int;
+    use std::sync::atomic::Ordering;
 
     use redis_module::configuration::ConfigurationFlags;
     use redis_module::{redis_module, Context, RedisString, Status};
@@ -177,6 +178,10 @@ mod module {
             ("last_fencing_token", Unsigned(crate::node::last_fence())),
             ("max_ttl_ms", Signed(config::MAX_TTL_MS.get())),
             ("clock_jump_tolerance_ms", Signed(config::CLOCK_JUMP_TOLERANCE_MS.get())),
+            ("max_waiters", Signed(config::MAX_WAITERS.get())),
+            ("expiry_delay_ms", Signed(config::EXPIRY_DELAY_MS.get())),
+            ("quarantine_ms", Signed(config::QUARANTINE_MS.get())),
+            ("failover_quarantine", Unsigned(u64::from(config::FAILOVER_QUARANTINE.load(Ordering::Relaxed)))),
             ("wall_clock_offset_ms", Signed(crate::clock::wall_offset_ms())),
         ]
     }
@@ -250,6 +255,7 @@ mod module {
                 [config::CLOCK_JUMP_TOLERANCE_MS.name(), &config::CLOCK_JUMP_TOLERANCE_MS, config::CLOCK_JUMP_TOLERANCE_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::MAX_WAITERS.name(), &config::MAX_WAITERS, config::MAX_WAITERS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::QUARANTINE_MS.name(), &config::QUARANTINE_MS, config::QUARANTINE_MS.default, i64::MIN, i64::MAX, ConfigurationFlags::DEFAULT, None],
+                [config::EXPIRY_DELAY_MS.name(), &config::EXPIRY_DELAY_MS, config::EXPIRY_DELAY_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
             bool: [

@@ -289,6 +289,38 @@ fn renew_extends_many_locks_of_one_owner() {
 }
 
 #[test]
+fn lock_delay_after_expiry_but_not_after_release() {
+    let s = Server::with(Opts::new().module_arg("expiry-delay-ms", "400"));
+    let mut c = s.conn();
+    let t1 = acquire(&mut c, "res", "alice", 100).unwrap();
+    sleep(Duration::from_millis(150));
+    // Expired without a release: nobody gets it during the delay.
+    assert_eq!(acquire(&mut c, "res", "bob", 1000), None, "lock-delay after expiry");
+    assert!(lock_info(&mut c, "res").is_none(), "nobody holds it meanwhile");
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "res", "alice"]), 0, "the old holder cannot act");
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &t1.to_string()]), 0);
+    wait_until(Duration::from_secs(3), "lock-delay to pass", || {
+        acquire(&mut c, "res", "bob", 1000).is_some()
+    });
+    // A normal release frees at once.
+    acquire(&mut c, "other", "alice", 100).unwrap();
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "other", "alice"]), 1);
+    assert!(acquire(&mut c, "other", "bob", 100).is_some(), "no delay after a release");
+    // A waiter is served when the delay ends, not at the deadline.
+    let started = std::time::Instant::now();
+    acquire(&mut c, "w", "alice", 100).unwrap();
+    let served: Option<i64> =
+        cmd("LOCK.ACQUIRE").arg("w").arg("bob").arg(1000).arg("WAIT").arg(3000).query(&mut c).unwrap();
+    let waited = started.elapsed();
+    assert!(served.is_some());
+    assert!(waited >= Duration::from_millis(480) && waited < Duration::from_millis(1500), "{waited:?}");
+    // The key's backstop expiry covers the delay too.
+    let deadline = info_int(&mut c, "w", "deadline-ms").unwrap();
+    let pexpiretime: i64 = cmd("PEXPIRETIME").arg("w").query(&mut c).unwrap();
+    assert!(pexpiretime >= deadline + 60_000 + 400, "{pexpiretime} vs {deadline}");
+}
+
+#[test]
 fn wrongtype_on_keys_that_are_not_locks_of_that_kind() {
     let s = Server::start();
     let mut c = s.conn();

@@ -116,6 +116,7 @@ pub fn decode(value: &[u8]) -> Option<Lock<'_>> {
         fence: parse_decimal(fence)?,
         deadline_ms: i64::try_from(parse_decimal(deadline)?).ok()?,
         holds: u32::try_from(parse_decimal(holds)?).ok()?,
+        cool_down_ms: 0,
     };
     if owner.is_empty() || owner.len() > TOKEN_LEN_MAX || lock.holds == 0 {
         return None;
@@ -150,7 +151,14 @@ mod tests {
     use proptest::prelude::*;
 
     fn sample(owner: &[u8]) -> Lock<'_> {
-        Lock { kind: Kind::Plain, owner, fence: 1795312345678001, deadline_ms: 1795312347678, holds: 1 }
+        Lock {
+            kind: Kind::Plain,
+            owner,
+            fence: 1795312345678001,
+            deadline_ms: 1795312347678,
+            holds: 1,
+            cool_down_ms: 0,
+        }
     }
 
     #[test]
@@ -197,7 +205,7 @@ mod tests {
         #[test]
         fn round_trips(reentrant: bool, fence: u64, deadline in 0i64..=i64::MAX, holds in 1u32.., owner in proptest::collection::vec(any::<u8>(), 1..64)) {
             let kind = if reentrant { Kind::Reentrant } else { Kind::Plain };
-            let lock = Lock { kind, owner: &owner, fence, deadline_ms: deadline, holds };
+            let lock = Lock { kind, owner: &owner, fence, deadline_ms: deadline, holds, cool_down_ms: 0 };
             let bytes = encode(&lock);
             prop_assert_eq!(decode(&bytes), Some(lock));
         }

@@ -51,11 +51,26 @@ pub struct Lock<'a> {
     pub deadline_ms: i64,
     /// Reentrant hold count; always 1 for plain locks.
     pub holds: u32,
+    /// Lock-delay: after the deadline passes without a release, nobody may
+    /// take the lock for this long (its holder probably died or paused, and
+    /// a resource that cannot check fencing tokens needs the pause). Not
+    /// stored: the adapter sets it from `lock.expiry-delay-ms` on read.
+    pub cool_down_ms: i64,
 }
 
 impl Lock<'_> {
     pub fn is_live(&self, now_ms: i64) -> bool {
         now_ms < self.deadline_ms
+    }
+
+    /// When a new grant becomes possible if the holder does not release.
+    pub fn frees_at_ms(&self) -> i64 {
+        self.deadline_ms.saturating_add(self.cool_down_ms.max(0))
+    }
+
+    /// Expired, but still within its lock-delay.
+    pub fn is_cooling(&self, now_ms: i64) -> bool {
+        !self.is_live(now_ms) && now_ms < self.frees_at_ms()
     }
 
     pub fn remaining_ms(&self, now_ms: i64) -> i64 {
@@ -102,13 +117,21 @@ pub enum Grant {
 }
 
 /// Splits the stored lock into live or expired, so every transition treats an
-/// expired lock exactly like a missing one.
+/// expired lock exactly like a missing one. A lock within its lock-delay is
+/// held by nobody but is not expired yet either: it is neither returned nor
+/// reaped (see [`cooling`]).
 fn live<'a>(current: Option<Lock<'a>>, now_ms: i64) -> (Option<Lock<'a>>, bool) {
     match current {
         Some(lock) if lock.is_live(now_ms) => (Some(lock), false),
+        Some(lock) if lock.is_cooling(now_ms) => (None, false),
         Some(_) => (None, true),
         None => (None, false),
     }
+}
+
+/// True if the stored lock is within its lock-delay (no grant yet).
+fn cooling(current: Option<Lock<'_>>, now_ms: i64) -> bool {
+    current.is_some_and(|lock| lock.is_cooling(now_ms))
 }
 
 /// The step for a transition that leaves the lock as it found it: an expired
@@ -146,11 +169,12 @@ pub fn acquire<'a>(
     let (held, found_expired) = live(current, now_ms);
     let deadline_ms = now_ms.saturating_add(ttl_ms);
     let (reply, step) = match held {
+        None if cooling(current, now_ms) => (Grant::Busy, Step::Keep),
         None if admission == Admission::Queued => (Grant::Busy, keep_or_reap(found_expired)),
         None if admission == Admission::Quarantined => (Grant::Quarantined, keep_or_reap(found_expired)),
         None => {
             let fence = fencer.next(now_ms);
-            let lock = Lock { kind, owner, fence, deadline_ms, holds: 1 };
+            let lock = Lock { kind, owner, fence, deadline_ms, holds: 1, cool_down_ms: 0 };
             (Grant::Granted(fence), Step::Write(lock))
         }
         Some(lock) if lock.owner != owner => (Grant::Busy, Step::Keep),
@@ -315,11 +339,36 @@ mod tests {
     #[test]
     fn hold_count_is_bounded() {
         let mut f = Fencer::new(0);
-        let full = Lock { kind: Kind::Reentrant, owner: b"o", fence: 1, deadline_ms: 100, holds: HOLDS_MAX };
+        let full = Lock {
+            kind: Kind::Reentrant,
+            owner: b"o",
+            fence: 1,
+            deadline_ms: 100,
+            holds: HOLDS_MAX,
+            cool_down_ms: 0,
+        };
         assert_eq!(
             acquire(Some(full), Kind::Reentrant, b"o", TTL, 0, Admission::Open, &mut f).reply,
             Grant::TooManyHolds
         );
+    }
+
+    #[test]
+    fn lock_delay_after_expiry_but_not_after_release() {
+        let mut f = Fencer::new(0);
+        let delayed = |l: Option<Lock<'static>>| l.map(|l| Lock { cool_down_ms: 500, ..l });
+        let lock = delayed(stored(&grant(None, b"a", 0, &mut f)));
+        // Expired at TTL, but nobody may take it until TTL + 500.
+        let early = grant(lock, b"b", TTL + 10, &mut f);
+        assert_eq!((early.reply, early.step, early.found_expired), (Grant::Busy, Step::Keep, false));
+        assert!(!release(lock, b"a", TTL + 10).reply, "the old holder no longer holds it");
+        assert_eq!(release(lock, b"a", TTL + 10).step, Step::Keep, "not reaped while cooling");
+        assert_eq!(inspect(lock, TTL + 10), None);
+        let late = grant(lock, b"b", TTL + 500, &mut f);
+        assert!(matches!(late.reply, Grant::Granted(_)) && late.found_expired);
+        // A release frees at once, whatever the delay.
+        let held = delayed(stored(&grant(None, b"a", 0, &mut f)));
+        assert_eq!(release(held, b"a", 1).step, Step::Delete);
     }
 
     #[test]
