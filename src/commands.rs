@@ -129,14 +129,14 @@ pub fn extend(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
     })
 }
 
-/// `LOCK.EXIT key owner`
+/// `LOCK.EXIT key owner [ID request-id]`
 pub fn exit(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
-    let request = match args::owner(argv) {
+    let request = match args::exit(argv) {
         Ok(request) => request,
         Err(e) => return rejected("lock.exit", &e),
     };
     with_lock_reply(call, Some(Kind::Reentrant), |current, now| {
-        let out = lock::exit(current, request.owner, now);
+        let out = lock::exit(current, request.owner, request.request_id, now);
         let reply = match out.reply {
             Some(0) => {
                 stats::RELEASES.bump();

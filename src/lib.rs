@@ -110,7 +110,7 @@ mod module {
                 name: c"lock.exit",
                 entry: exit_entry,
                 flags: c"write fast",
-                arity: 3,
+                arity: -3,
                 key_flags: RW | UPDATE,
                 keys: (1, 1),
                 summary: c"Drop one hold of a reentrant lock; reply: holds left or nil",

@@ -356,7 +356,7 @@ fn command_metadata_declares_the_key() {
         ("lock.release", 3, true),
         ("lock.extend", 4, true),
         ("lock.enter", -4, true),
-        ("lock.exit", 3, true),
+        ("lock.exit", -3, true),
         ("lock.fence", 4, true),
         ("lock.info", 2, false),
     ];

@@ -177,6 +177,38 @@ fn reentrant_enter_exit() {
 }
 
 #[test]
+fn exit_retried_with_the_same_request_id_is_applied_once() {
+    let s = Server::start();
+    let mut c = s.conn();
+    for _ in 0..3 {
+        int(&mut c, &["LOCK.ENTER", "r", "o", "5000"]);
+    }
+    assert_eq!(int(&mut c, &["LOCK.EXIT", "r", "o", "ID", "req-1"]), 2);
+    // The reply was "lost"; the client retries the same request.
+    assert_eq!(int(&mut c, &["LOCK.EXIT", "r", "o", "ID", "req-1"]), 2, "applied once");
+    assert_eq!(int(&mut c, &["LOCK.EXIT", "r", "o", "id", "req-1"]), 2);
+    assert_eq!(info_int(&mut c, "r", "holds"), Some(2));
+    let raw: String = cmd("GET").arg("r").query(&mut c).unwrap();
+    assert!(raw.contains("|2;req-1|o"), "the id is stored with the lock: {raw}");
+    assert_eq!(int(&mut c, &["LOCK.EXIT", "r", "o", "ID", "req-2"]), 1);
+    assert!(is_nil(&mut c, &["LOCK.EXIT", "r", "other", "ID", "req-2"]), "another owner: nil");
+    let too_long = "x".repeat(65);
+    for (line, expect) in [
+        (vec!["LOCK.EXIT", "r", "o", "ID"], "needs a value"),
+        (vec!["LOCK.EXIT", "r", "o", "ID", "a|b"], "request id must be"),
+        (vec!["LOCK.EXIT", "r", "o", "ID", &too_long], "request id must be"),
+        (vec!["LOCK.EXIT", "r", "o", "ID", "x", "extra"], "unknown option"),
+        (vec!["LOCK.EXIT", "r", "o", "NX"], "unknown option"),
+    ] {
+        let e = err_text(call(&mut c, &line));
+        assert!(e.starts_with("ERR") && e.contains(expect), "{line:?}: {e}");
+    }
+    assert_eq!(info_int(&mut c, "r", "holds"), Some(1), "refused calls changed nothing");
+    assert_eq!(int(&mut c, &["LOCK.EXIT", "r", "o"]), 0);
+    assert_eq!(int(&mut c, &["EXISTS", "r"]), 0);
+}
+
+#[test]
 fn fence_raises_the_counter_only_for_the_holder() {
     let s = Server::start();
     let mut c = s.conn();

@@ -5,7 +5,7 @@
 //! LOCK.ACQUIRE key token ttl-ms [WAIT timeout-ms]
 //! LOCK.ENTER   key owner ttl-ms [WAIT timeout-ms]
 //! LOCK.RELEASE key token
-//! LOCK.EXIT    key owner
+//! LOCK.EXIT    key owner [ID request-id]
 //! LOCK.EXTEND  key token ttl-ms
 //! LOCK.FENCE   key token floor
 //! LOCK.INFO    key
@@ -23,6 +23,15 @@ use std::fmt;
 /// about 45 bytes; 256 leaves room without letting a client store megabytes
 /// per lock.
 pub const TOKEN_LEN_MAX: usize = 256;
+
+/// Longest EXIT request id. Ids are printable ASCII without `|` (they are
+/// stored inside the lock value); a UUID fits.
+pub const REQUEST_ID_LEN_MAX: usize = 64;
+
+pub fn is_request_id(id: &[u8]) -> bool {
+    (1..=REQUEST_ID_LEN_MAX).contains(&id.len())
+        && id.iter().all(|&b| (0x21..=0x7e).contains(&b) && b != b'|')
+}
 
 /// Longest WAIT timeout, in ms (one day). `WAIT 0` means no bound.
 pub const WAIT_MS_MAX: i64 = 86_400_000;
@@ -48,6 +57,7 @@ pub enum ArgError {
     DuplicateOption(&'static str),
     MissingValue(&'static str),
     TooManyKeys { count: usize, max: usize },
+    BadRequestId,
 }
 
 impl fmt::Display for ArgError {
@@ -70,6 +80,10 @@ impl fmt::Display for ArgError {
             ArgError::DuplicateOption(name) => write!(f, "option {name} given twice"),
             ArgError::MissingValue(name) => write!(f, "option {name} needs a value"),
             ArgError::TooManyKeys { count, max } => write!(f, "{count} keys, more than the limit of {max}"),
+            ArgError::BadRequestId => write!(
+                f,
+                "request id must be 1 to {REQUEST_ID_LEN_MAX} printable ASCII characters without '|'"
+            ),
         }
     }
 }
@@ -83,10 +97,17 @@ pub struct Acquire<'a> {
     pub wait_ms: Option<i64>,
 }
 
-/// RELEASE and EXIT.
+/// RELEASE (and EXIT without an id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Owner<'a> {
     pub owner: &'a [u8],
+}
+
+/// EXIT: the owner and an optional request id (`ID request-id`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exit<'a> {
+    pub owner: &'a [u8],
+    pub request_id: Option<&'a [u8]>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +160,28 @@ pub fn extend<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Extend<'a>, ArgEr
         return Err(ArgError::Arity);
     };
     Ok(Extend { owner: token(owner, "token")?, ttl_ms: ttl_ms(ttl, limits)? })
+}
+
+pub fn exit<'a>(argv: &[&'a [u8]]) -> Result<Exit<'a>, ArgError> {
+    let [_, _, owner, options @ ..] = argv else { return Err(ArgError::Arity) };
+    let owner = token(owner, "token")?;
+    let request_id = match options {
+        [] => None,
+        [name, id] if name.eq_ignore_ascii_case(b"ID") => {
+            if !is_request_id(id) {
+                return Err(ArgError::BadRequestId);
+            }
+            Some(*id)
+        }
+        [name] if name.eq_ignore_ascii_case(b"ID") => return Err(ArgError::MissingValue("ID")),
+        [name, id, ..] if name.eq_ignore_ascii_case(b"ID") && id.len() <= REQUEST_ID_LEN_MAX => {
+            return Err(ArgError::UnknownOption(
+                String::from_utf8_lossy(options.get(2).copied().unwrap_or_default()).into_owned(),
+            ))
+        }
+        [name, ..] => return Err(ArgError::UnknownOption(String::from_utf8_lossy(name).into_owned())),
+    };
+    Ok(Exit { owner, request_id })
 }
 
 /// `floor_max` is the largest floor this node accepts now (see
@@ -370,6 +413,13 @@ mod tests {
             Err(true)
         );
         assert_eq!(check(&argv("LOCK.CHECK k")), Err(ArgError::Arity));
+        assert_eq!(exit(&argv("LOCK.EXIT k o")), Ok(Exit { owner: b"o", request_id: None }));
+        assert_eq!(exit(&argv("LOCK.EXIT k o id r-1")), Ok(Exit { owner: b"o", request_id: Some(b"r-1") }));
+        assert_eq!(exit(&argv("LOCK.EXIT k o ID")), Err(ArgError::MissingValue("ID")));
+        assert_eq!(exit(&argv("LOCK.EXIT k o ID a|b")), Err(ArgError::BadRequestId));
+        assert_eq!(exit(&argv("LOCK.EXIT k o ID r x")), Err(ArgError::UnknownOption("x".into())));
+        assert_eq!(exit(&argv("LOCK.EXIT k o NX")), Err(ArgError::UnknownOption("NX".into())));
+        assert_eq!(exit(&argv("LOCK.EXIT k")), Err(ArgError::Arity));
         assert_eq!(renew(&argv("LOCK.RENEW t 100 a b"), LIMITS), Ok(Extend { owner: b"t", ttl_ms: 100 }));
         assert_eq!(renew(&argv("LOCK.RENEW t 100"), LIMITS), Err(ArgError::Arity));
         let many = format!("LOCK.RENEW t 100{}", " k".repeat(RENEW_KEYS_MAX + 1));

@@ -1,7 +1,7 @@
 //! The stored form of a lock: one Redis string per lock key.
 //!
 //! ```text
-//! LK1|<kind>|<fence>|<deadline-ms>|<holds>|<owner>
+//! LK1|<kind>|<fence>|<deadline-ms>|<holds>[;<exit-id>]|<owner>
 //! LK1|P|1795312345678001|1795312347678|1|worker-7f3a
 //! ```
 //!
@@ -12,15 +12,15 @@
 //! no sign or leading zeros; anything else is not a lock (the command answers
 //! WRONGTYPE rather than guessing).
 
-use super::args::TOKEN_LEN_MAX;
+use super::args::{is_request_id, REQUEST_ID_LEN_MAX, TOKEN_LEN_MAX};
 use super::lock::{Kind, Lock};
 
 /// Every lock value starts with this; a string that does not is not a lock.
 pub const MAGIC: &[u8] = b"LK1|";
 
 /// Longest encoded header: magic, kind, 20-digit fence, 20-digit deadline,
-/// 10-digit holds and five separators.
-pub const HEADER_LEN_MAX: usize = MAGIC.len() + 2 + 21 + 21 + 11;
+/// 10-digit holds, an exit request id with its `;`, and five separators.
+pub const HEADER_LEN_MAX: usize = MAGIC.len() + 2 + 21 + 21 + 11 + 1 + REQUEST_ID_LEN_MAX;
 
 /// A lock ready to be stored: header formatted and owner copied, so it no
 /// longer borrows anything (a renewal's owner points into the very value
@@ -41,7 +41,8 @@ impl Encoded {
         let mut holds = itoa::Buffer::new();
         // Deadlines before 1970 cannot come from the module clock; clamp
         // rather than write a sign the decoder would reject.
-        let parts: [&[u8]; 9] = [
+        let exit_sep: &[u8] = if lock.exit_id.is_empty() { b"" } else { b";" };
+        let parts: [&[u8]; 11] = [
             MAGIC,
             &[lock.kind.letter(), b'|'],
             fence.format(lock.fence).as_bytes(),
@@ -49,6 +50,8 @@ impl Encoded {
             deadline.format(u64::try_from(lock.deadline_ms).unwrap_or(0)).as_bytes(),
             b"|",
             holds.format(lock.holds).as_bytes(),
+            exit_sep,
+            lock.exit_id,
             b"|",
             b"",
         ];
@@ -110,12 +113,24 @@ pub fn decode(value: &[u8]) -> Option<Lock<'_>> {
     let (fence, rest) = split_field(rest)?;
     let (deadline, rest) = split_field(rest)?;
     let (holds, owner) = split_field(rest)?;
+    // `holds` may carry the last EXIT's request id: `2;req-17`.
+    let (holds, exit_id) = match holds.iter().position(|&b| b == b';') {
+        Some(at) => {
+            let id = holds.get(at + 1..)?;
+            if kind != Kind::Reentrant || !is_request_id(id) {
+                return None;
+            }
+            (holds.get(..at)?, id)
+        }
+        None => (holds, &b""[..]),
+    };
     let lock = Lock {
         kind,
         owner,
         fence: parse_decimal(fence)?,
         deadline_ms: i64::try_from(parse_decimal(deadline)?).ok()?,
         holds: u32::try_from(parse_decimal(holds)?).ok()?,
+        exit_id,
         cool_down_ms: 0,
     };
     if owner.is_empty() || owner.len() > TOKEN_LEN_MAX || lock.holds == 0 {
@@ -157,6 +172,7 @@ mod tests {
             fence: 1795312345678001,
             deadline_ms: 1795312347678,
             holds: 1,
+            exit_id: b"",
             cool_down_ms: 0,
         }
     }
@@ -178,6 +194,16 @@ mod tests {
         let mut value = b"LK1|P|1|2|1|".to_vec();
         value.extend(std::iter::repeat_n(b'x', TOKEN_LEN_MAX + 1));
         assert_eq!(decode(&value), None);
+    }
+
+    #[test]
+    fn reentrant_locks_carry_the_last_exit_id() {
+        let lock = Lock { kind: Kind::Reentrant, exit_id: b"r-1", holds: 2, ..sample(b"o") };
+        let bytes = encode(&lock);
+        assert_eq!(bytes, b"LK1|R|1795312345678001|1795312347678|2;r-1|o".to_vec());
+        assert_eq!(decode(&bytes), Some(lock));
+        assert_eq!(decode(b"LK1|P|1|2|1;r-1|o"), None, "plain locks have no exit id");
+        assert_eq!(decode(b"LK1|R|1|2|1;|o"), None);
     }
 
     #[test]
@@ -205,7 +231,8 @@ mod tests {
         #[test]
         fn round_trips(reentrant: bool, fence: u64, deadline in 0i64..=i64::MAX, holds in 1u32.., owner in proptest::collection::vec(any::<u8>(), 1..64)) {
             let kind = if reentrant { Kind::Reentrant } else { Kind::Plain };
-            let lock = Lock { kind, owner: &owner, fence, deadline_ms: deadline, holds, cool_down_ms: 0 };
+            let exit_id: &[u8] = if reentrant && fence % 2 == 0 { b"req-17" } else { b"" };
+            let lock = Lock { kind, owner: &owner, fence, deadline_ms: deadline, holds, exit_id, cool_down_ms: 0 };
             let bytes = encode(&lock);
             prop_assert_eq!(decode(&bytes), Some(lock));
         }

@@ -51,6 +51,9 @@ pub struct Lock<'a> {
     pub deadline_ms: i64,
     /// Reentrant hold count; always 1 for plain locks.
     pub holds: u32,
+    /// Reentrant only: the request id of the last EXIT applied (empty if
+    /// none), so that a retried EXIT with the same id is not applied twice.
+    pub exit_id: &'a [u8],
     /// Lock-delay: after the deadline passes without a release, nobody may
     /// take the lock for this long (its holder probably died or paused, and
     /// a resource that cannot check fencing tokens needs the pause). Not
@@ -174,7 +177,7 @@ pub fn acquire<'a>(
         None if admission == Admission::Quarantined => (Grant::Quarantined, keep_or_reap(found_expired)),
         None => {
             let fence = fencer.next(now_ms);
-            let lock = Lock { kind, owner, fence, deadline_ms, holds: 1, cool_down_ms: 0 };
+            let lock = Lock { kind, owner, fence, deadline_ms, holds: 1, exit_id: b"", cool_down_ms: 0 };
             (Grant::Granted(fence), Step::Write(lock))
         }
         Some(lock) if lock.owner != owner => (Grant::Busy, Step::Keep),
@@ -214,13 +217,24 @@ pub fn extend<'a>(current: Option<Lock<'a>>, owner: &[u8], ttl_ms: i64, now_ms: 
 }
 
 /// LOCK.EXIT: drops one hold; `Some(remaining)` (0 = freed) or `None` when
-/// `owner` does not hold it.
-pub fn exit<'a>(current: Option<Lock<'a>>, owner: &[u8], now_ms: i64) -> Outcome<'a, Option<u32>> {
+/// `owner` does not hold it. With a `request_id`, a retry of an EXIT that
+/// was already applied (its reply was lost) changes nothing and answers the
+/// same count again.
+pub fn exit<'a>(
+    current: Option<Lock<'a>>,
+    owner: &[u8],
+    request_id: Option<&'a [u8]>,
+    now_ms: i64,
+) -> Outcome<'a, Option<u32>> {
     let (held, found_expired) = live(current, now_ms);
     match held {
+        Some(lock) if lock.owner == owner && request_id.is_some_and(|id| id == lock.exit_id) => {
+            Outcome { reply: Some(lock.holds), step: Step::Keep, found_expired }
+        }
         Some(lock) if lock.owner == owner => {
             let holds = lock.holds.saturating_sub(1);
-            let step = if holds == 0 { Step::Delete } else { Step::Write(Lock { holds, ..lock }) };
+            let exit_id = request_id.unwrap_or(b"");
+            let step = if holds == 0 { Step::Delete } else { Step::Write(Lock { holds, exit_id, ..lock }) };
             Outcome { reply: Some(holds), step, found_expired }
         }
         _ => Outcome { reply: None, step: keep_or_reap(found_expired), found_expired },
@@ -270,7 +284,11 @@ mod tests {
 
     fn stored(o: &Outcome<'_, impl Copy>) -> Option<Lock<'static>> {
         match o.step {
-            Step::Write(l) => Some(Lock { owner: Box::leak(l.owner.to_vec().into_boxed_slice()), ..l }),
+            Step::Write(l) => Some(Lock {
+                owner: Box::leak(l.owner.to_vec().into_boxed_slice()),
+                exit_id: Box::leak(l.exit_id.to_vec().into_boxed_slice()),
+                ..l
+            }),
             _ => None,
         }
     }
@@ -320,10 +338,10 @@ mod tests {
         let e2 = acquire(stored(&e1), Kind::Reentrant, b"o", TTL, 5, Admission::Open, &mut f);
         assert_eq!(e2.reply, Grant::Renewed(t));
         assert_eq!(stored(&e2).map(|l| (l.holds, l.deadline_ms)), Some((2, 5 + TTL)));
-        let x1 = exit(stored(&e2), b"o", 6);
+        let x1 = exit(stored(&e2), b"o", None, 6);
         assert_eq!(x1.reply, Some(1));
-        assert_eq!(exit(stored(&x1), b"p", 6).reply, None);
-        let x2 = exit(stored(&x1), b"o", 7);
+        assert_eq!(exit(stored(&x1), b"p", None, 6).reply, None);
+        let x2 = exit(stored(&x1), b"o", None, 7);
         assert_eq!((x2.reply, x2.step), (Some(0), Step::Delete));
     }
 
@@ -337,6 +355,23 @@ mod tests {
     }
 
     #[test]
+    fn exit_with_a_request_id_is_applied_once() {
+        let mut f = Fencer::new(0);
+        let mut lock = stored(&acquire(None, Kind::Reentrant, b"o", TTL, 0, Admission::Open, &mut f));
+        for _ in 0..2 {
+            lock = stored(&acquire(lock, Kind::Reentrant, b"o", TTL, 1, Admission::Open, &mut f));
+        }
+        let first = exit(lock, b"o", Some(b"r1"), 2);
+        assert_eq!(first.reply, Some(2));
+        let after = stored(&first);
+        let retry = exit(after, b"o", Some(b"r1"), 3);
+        assert_eq!((retry.reply, retry.step), (Some(2), Step::Keep), "the retry is not applied again");
+        let next = exit(after, b"o", Some(b"r2"), 3);
+        assert_eq!(next.reply, Some(1), "a new request id is applied");
+        assert_eq!(exit(after, b"x", Some(b"r1"), 3).reply, None, "only the owner's own id counts");
+    }
+
+    #[test]
     fn hold_count_is_bounded() {
         let mut f = Fencer::new(0);
         let full = Lock {
@@ -345,6 +380,7 @@ mod tests {
             fence: 1,
             deadline_ms: 100,
             holds: HOLDS_MAX,
+            exit_id: b"",
             cool_down_ms: 0,
         };
         assert_eq!(

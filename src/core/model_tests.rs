@@ -131,7 +131,7 @@ proptest! {
                     if store.current().is_some_and(|l| l.kind != Kind::Reentrant) && live.is_some() {
                         continue;
                     }
-                    let out = lock::exit(store.current(), OWNERS[owner as usize], now);
+                    let out = lock::exit(store.current(), OWNERS[owner as usize], None, now);
                     let (reply, change) = (out.reply, owned(out.step));
                     match live {
                         Some((_, h, d, holds, t)) if h == owner => {
