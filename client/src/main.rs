@@ -1,1 +1,304 @@
-fn main() {}
+//! `redlock`: take, release, extend and inspect quorum locks, and run a
+//! command while holding one (`exec`). See `redlock --help`.
+
+mod cli {
+    pub mod exec;
+    pub mod exit;
+}
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use redlock_client::{Config, Error, NodeInfo, Redlock, RetryPolicy};
+
+use cli::exit;
+
+const EXAMPLES: &str = "\
+Exit codes:
+  0    done
+  1    invalid argument
+  2    usage error
+  69   no quorum: too many nodes unreachable, quarantined, timing out or
+       failing (or the rounds took longer than the TTL)
+  73   not acquired: another owner holds the lock (acquire, exec, also
+       after --wait); release/extend: the token does not hold the lock on
+       a majority (it expired or was taken)
+  75   exec: the lock was lost while the command ran; the command was
+       stopped (SIGTERM, then SIGKILL after --grace)
+  126  exec: the command could not be run; 127: it was not found
+  exec otherwise exits with the command's own status (128+N if it was
+  killed by signal N).
+
+Examples:
+  export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+
+  # A cron job that must never run twice at once, on any host: a run that
+  # finds the lock held is skipped (exit 73); a run that loses the lock
+  # (nodes down, process paused past its validity) is stopped (exit 75).
+  */5 * * * *  redlock exec nightly-report --ttl 30000 -- /usr/local/bin/report
+
+  # The same, waiting up to a minute for the previous run to finish:
+  redlock exec nightly-report --ttl 30000 --wait 60000 -- /usr/local/bin/report
+
+  # The command sees REDLOCK_RESOURCE, REDLOCK_TOKEN and REDLOCK_FENCING_TOKEN;
+  # give the fencing token to the storage so that it refuses stale writers:
+  redlock exec db-migrate -- sh -c 'migrate --fence \"$REDLOCK_FENCING_TOKEN\"'
+
+  # By hand, in a script (the lock stays until its TTL or the release):
+  out=$(redlock acquire deploy --ttl 20000 --wait 5000) || exit 1
+  eval \"$out\"      # sets REDLOCK_TOKEN, REDLOCK_FENCING_TOKEN, REDLOCK_VALIDITY_MS
+  deploy --fence \"$REDLOCK_FENCING_TOKEN\"
+  redlock release deploy --token \"$REDLOCK_TOKEN\"
+
+  # Who holds it, node by node:
+  redlock info deploy";
+
+/// Quorum locks over N Redis masters running the `lock` module.
+///
+/// Runs the Redlock majority protocol: a lock is held when a majority of
+/// the nodes (N/2+1) granted it within its validity, and it carries a
+/// fencing token that strictly increases from one holder to the next.
+#[derive(Parser, Debug)]
+#[command(name = "redlock", version, after_help = EXAMPLES)]
+struct Cli {
+    /// The lock nodes, comma-separated: redis://host:port[/db],...
+    #[arg(long, env = "REDLOCK_NODES", value_delimiter = ',', required = true)]
+    nodes: Vec<String>,
+
+    /// Timeout for connecting to one node, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 500)]
+    connect_timeout: u64,
+
+    /// Timeout for one command on one node, in ms.
+    #[arg(long, value_name = "MS", default_value_t = 250)]
+    timeout: u64,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Take the lock and print its token and fencing token (as shell
+    /// assignments). The lock stays held after this exits, until its TTL
+    /// runs out or `release`.
+    Acquire {
+        resource: String,
+        /// Time to live, in ms (at most the nodes' lock.max-ttl-ms).
+        #[arg(long, value_name = "MS")]
+        ttl: u64,
+        /// Keep retrying (random delays of 50-200 ms) for up to this long.
+        #[arg(long, value_name = "MS", default_value_t = 0)]
+        wait: u64,
+    },
+    /// Release the lock held with TOKEN, on every node.
+    Release {
+        resource: String,
+        #[arg(long, env = "REDLOCK_TOKEN")]
+        token: String,
+    },
+    /// Extend the lock held with TOKEN to TTL from now.
+    Extend {
+        resource: String,
+        #[arg(long, env = "REDLOCK_TOKEN")]
+        token: String,
+        #[arg(long, value_name = "MS")]
+        ttl: u64,
+    },
+    /// Show LOCK.INFO from every node, as a table.
+    Info { resource: String },
+    /// Run a command while holding the lock: renewed in the background
+    /// every ttl/3, the command stopped if the lock is lost, released when
+    /// the command exits. The command gets REDLOCK_RESOURCE, REDLOCK_TOKEN
+    /// and REDLOCK_FENCING_TOKEN in its environment.
+    Exec {
+        resource: String,
+        /// Time to live, in ms; renewed every ttl/3 while the command runs.
+        #[arg(long, value_name = "MS", default_value_t = 10_000)]
+        ttl: u64,
+        /// Keep retrying to acquire for up to this long, in ms (0: one try).
+        #[arg(long, value_name = "MS", default_value_t = 0)]
+        wait: u64,
+        /// After the lock is lost: time between SIGTERM and SIGKILL, in ms.
+        #[arg(long, value_name = "MS", default_value_t = 5_000)]
+        grace: u64,
+        /// Stop renewing after this long, in ms (the command is then
+        /// stopped when the lock runs out, exit 75).
+        #[arg(long, value_name = "MS", default_value_t = 86_400_000)]
+        max_hold: u64,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<std::ffi::OsString>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("redlock: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::INVALID);
+        }
+    };
+    let code = runtime.block_on(run(cli));
+    // Do not wait for background tasks (a node that does not answer).
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    ExitCode::from(code)
+}
+
+async fn run(cli: Cli) -> u8 {
+    let config = Config {
+        connect_timeout: Duration::from_millis(cli.connect_timeout),
+        command_timeout: Duration::from_millis(cli.timeout),
+        ..Config::default()
+    };
+    let nodes: Vec<&str> = cli.nodes.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();
+    let redlock = match Redlock::connect(&nodes, config).await {
+        Ok(redlock) => redlock,
+        Err(e) => {
+            eprintln!("redlock: {e}");
+            return exit::code(&e);
+        }
+    };
+    match cli.command {
+        Command::Acquire { resource, ttl, wait } => acquire(&redlock, &resource, ttl, wait).await,
+        Command::Release { resource, token } => match redlock.release(&resource, &token).await {
+            Ok(tally) => {
+                eprintln!("redlock: released '{resource}' on {} of {} nodes", tally.yes, tally.nodes);
+                exit::OK
+            }
+            Err(e) => failed(&e),
+        },
+        Command::Extend { resource, token, ttl } => {
+            match redlock.extend(&resource, &token, Duration::from_millis(ttl)).await {
+                Ok(lease) => {
+                    let left = lease.deadline.saturating_duration_since(std::time::Instant::now());
+                    println!("REDLOCK_VALIDITY_MS={}", left.as_millis());
+                    exit::OK
+                }
+                Err(e) => failed(&e),
+            }
+        }
+        Command::Info { resource } => {
+            print!("{}", info_table(&redlock.info(&resource).await));
+            exit::OK
+        }
+        Command::Exec { resource, ttl, wait, grace, max_hold, command } => {
+            let options = cli::exec::Options {
+                ttl: Duration::from_millis(ttl),
+                wait: Duration::from_millis(wait),
+                grace: Duration::from_millis(grace),
+                max_hold: Duration::from_millis(max_hold),
+            };
+            cli::exec::run(&redlock, &resource, &command, options).await
+        }
+    }
+}
+
+fn failed(error: &Error) -> u8 {
+    eprintln!("redlock: {error}");
+    exit::code(error)
+}
+
+pub fn retry_policy(wait: Duration) -> RetryPolicy {
+    if wait.is_zero() {
+        RetryPolicy::attempts(1)
+    } else {
+        RetryPolicy::within(wait)
+    }
+}
+
+async fn acquire(redlock: &Redlock, resource: &str, ttl: u64, wait: u64) -> u8 {
+    let policy = retry_policy(Duration::from_millis(wait));
+    match redlock.acquire(resource, Duration::from_millis(ttl), &policy).await {
+        Ok(guard) => {
+            let validity = guard.validity_remaining();
+            let held = guard.detach();
+            println!("REDLOCK_RESOURCE={}", shell_quote(&held.resource));
+            println!("REDLOCK_TOKEN={}", held.token);
+            println!("REDLOCK_FENCING_TOKEN={}", held.fencing_token);
+            println!("REDLOCK_VALIDITY_MS={}", validity.as_millis());
+            exit::OK
+        }
+        Err(e) => failed(&e),
+    }
+}
+
+/// A word the shell reads back as `text`.
+fn shell_quote(text: &str) -> String {
+    let plain =
+        !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./:@%+=,".contains(&b));
+    if plain {
+        text.to_string()
+    } else {
+        format!("'{}'", text.replace('\'', r"'\''"))
+    }
+}
+
+fn info_table(nodes: &[NodeInfo]) -> String {
+    let header = ["node", "state", "kind", "holder", "holds", "fence", "ttl-ms", "waiters"];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for node in nodes {
+        let mut row = vec![node.node.clone()];
+        match &node.info {
+            Ok(None) => {
+                row.extend(["free".to_string()].into_iter().chain(std::iter::repeat_n("-".to_string(), 6)))
+            }
+            Ok(Some(info)) => row.extend([
+                "held".to_string(),
+                info.kind.clone(),
+                info.holder.clone(),
+                info.holds.to_string(),
+                info.fence.to_string(),
+                info.ttl_ms.to_string(),
+                info.waiters.to_string(),
+            ]),
+            Err(why) => row.extend([format!("error: {why}")]),
+        }
+        rows.push(row);
+    }
+    let columns = header.len();
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter(|r| r.len() == columns).map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(
+                |(c, cell)| {
+                    if row.len() == columns {
+                        format!("{cell:<w$}", w = widths[c])
+                    } else {
+                        cell.clone()
+                    }
+                },
+            )
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("job-1"), "job-1");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn the_cli_definition_is_valid() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,159 @@
+//! `redlock exec`: run a command while holding the lock, as `etcdctl lock`
+//! and `consul lock` do.
+//!
+//! The command runs in its own process group, so that stopping it also stops
+//! what it started (a shell's children). Signals sent to `redlock` itself
+//! (SIGINT, SIGTERM, SIGHUP) are passed on to that group; the lock is
+//! released once the command has exited.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use redlock_client::{Guard, Lost, Redlock, Watchdog};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, SignalKind};
+
+use super::exit;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    pub ttl: Duration,
+    pub wait: Duration,
+    pub grace: Duration,
+    pub max_hold: Duration,
+}
+
+enum Outcome {
+    Exited(std::io::Result<ExitStatus>),
+    Lost(Lost),
+}
+
+pub async fn run(redlock: &Redlock, resource: &str, command: &[OsString], options: Options) -> u8 {
+    let Some((program, args)) = command.split_first() else {
+        eprintln!("redlock: exec needs a command after --");
+        return exit::INVALID;
+    };
+    let policy = crate::retry_policy(options.wait);
+    let mut guard = match redlock.acquire(resource, options.ttl, &policy).await {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("redlock: not running {}: {e}", program.to_string_lossy());
+            return exit::code(&e);
+        }
+    };
+    guard.start_watchdog(Watchdog { renewals_max: u32::MAX, duration_max: options.max_hold });
+
+    let mut child = match spawn(program, args, &guard) {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("redlock: cannot run {}: {e}", program.to_string_lossy());
+            release(guard).await;
+            return match e.kind() {
+                std::io::ErrorKind::NotFound => exit::NOT_FOUND,
+                _ => exit::CANNOT_RUN,
+            };
+        }
+    };
+    // The child's pid is also its process group id (process_group(0)).
+    let group = child.id().and_then(|pid| i32::try_from(pid).ok());
+
+    let outcome = supervise(&mut child, group, &guard).await;
+    match outcome {
+        Outcome::Exited(status) => {
+            release(guard).await;
+            match status {
+                Ok(status) => status_code(status),
+                Err(e) => {
+                    eprintln!("redlock: waiting for the command failed: {e}");
+                    exit::CANNOT_RUN
+                }
+            }
+        }
+        Outcome::Lost(reason) => {
+            eprintln!(
+                "redlock: the lock on '{resource}' is lost ({reason}); stopping the command \
+                 (SIGTERM, SIGKILL after {} ms)",
+                options.grace.as_millis()
+            );
+            stop(&mut child, group, options.grace).await;
+            release(guard).await;
+            exit::LOST
+        }
+    }
+}
+
+fn spawn(program: &OsString, args: &[OsString], guard: &Guard) -> std::io::Result<Child> {
+    Command::new(program)
+        .args(args)
+        .env("REDLOCK_RESOURCE", guard.resource())
+        .env("REDLOCK_TOKEN", guard.token())
+        .env("REDLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
+        .process_group(0)
+        .kill_on_drop(false)
+        .spawn()
+}
+
+/// Waits for the command to exit or the lock to be lost, passing on the
+/// signals `redlock` receives.
+async fn supervise(child: &mut Child, group: Option<i32>, guard: &Guard) -> Outcome {
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let mut interrupt = signal(SignalKind::interrupt()).ok();
+    let mut terminate = signal(SignalKind::terminate()).ok();
+    let mut hangup = signal(SignalKind::hangup()).ok();
+    loop {
+        tokio::select! {
+            status = child.wait() => return Outcome::Exited(status),
+            reason = &mut lost => return Outcome::Lost(reason),
+            Some(()) = recv(&mut interrupt) => send(group, libc::SIGINT),
+            Some(()) = recv(&mut terminate) => send(group, libc::SIGTERM),
+            Some(()) = recv(&mut hangup) => send(group, libc::SIGHUP),
+        }
+    }
+}
+
+async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match signal {
+        Some(signal) => signal.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// SIGTERM to the command's group, SIGKILL after `grace`, then reap it.
+async fn stop(child: &mut Child, group: Option<i32>, grace: Duration) {
+    send(group, libc::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_ok() {
+        return;
+    }
+    eprintln!("redlock: the command did not stop within {} ms; sending SIGKILL", grace.as_millis());
+    send(group, libc::SIGKILL);
+    let _ = child.wait().await;
+}
+
+fn send(group: Option<i32>, signal: libc::c_int) {
+    if let Some(group) = group.filter(|g| *g > 1) {
+        // SAFETY: kill(2) has no memory-safety preconditions; a negative pid
+        // addresses the process group the command leads.
+        unsafe {
+            libc::kill(-group, signal);
+        }
+    }
+}
+
+async fn release(guard: Guard) {
+    let resource = guard.resource().to_string();
+    if let Err(e) = guard.release().await {
+        eprintln!("redlock: releasing '{resource}': {e}");
+    }
+}
+
+/// The command's exit code, or 128 + the signal that killed it.
+fn status_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(exit::CANNOT_RUN),
+        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
+        (None, None) => exit::CANNOT_RUN,
+    }
+}

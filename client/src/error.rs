@@ -1,0 +1,181 @@
+//! The errors the client returns. Each one says what happened on how many
+//! nodes, so "no quorum" is never a mystery: the counts of nodes that
+//! granted, were held by another owner, were quarantined, unreachable, timed
+//! out or answered with another error are part of the message.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::quorum::Tally;
+
+/// Which quorum round an error comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// `LOCK.ACQUIRE` on all nodes.
+    Acquire,
+    /// `LOCK.FENCE` on all nodes, after a majority granted.
+    Fence,
+    /// `LOCK.EXTEND` on all nodes (by hand or by the watchdog).
+    Extend,
+    /// `LOCK.RELEASE` on all nodes.
+    Release,
+    /// `LOCK.ENTER` on all nodes (reentrant).
+    Enter,
+    /// `LOCK.EXIT` on all nodes (reentrant).
+    Exit,
+}
+
+impl Phase {
+    /// What a "yes" and a "no" are called in this round's counts.
+    pub(crate) fn words(self) -> (&'static str, &'static str) {
+        match self {
+            Phase::Acquire | Phase::Enter => ("granted", "held by another owner"),
+            Phase::Fence => ("fenced", "not holding"),
+            Phase::Extend => ("extended", "not holding (expired or taken)"),
+            Phase::Release => ("released", "not holding (expired or taken)"),
+            Phase::Exit => ("exited", "not holding"),
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Phase::Acquire => "",
+            Phase::Fence => " in the fencing round",
+            Phase::Extend => " to extend",
+            Phase::Release => " to release",
+            Phase::Enter => " to enter",
+            Phase::Exit => " to exit",
+        }
+    }
+}
+
+/// Why a held lock is no longer held (see `Guard::lost`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lost {
+    /// The validity ran out without a renewal (no watchdog, or the process
+    /// was paused past the deadline).
+    Expired,
+    /// The watchdog reached its bound (renewals or total duration) and the
+    /// validity then ran out.
+    WatchdogLimit { renewals: u32 },
+    /// A renewal could not be confirmed by a majority.
+    RenewalFailed(Box<Error>),
+}
+
+impl fmt::Display for Lost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lost::Expired => write!(f, "its validity ran out without a renewal"),
+            Lost::WatchdogLimit { renewals } => {
+                write!(f, "the watchdog stopped renewing after {renewals} renewals (its bound) and the validity ran out")
+            }
+            Lost::RenewalFailed(error) => write!(f, "a renewal failed: {error}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// Another owner holds the lock (on a majority, or on every node that
+    /// did not grant). Retrying later may succeed.
+    Contended { resource: String, tally: Tally },
+    /// No majority, for reasons other than (only) another holder: nodes
+    /// unreachable, quarantined, timing out, or answering errors.
+    NoQuorum { resource: String, phase: Phase, tally: Tally },
+    /// A majority granted, but the rounds took so long that no validity was
+    /// left (`ttl - elapsed - drift <= 0`). The grants were released.
+    ExpiredBeforeUse { resource: String, ttl: Duration, elapsed: Duration, drift: Duration },
+    /// The guard's lock is already lost; it cannot be extended.
+    Lost { resource: String, reason: Lost },
+    /// A caller mistake: empty resource, bad TTL, no nodes, bad URL, ...
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// True for errors that a later attempt may not repeat (another holder,
+    /// nodes down or quarantined, a slow round).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Contended { .. } | Error::NoQuorum { .. } | Error::ExpiredBeforeUse { .. })
+    }
+
+    /// The counts of the failed round, when there was one.
+    pub fn tally(&self) -> Option<&Tally> {
+        match self {
+            Error::Contended { tally, .. } | Error::NoQuorum { tally, .. } => Some(tally),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Contended { resource, tally } => {
+                let (yes, no) = Phase::Acquire.words();
+                write!(f, "'{resource}' is held by another owner: {}", tally.describe(yes, no))
+            }
+            Error::NoQuorum { resource, phase, tally } => {
+                let (yes, no) = phase.words();
+                write!(f, "no quorum for '{resource}'{}: {}", phase.what(), tally.describe(yes, no))
+            }
+            Error::ExpiredBeforeUse { resource, ttl, elapsed, drift } => write!(
+                f,
+                "'{resource}' expired before it could be used: the rounds took {} ms of a {} ms ttl \
+                 (clock-drift allowance {} ms)",
+                elapsed.as_millis(),
+                ttl.as_millis(),
+                drift.as_millis()
+            ),
+            Error::Lost { resource, reason } => write!(f, "the lock on '{resource}' is lost: {reason}"),
+            Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quorum::{Answer, Tally};
+
+    #[test]
+    fn messages_carry_the_counts() {
+        let tally = Tally::of(&[
+            Answer::Yes(1),
+            Answer::Yes(2),
+            Answer::Quarantined(Some(1800)),
+            Answer::Quarantined(Some(1700)),
+            Answer::Quarantined(Some(1900)),
+        ]);
+        let e = Error::NoQuorum { resource: "res".into(), phase: Phase::Acquire, tally };
+        assert_eq!(
+            e.to_string(),
+            "no quorum for 'res': 2 of 5 granted (need 3); 3 quarantined (up to 1900 ms left)"
+        );
+        assert!(e.is_retryable());
+
+        let tally = Tally::of(&[Answer::Yes(1), Answer::No, Answer::No]);
+        let e = Error::Contended { resource: "job".into(), tally };
+        assert_eq!(
+            e.to_string(),
+            "'job' is held by another owner: 1 of 3 granted (need 2); 2 held by another owner"
+        );
+
+        let tally =
+            Tally::of(&[Answer::Yes(1), Answer::Unreachable("x".into()), Answer::Unreachable("y".into())]);
+        let e = Error::NoQuorum { resource: "r".into(), phase: Phase::Extend, tally };
+        assert_eq!(e.to_string(), "no quorum for 'r' to extend: 1 of 3 extended (need 2); 2 unreachable");
+
+        let e = Error::ExpiredBeforeUse {
+            resource: "r".into(),
+            ttl: Duration::from_millis(100),
+            elapsed: Duration::from_millis(120),
+            drift: Duration::from_millis(3),
+        };
+        assert!(e.to_string().contains("took 120 ms of a 100 ms ttl"), "{e}");
+        assert!(!Error::InvalidArgument("x".into()).is_retryable());
+    }
+}

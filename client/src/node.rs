@@ -1,0 +1,160 @@
+//! One lock node: its address, and at most one multiplexed connection to it.
+//!
+//! Why one connection per node, shared by every call: a multiplexed
+//! connection sends commands in the order they were issued and matches the
+//! replies in order. So a `LOCK.RELEASE` issued after a `LOCK.ACQUIRE` (even
+//! one whose reply timed out) reaches the node after it, and cannot overtake
+//! it and leave the late ACQUIRE's lock behind. A second connection for
+//! releases would lose that order.
+//!
+//! Every call is bounded: waiting for (or opening) the connection by the
+//! connect timeout, the command by the caller's timeout. Nothing is retried
+//! here: a failed call is reported as such, and the connection is dropped
+//! only when it is broken (an I/O error), to be reopened lazily by a later
+//! call. A timeout leaves the connection in place, which keeps the order.
+
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
+use tokio::sync::Mutex;
+use tokio::time::timeout;
+
+use crate::quorum::Raw;
+
+/// Timeouts every call to a node obeys.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    pub connect_timeout: Duration,
+    /// After a failed connect, calls within this time fail at once instead
+    /// of trying again (so a dead host does not cost a connect timeout on
+    /// every round).
+    pub reconnect_backoff: Duration,
+}
+
+pub(crate) struct Node {
+    /// The address as given, for messages and `info` tables.
+    pub url: String,
+    client: Client,
+    slot: Mutex<Slot>,
+}
+
+#[derive(Default)]
+struct Slot {
+    conn: Option<MultiplexedConnection>,
+    /// Bumped on each new connection, so that a call that saw the old one
+    /// break does not drop a newer one.
+    generation: u64,
+    last_failure: Option<(Instant, String)>,
+}
+
+impl Node {
+    pub fn new(url: &str) -> Result<Node, RedisError> {
+        Ok(Node { url: url.to_string(), client: Client::open(url)?, slot: Mutex::new(Slot::default()) })
+    }
+
+    /// Opens the connection now (used by `Redlock::connect`); failures are
+    /// remembered and reported by the next calls.
+    pub async fn warm_up(&self, limits: Limits) {
+        let _ = self.connection(limits).await;
+    }
+
+    async fn connection(&self, limits: Limits) -> Result<(MultiplexedConnection, u64), Raw> {
+        // Bounded wait for the slot: another call may be connecting.
+        let mut slot = timeout(limits.connect_timeout, self.slot.lock())
+            .await
+            .map_err(|_| Raw::Unreachable("timed out waiting for the connection".into()))?;
+        if let Some(conn) = &slot.conn {
+            return Ok((conn.clone(), slot.generation));
+        }
+        if let Some((at, why)) = &slot.last_failure {
+            if at.elapsed() < limits.reconnect_backoff {
+                return Err(Raw::Unreachable(format!("{why} ({} ms ago)", at.elapsed().as_millis())));
+            }
+        }
+        // The redis crate's own timeouts stay unset: ours are explicit here.
+        let opened = timeout(
+            limits.connect_timeout,
+            self.client.get_multiplexed_async_connection_with_config(&AsyncConnectionConfig::new()),
+        )
+        .await;
+        match opened {
+            Ok(Ok(conn)) => {
+                slot.generation += 1;
+                slot.last_failure = None;
+                slot.conn = Some(conn.clone());
+                Ok((conn, slot.generation))
+            }
+            Ok(Err(e)) => {
+                let why = format!("connect failed: {e}");
+                slot.last_failure = Some((Instant::now(), why.clone()));
+                Err(Raw::Unreachable(why))
+            }
+            Err(_) => {
+                let why = format!("connect timed out after {} ms", limits.connect_timeout.as_millis());
+                slot.last_failure = Some((Instant::now(), why.clone()));
+                Err(Raw::Unreachable(why))
+            }
+        }
+    }
+
+    /// Drops the connection of `generation` if it is still the current one.
+    async fn forget(&self, generation: u64) {
+        let mut slot = self.slot.lock().await;
+        if slot.generation == generation {
+            slot.conn = None;
+        }
+    }
+
+    /// Sends one command and waits at most `command_timeout` for its reply.
+    /// If the future is dropped (or times out) after the command was queued,
+    /// the command is still sent, in order, before any later command.
+    pub async fn call(&self, cmd: &Cmd, limits: Limits, command_timeout: Duration) -> Raw {
+        match self.query(cmd, limits, command_timeout).await {
+            Ok(value) => from_value(value),
+            Err(raw) => raw,
+        }
+    }
+
+    /// [`Node::call`], keeping a successful reply as a [`Value`]; error
+    /// replies, timeouts and connection failures come back as `Err`.
+    pub async fn query(&self, cmd: &Cmd, limits: Limits, command_timeout: Duration) -> Result<Value, Raw> {
+        let (mut conn, generation) = self.connection(limits).await?;
+        match timeout(command_timeout, conn.req_packed_command(cmd)).await {
+            Err(_) => Err(Raw::TimedOut),
+            Ok(Ok(Value::ServerError(e))) => Err(Raw::ServerError {
+                code: e.code().to_string(),
+                detail: e.details().unwrap_or("").to_string(),
+            }),
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => {
+                let raw = from_error(&e);
+                if matches!(raw, Raw::Unreachable(_)) {
+                    self.forget(generation).await;
+                }
+                Err(raw)
+            }
+        }
+    }
+}
+
+fn from_value(value: Value) -> Raw {
+    match value {
+        Value::Int(n) => Raw::Int(n),
+        Value::Nil => Raw::Nil,
+        other => Raw::Other(format!("{other:?}")),
+    }
+}
+
+fn from_error(e: &RedisError) -> Raw {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_unrecoverable_error()
+    {
+        return Raw::Unreachable(format!("connection lost: {e}"));
+    }
+    match e.code() {
+        Some(code) => {
+            Raw::ServerError { code: code.to_string(), detail: e.detail().unwrap_or("").to_string() }
+        }
+        None => Raw::ServerError { code: "ERR".into(), detail: e.to_string() },
+    }
+}

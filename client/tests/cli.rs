@@ -1,0 +1,253 @@
+//! The `redlock` command line, run as a user would (the built binary).
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redlock");
+
+fn redlock(servers: &[Server]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("REDLOCK_NODES", urls(servers).join(",")).args(["--timeout", "200", "--connect-timeout", "300"]);
+    cmd.env_remove("REDLOCK_TOKEN");
+    cmd
+}
+
+/// Runs to completion within `within` (killed and failed otherwise).
+fn run_bounded(mut cmd: Command, within: Duration) -> Output {
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn redlock");
+    let deadline = Instant::now() + within;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "redlock did not finish within {within:?}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `NAME=value` lines printed by `acquire`.
+fn field(stdout: &str, name: &str) -> String {
+    let prefix = format!("{name}=");
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no {name} in {stdout}"))
+        .to_string()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("redlock-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn process_exists(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[test]
+fn acquire_extend_info_release_by_hand() {
+    let mut servers = cluster(5);
+    let mut acquire = redlock(&servers);
+    acquire.args(["acquire", "deploy", "--ttl", "5000"]);
+    let out = run_bounded(acquire, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let token = field(&stdout, "REDLOCK_TOKEN");
+    let fence: u64 = field(&stdout, "REDLOCK_FENCING_TOKEN").parse().unwrap();
+    assert!(fence > 0);
+    assert_eq!(field(&stdout, "REDLOCK_RESOURCE"), "deploy");
+    // Still held after the process exited.
+    for server in &servers {
+        assert_eq!(holder(server, "deploy").as_deref(), Some(token.as_str()));
+    }
+
+    let mut again = redlock(&servers);
+    again.args(["acquire", "deploy", "--ttl", "5000", "--wait", "300"]);
+    let out = run_bounded(again, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(73), "held: {}", text(&out.stderr));
+    assert!(text(&out.stderr)
+        .contains("is held by another owner: 0 of 5 granted (need 3); 5 held by another owner"));
+
+    let mut extend = redlock(&servers);
+    extend.args(["extend", "deploy", "--ttl", "20000"]).env("REDLOCK_TOKEN", &token);
+    let out = run_bounded(extend, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(info_int(&mut servers[0].conn(), "deploy", "ttl-ms").unwrap() > 15_000);
+
+    let mut info = redlock(&servers);
+    info.args(["info", "deploy"]);
+    let out = run_bounded(info, Duration::from_secs(10));
+    let table = text(&out.stdout);
+    assert_eq!(table.lines().count(), 6, "{table}");
+    assert!(table.lines().next().unwrap().starts_with("node"));
+    assert_eq!(table.lines().filter(|l| l.contains(&token) && l.contains("held")).count(), 5, "{table}");
+
+    let mut wrong = redlock(&servers);
+    wrong.args(["release", "deploy", "--token", "not-the-token"]);
+    let out = run_bounded(wrong, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+
+    let mut release = redlock(&servers);
+    release.args(["release", "deploy", "--token", &token]);
+    let out = run_bounded(release, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_free(&all(&servers), "deploy");
+
+    // Three nodes down: a distinct code, and a message that says why.
+    for server in &mut servers[..3] {
+        server.kill();
+    }
+    let mut down = redlock(&servers);
+    down.args(["acquire", "deploy", "--ttl", "5000"]);
+    let out = run_bounded(down, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("2 of 5 granted (need 3); 3 unreachable"), "{}", text(&out.stderr));
+    let mut info = redlock(&servers);
+    info.args(["info", "deploy"]);
+    let table = text(&run_bounded(info, Duration::from_secs(10)).stdout);
+    assert_eq!(table.lines().filter(|l| l.contains("unreachable")).count(), 3, "{table}");
+    assert_eq!(table.lines().filter(|l| l.contains("free")).count(), 2, "{table}");
+}
+
+#[test]
+fn exec_passes_the_fencing_token_and_the_exit_code_and_releases() {
+    let servers = cluster(5);
+    let dir = scratch("exec");
+    let env_file = dir.join("env");
+    let script = format!(
+        "echo \"$REDLOCK_RESOURCE $REDLOCK_TOKEN $REDLOCK_FENCING_TOKEN\" > {0}.tmp && mv {0}.tmp {0}; sleep 0.5; exit 7",
+        env_file.display()
+    );
+    let mut exec = redlock(&servers);
+    exec.args(["exec", "cron-job", "--ttl", "3000", "--", "sh", "-c", &script]);
+    let child = exec.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_until(Duration::from_secs(10), "the command to start", || env_file.exists());
+    let seen = std::fs::read_to_string(&env_file).unwrap();
+    let words: Vec<&str> = seen.split_whitespace().collect();
+    assert_eq!(words.len(), 3, "{seen}");
+    assert_eq!(words[0], "cron-job");
+    let fence: u64 = words[2].parse().expect("a numeric fencing token");
+    assert!(fence > 0);
+    // While the command runs, the lock is held with the token it was given.
+    for server in &servers {
+        assert_eq!(holder(server, "cron-job").as_deref(), Some(words[1]));
+    }
+    // A second run of the job is refused while the first holds the lock.
+    let mut second = redlock(&servers);
+    second.args(["exec", "cron-job", "--", "true"]);
+    let out = run_bounded(second, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+
+    let out = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut child = child;
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "exec did not finish");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.wait_with_output().unwrap()
+    };
+    assert_eq!(out.status.code(), Some(7), "the command's exit code; stderr: {}", text(&out.stderr));
+    assert_free(&all(&servers), "cron-job");
+
+    // A command that does not exist: 127, and nothing left locked.
+    let mut missing = redlock(&servers);
+    missing.args(["exec", "cron-job", "--", "/nonexistent/command"]);
+    let out = run_bounded(missing, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out.stderr));
+    assert_free(&all(&servers), "cron-job");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three of five nodes die while the command runs: the renewal fails,
+/// `exec` stops the command and exits 75 within one renewal interval plus
+/// the grace period.
+#[test]
+fn exec_stops_the_command_when_the_lock_is_lost() {
+    for ignores_sigterm in [false, true] {
+        let mut servers = cluster(5);
+        let dir = scratch(if ignores_sigterm { "lost-stubborn" } else { "lost" });
+        let pid_file = dir.join("pid");
+        let script = if ignores_sigterm {
+            format!(
+                "trap '' TERM; echo $$ > {0}.tmp && mv {0}.tmp {0}; while :; do sleep 0.05; done",
+                pid_file.display()
+            )
+        } else {
+            format!("echo $$ > {0}.tmp && mv {0}.tmp {0}; exec sleep 30", pid_file.display())
+        };
+        let mut exec = redlock(&servers);
+        exec.args(["exec", "guarded", "--ttl", "1500", "--grace", "400", "--", "sh", "-c", &script]);
+        let mut child = exec.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        wait_until(Duration::from_secs(10), "the command to start", || pid_file.exists());
+        let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        assert!(process_exists(pid));
+
+        for server in &mut servers[..3] {
+            server.kill();
+        }
+        let killed = Instant::now();
+        // One renewal interval (500 ms) + the grace (400 ms) + slack.
+        let bound = Duration::from_millis(500 + 400 + 1_100);
+        while child.try_wait().unwrap().is_none() {
+            if killed.elapsed() > bound {
+                let _ = child.kill();
+                panic!("exec still running {bound:?} after the nodes died");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let took = killed.elapsed();
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(75), "stderr: {stderr}");
+        assert!(stderr.contains("is lost") && stderr.contains("3 unreachable"), "{stderr}");
+        assert!(!process_exists(pid), "the command (pid {pid}) is still running");
+        if ignores_sigterm {
+            assert!(stderr.contains("sending SIGKILL"), "{stderr}");
+            assert!(took >= Duration::from_millis(400), "SIGKILL came before the grace period: {took:?}");
+        }
+        assert_free(&[&servers[3], &servers[4]], "guarded");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+#[test]
+fn help_documents_exit_codes_and_examples() {
+    let out = run_bounded(
+        {
+            let mut c = Command::new(BIN);
+            c.arg("--help");
+            c
+        },
+        Duration::from_secs(10),
+    );
+    let help = text(&out.stdout);
+    for needle in ["Exit codes:", "75", "73", "69", "cron", "REDLOCK_FENCING_TOKEN", "exec"] {
+        assert!(help.contains(needle), "--help lacks {needle}: {help}");
+    }
+    // No nodes given: a usage error.
+    let mut bare = Command::new(BIN);
+    bare.env_remove("REDLOCK_NODES").args(["info", "x"]);
+    assert_eq!(run_bounded(bare, Duration::from_secs(10)).status.code(), Some(2));
+}

@@ -1,0 +1,283 @@
+//! Faults between the client and the nodes: lost and delayed replies (a TCP
+//! proxy in front of real nodes), quarantined nodes, and the watchdog
+//! noticing a lost majority.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use redlock_client::{Error, Lost, Phase, Redlock, RetryPolicy, Status, Watchdog};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A TCP proxy in front of one node. It can drop the next reply and cut
+/// the connection (the node did the work, the client never hears of it),
+/// or delay requests (in order) on their way to the node.
+struct Proxy {
+    port: u16,
+    drop_next_reply: Arc<AtomicBool>,
+    request_delay_ms: Arc<AtomicU64>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+impl Proxy {
+    async fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let drop_next_reply = Arc::new(AtomicBool::new(false));
+        let request_delay_ms = Arc::new(AtomicU64::new(0));
+        let (drop_flag, delay) = (drop_next_reply.clone(), request_delay_ms.clone());
+        let accept = tokio::spawn(async move {
+            let mut connections = Vec::new();
+            while let Ok((client, _)) = listener.accept().await {
+                connections.push(tokio::spawn(pipe(client, upstream, drop_flag.clone(), delay.clone())));
+                connections.retain(|c| !c.is_finished());
+            }
+        });
+        Proxy { port, drop_next_reply, request_delay_ms, accept }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+async fn pipe(client: TcpStream, upstream: u16, drop_next_reply: Arc<AtomicBool>, delay_ms: Arc<AtomicU64>) {
+    let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)).await else { return };
+    let (mut client_read, mut client_write) = client.into_split();
+    let (mut server_read, mut server_write) = server.into_split();
+    // Requests go through a queue so that a delay keeps their order.
+    let (queue, mut queued) = mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let writer = tokio::spawn(async move {
+        while let Some((at, bytes)) = queued.recv().await {
+            tokio::time::sleep_until(at).await;
+            if server_write.write_all(&bytes).await.is_err() {
+                return;
+            }
+        }
+    });
+    let requests = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match client_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let at = tokio::time::Instant::now() + ms(delay_ms.load(Ordering::SeqCst));
+                    if queue.send((at, buf[..n].to_vec())).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    let replies = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match server_read.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if drop_next_reply.swap(false, Ordering::SeqCst) {
+                        return; // cut: both sockets close when this task ends
+                    }
+                    if client_write.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    };
+    tokio::select! {
+        _ = requests => {}
+        _ = replies => {}
+    }
+    // Let queued requests reach the node before closing (they were sent).
+    drop(queue);
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+}
+
+/// A node grants, but its reply is lost with the connection: the client
+/// counts it as no answer, still releases there, and a retry succeeds.
+/// Then requests are delayed past the timeout: the release is queued behind
+/// the late acquire on the same connection and cannot overtake it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_and_late_replies_leave_no_lock_behind() {
+    let servers = cluster(5);
+    let mut proxies = Vec::new();
+    for server in &servers[2..] {
+        proxies.push(Proxy::start(server.port).await);
+    }
+    let mut nodes = vec![servers[0].url(), servers[1].url()];
+    nodes.extend(proxies.iter().map(|p| p.url()));
+    let rl = Redlock::connect(nodes, test_config()).await.unwrap();
+    let grants = |i: usize| info_stat(&mut servers[i].conn(), "grants");
+    let releases = |i: usize| info_stat(&mut servers[i].conn(), "releases");
+
+    // One reply lost: 4 of 5 is a quorum; the release reaches all 5.
+    proxies[2].drop_next_reply.store(true, Ordering::SeqCst);
+    let guard = rl.try_acquire("lost-reply", ms(3_000)).await.expect("4 of 5 grant");
+    assert_eq!(holder(&servers[4], "lost-reply").as_deref(), Some(guard.token()), "node 4 did grant");
+    let tally = guard.release().await.expect("release");
+    assert_eq!(tally.yes, 5, "released on the node whose reply was lost too: {tally:?}");
+    assert_free(&all(&servers), "lost-reply");
+
+    // Three replies lost: no quorum; released everywhere; a retry works.
+    let before: Vec<i64> = (0..5).map(grants).collect();
+    for proxy in &proxies {
+        proxy.drop_next_reply.store(true, Ordering::SeqCst);
+    }
+    let error = rl.try_acquire("lost-reply", ms(3_000)).await.expect_err("3 replies lost");
+    assert_eq!(error.to_string(), "no quorum for 'lost-reply': 2 of 5 granted (need 3); 3 unreachable");
+    for (i, before) in before.iter().enumerate() {
+        assert_eq!(grants(i), before + 1, "node {i} granted");
+    }
+    assert_free(&all(&servers), "lost-reply");
+    let guard = rl.try_acquire("lost-reply", ms(3_000)).await.expect("the retry succeeds");
+    assert_eq!(guard.release().await.expect("release").yes, 5);
+
+    // Requests delayed 500 ms on three nodes (the timeout is 200 ms).
+    let (grants_before, releases_before): (Vec<i64>, Vec<i64>) =
+        (0..5).map(|i| (grants(i), releases(i))).unzip();
+    for proxy in &proxies {
+        proxy.request_delay_ms.store(500, Ordering::SeqCst);
+    }
+    let started = Instant::now();
+    let error = rl.try_acquire("late", ms(3_000)).await.expect_err("3 nodes late");
+    assert!(started.elapsed() < ms(1_000), "bounded by the timeouts: {:?}", started.elapsed());
+    assert!(
+        matches!(&error, Error::NoQuorum { tally, .. } if tally.timed_out == 3 && tally.yes == 2),
+        "{error:?}"
+    );
+    for proxy in &proxies {
+        proxy.request_delay_ms.store(0, Ordering::SeqCst);
+    }
+    // The late ACQUIREs land, then the RELEASEs queued behind them.
+    wait_until(Duration::from_secs(5), "late acquires and releases to land", || {
+        (2..5).all(|i| grants(i) == grants_before[i] + 1 && releases(i) == releases_before[i] + 1)
+    });
+    assert_free(&all(&servers), "late");
+    let guard = rl
+        .acquire("late", ms(3_000), &RetryPolicy::within(Duration::from_secs(3)))
+        .await
+        .expect("acquire once the late replies are in");
+    assert_eq!(guard.release().await.expect("release").yes, 5);
+}
+
+/// Three of five nodes restarted without persistence refuse grants for
+/// `lock.quarantine-ms`; the error says so, and acquisition works after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantined_nodes_are_counted_then_serve_after_the_period() {
+    let quarantined = || Opts::new().module_arg("quarantine-ms", "2000");
+    let mut servers = start_all(vec![Opts::new(), Opts::new(), quarantined(), quarantined(), quarantined()]);
+    let restarting = Instant::now();
+    for server in &mut servers[2..] {
+        server.kill_and_restart();
+    }
+    let rl = redlock(&servers).await;
+    let error = rl.try_acquire("q", ms(1_000)).await.expect_err("3 quarantined");
+    let text = error.to_string();
+    assert!(text.starts_with("no quorum for 'q': 2 of 5 granted (need 3); 3 quarantined (up to "), "{text}");
+    match &error {
+        Error::NoQuorum { phase: Phase::Acquire, tally, .. } => {
+            assert_eq!(tally.quarantined, 3);
+            assert!(tally.quarantine_left_ms.is_some_and(|left| left <= 2_000));
+        }
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    assert_free(&all(&servers), "q");
+
+    let policy = RetryPolicy::within(Duration::from_secs(6)).with_delays(ms(50), ms(100));
+    let guard = rl.acquire("q", ms(1_000), &policy).await.expect("granted after the quarantine");
+    let after = restarting.elapsed();
+    // The first restarted node leaves quarantine 2 s after it started, which
+    // was after `restarting`.
+    assert!(after >= ms(1_950), "granted {after:?} after the restarts began");
+    assert!(after < ms(5_000), "granted only {after:?} after the restarts began");
+    guard.release().await.expect("release");
+}
+
+/// The watchdog renews every ttl/3; when three of five nodes die, the holder
+/// learns of the loss within one renewal interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_renews_then_reports_a_lost_majority_at_once() {
+    let mut servers = cluster(5);
+    let rl = redlock(&servers).await;
+    let ttl = ms(900);
+    let interval = ttl / 3;
+    let mut guard = rl.try_acquire("wd", ttl).await.expect("acquire");
+    guard.start_watchdog(Watchdog::default());
+    let mut status = guard.subscribe();
+    // Past the TTL: still held, because it was renewed.
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(guard.is_held(), "{:?}", guard.status());
+    assert!(matches!(*status.borrow_and_update(), Status::Held { .. }));
+    let extensions = info_stat(&mut servers[0].conn(), "extensions");
+    assert!((3..=6).contains(&extensions), "{extensions} renewals in 1.5 s at every 300 ms");
+    assert!(info_int(&mut servers[0].conn(), "wd", "ttl-ms").unwrap() > 0);
+
+    let lost = guard.lost();
+    for server in &mut servers[..3] {
+        server.kill();
+    }
+    let killed = Instant::now();
+    let reason = tokio::time::timeout(interval + ms(500), lost).await.expect("the loss is reported in time");
+    let noticed = killed.elapsed();
+    assert!(noticed <= interval + ms(300), "noticed after {noticed:?}");
+    match &reason {
+        Lost::RenewalFailed(error) => assert_eq!(
+            error.to_string(),
+            "no quorum for 'wd' to extend: 2 of 5 extended (need 3); 3 unreachable"
+        ),
+        other => panic!("expected RenewalFailed, got {other:?}"),
+    }
+    assert!(status.has_changed().unwrap());
+    assert!(matches!(guard.status(), Status::Lost(_)));
+    assert_eq!(guard.validity_remaining(), Duration::ZERO);
+    assert!(matches!(guard.extend(ttl).await, Err(Error::Lost { .. })));
+    // Releasing a lost guard still cleans up the live nodes.
+    let released = guard.release().await.expect_err("no majority to release on");
+    assert!(matches!(released, Error::NoQuorum { phase: Phase::Release, .. }), "{released:?}");
+    assert_free(&[&servers[3], &servers[4]], "wd");
+}
+
+/// A bounded watchdog stops renewing and then reports the loss at the end
+/// of the last validity; a guard without a watchdog reports it at its
+/// deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounded_watchdog_and_plain_expiry_are_reported() {
+    let servers = cluster(3);
+    let rl = redlock(&servers).await;
+    let started = Instant::now();
+    let mut guard = rl.try_acquire("bounded", ms(300)).await.expect("acquire");
+    guard.start_watchdog(Watchdog { renewals_max: 2, duration_max: Duration::from_secs(60) });
+    let reason = tokio::time::timeout(ms(2_000), guard.lost()).await.expect("reported");
+    let at = started.elapsed();
+    assert_eq!(reason, Lost::WatchdogLimit { renewals: 2 });
+    // Two renewals at ~100 and ~200 ms, then 300 - 5 ms of validity.
+    assert!(at >= ms(450) && at <= ms(900), "lost at {at:?}");
+    drop(guard);
+
+    let plain = rl.try_acquire("plain-expiry", ms(400)).await.expect("acquire");
+    let deadline = plain.lease().deadline;
+    let reason = tokio::time::timeout(ms(2_000), plain.lost()).await.expect("reported");
+    assert_eq!(reason, Lost::Expired);
+    let late = Instant::now().saturating_duration_since(deadline);
+    assert!(Instant::now() >= deadline && late < ms(100), "reported {late:?} after the deadline");
+    drop(plain);
+}

@@ -1,0 +1,310 @@
+//! The quorum protocol against five real servers: acquire, extend and
+//! release with nodes down, fencing tokens across holders and node subsets,
+//! mutual exclusion under contention, reentrant locks.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redlock_client::{Error, Lost, Phase, Redlock, RetryPolicy, Status};
+use support::*;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
+    let mut servers = cluster(5);
+    let rl = redlock(&servers).await;
+    assert_eq!(rl.majority(), 3);
+
+    // All five up.
+    let guard = rl.try_acquire("basic", 2 * SECOND).await.expect("acquire with 5 up");
+    assert_eq!(guard.token().len(), 32);
+    assert!(guard.token().bytes().all(|b| b.is_ascii_hexdigit()));
+    assert!(guard.fencing_token() > 0);
+    let left = guard.validity_remaining();
+    assert!(left > ms(1_500) && left <= ms(2_000 - 22), "validity {left:?}");
+    for server in &servers {
+        assert_eq!(holder(server, "basic").as_deref(), Some(guard.token()), "port {}", server.port);
+    }
+    // Held: a second client gets Contended, with the counts.
+    let other = rl.try_acquire("basic", SECOND).await.expect_err("held");
+    assert!(matches!(other, Error::Contended { .. }), "{other:?}");
+    assert_eq!(
+        other.to_string(),
+        "'basic' is held by another owner: 0 of 5 granted (need 3); 5 held by another owner"
+    );
+    let left = guard.extend(5 * SECOND).await.expect("extend");
+    assert!(left > ms(4_500), "{left:?}");
+    let node_ttl = info_int(&mut servers[2].conn(), "basic", "ttl-ms").unwrap();
+    assert!(node_ttl > 4_000, "node ttl {node_ttl}");
+    let tally = guard.release().await.expect("release");
+    assert_eq!(tally.yes, 5);
+    assert_free(&all(&servers), "basic");
+
+    // Two down: still a majority.
+    servers[0].kill();
+    servers[3].kill();
+    let guard = rl.try_acquire("basic", 2 * SECOND).await.expect("acquire with 3 up");
+    for i in [1, 2, 4] {
+        assert_eq!(holder(&servers[i], "basic").as_deref(), Some(guard.token()));
+    }
+    guard.extend(3 * SECOND).await.expect("extend with 3 up");
+    let tally = guard.release().await.expect("release with 3 up");
+    assert_eq!((tally.yes, tally.unreachable), (3, 2), "{tally:?}");
+    assert_free(&[&servers[1], &servers[2], &servers[4]], "basic");
+
+    // Three down: fails fast, says why, leaves nothing locked.
+    servers[1].kill();
+    let started = Instant::now();
+    let error = rl.try_acquire("basic", 2 * SECOND).await.expect_err("no quorum with 2 up");
+    let took = started.elapsed();
+    assert!(took < ms(500), "failing took {took:?}");
+    match &error {
+        Error::NoQuorum { phase: Phase::Acquire, tally, .. } => {
+            assert_eq!((tally.yes, tally.unreachable), (2, 3), "{tally:?}")
+        }
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    assert_eq!(error.to_string(), "no quorum for 'basic': 2 of 5 granted (need 3); 3 unreachable");
+    assert_free(&[&servers[2], &servers[4]], "basic");
+
+    // The nodes come back (empty): the client reconnects by itself.
+    for i in [0, 1, 3] {
+        servers[i].restart();
+    }
+    tokio::time::sleep(ms(60)).await; // past the reconnect backoff
+    let guard = rl.try_acquire("basic", 2 * SECOND).await.expect("acquire after the restarts");
+    assert_eq!(guard.release().await.expect("release").yes, 5);
+
+    // Caller mistakes are named, not retried.
+    let bad = rl.try_acquire("basic", ms(2)).await.expect_err("ttl below drift");
+    assert!(matches!(bad, Error::InvalidArgument(_)) && !bad.is_retryable(), "{bad:?}");
+    assert!(matches!(rl.try_acquire("", SECOND).await, Err(Error::InvalidArgument(_))));
+}
+
+/// Nodes that are down when the client starts are not an error: they count
+/// as unreachable, and are used once they come up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_down_at_connect_are_tried_again_later() {
+    let mut servers = cluster(5);
+    servers[1].kill();
+    servers[4].kill();
+    let rl = redlock(&servers).await;
+    let guard = rl.try_acquire("late-nodes", 2 * SECOND).await.expect("3 of 5 up at connect");
+    let tally = guard.release().await.expect("release");
+    assert_eq!((tally.yes, tally.unreachable), (3, 2), "{tally:?}");
+    servers[1].restart();
+    servers[4].restart();
+    tokio::time::sleep(ms(60)).await; // past the reconnect backoff
+    let guard = rl.try_acquire("late-nodes", 2 * SECOND).await.expect("all up");
+    for server in &servers {
+        assert_eq!(holder(server, "late-nodes").as_deref(), Some(guard.token()), "port {}", server.port);
+    }
+    // A guard dropped without release is released in the background.
+    drop(guard);
+    wait_until(SECOND * 2, "the dropped guard's release", || {
+        servers.iter().all(|s| holder(s, "late-nodes").is_none())
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_error_is_counted_and_shown() {
+    let servers = cluster(3);
+    let rl = redlock(&servers).await;
+    // A TTL above the nodes' lock.max-ttl-ms is refused by every node.
+    let error = rl.try_acquire("big", Duration::from_secs(60)).await.expect_err("ttl above max");
+    let text = error.to_string();
+    assert!(
+        text.starts_with("no quorum for 'big': 0 of 3 granted (need 2); 3 other errors (first: ERR"),
+        "{text}"
+    );
+    // A key that is not a lock: WRONGTYPE from the node that has it.
+    let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut servers[0].conn()).unwrap();
+    let guard = rl.try_acquire("plain", SECOND).await.expect("2 of 3 grant");
+    guard.release().await.unwrap();
+    let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut servers[1].conn()).unwrap();
+    let error = rl.try_acquire("plain", SECOND).await.expect_err("2 of 3 refuse");
+    assert!(error.to_string().contains("2 other errors (first: WRONGTYPE"), "{error}");
+    assert_free(&[&servers[2]], "plain");
+}
+
+/// Node `i`'s wall clock runs `i * 7` s behind, so each node's own tokens
+/// (which follow its clock) are far apart: only the fencing round keeps the
+/// quorum's token increasing when the majority is made of slow nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_strictly_increase_across_holders_and_node_subsets() {
+    let clock_dir = std::env::temp_dir().join(format!("redlock-client-clocks-{}", std::process::id()));
+    std::fs::create_dir_all(&clock_dir).unwrap();
+    let opts: Vec<Opts> = (0..5)
+        .map(|i| {
+            let file = clock_dir.join(format!("node{i}"));
+            std::fs::write(&file, format!("-{}", i * 7_000)).unwrap();
+            // appendfsync always: a restart keeps the FENCE raises.
+            Opts::new().aof_always().clock_file(&file)
+        })
+        .collect();
+    let mut servers = start_all(opts);
+    let rl = redlock(&servers).await;
+
+    // The nodes' own tokens really are skewed (a direct grant on each).
+    let raw: Vec<i64> = servers
+        .iter()
+        .map(|s| {
+            let mut c = s.conn();
+            let token: i64 =
+                redis::cmd("LOCK.ACQUIRE").arg("probe").arg("p").arg(1000).query(&mut c).unwrap();
+            let _: i64 = redis::cmd("LOCK.RELEASE").arg("probe").arg("p").query(&mut c).unwrap();
+            token
+        })
+        .collect();
+    assert!(raw[4] + 20_000_000 < raw[0], "node clocks not skewed: {raw:?}");
+
+    let mut rng = StdRng::seed_from_u64(seed());
+    let mut down: Vec<usize> = Vec::new();
+    let mut last = 0u64;
+    let mut slow_majority_rounds = 0;
+    for round in 0..200 {
+        if round % 40 == 20 {
+            for &i in &down {
+                servers[i].restart();
+            }
+            // The first time, take down the two fastest clocks; then random.
+            down = if round == 20 { vec![0, 1] } else { rand::seq::index::sample(&mut rng, 5, 2).into_vec() };
+            for &i in &down {
+                servers[i].kill();
+            }
+        }
+        if down.contains(&0) && down.contains(&1) {
+            slow_majority_rounds += 1;
+        }
+        let guard = rl
+            .acquire("fenced", 2 * SECOND, &RetryPolicy::attempts(10).with_delays(ms(10), ms(60)))
+            .await
+            .unwrap_or_else(|e| panic!("round {round} (down {down:?}): {e}"));
+        assert!(
+            guard.fencing_token() > last,
+            "round {round} (down {down:?}): token {} not above {last}",
+            guard.fencing_token()
+        );
+        last = guard.fencing_token();
+        guard.release().await.unwrap_or_else(|e| panic!("round {round}: release: {e}"));
+    }
+    assert!(slow_majority_rounds >= 20);
+    // The slow nodes' clocks alone are still far below the last token.
+    assert!((raw[2] as u64) + 5_000_000 < last);
+
+    // A holder that stalls past its validity: the next holder's token is
+    // above it, and the stalled one learns it lost the lock.
+    let stalled = rl.try_acquire("paused", ms(300)).await.expect("stalled holder");
+    tokio::time::sleep(ms(350)).await;
+    assert!(!stalled.is_held());
+    let reason = tokio::time::timeout(ms(10), stalled.lost()).await.expect("lost() fires at once");
+    assert_eq!(reason, Lost::Expired);
+    let next = rl.try_acquire("paused", SECOND).await.expect("next holder after the expiry");
+    assert!(next.fencing_token() > stalled.fencing_token());
+    let refused = stalled.extend(SECOND).await.expect_err("a lost lock cannot be extended");
+    assert!(matches!(refused, Error::Lost { reason: Lost::Expired, .. }), "{refused:?}");
+    assert!(matches!(stalled.status(), Status::Lost(Lost::Expired)));
+    // Its release (on drop) must not free the next holder's lock.
+    drop(stalled);
+    tokio::time::sleep(ms(100)).await;
+    let live: Vec<&Server> = (0..5).filter(|i| !down.contains(i)).map(|i| &servers[i]).collect();
+    for server in live {
+        assert_eq!(holder(server, "paused").as_deref(), Some(next.token()), "port {}", server.port);
+    }
+    next.release().await.unwrap();
+    let _ = std::fs::remove_dir_all(&clock_dir);
+}
+
+/// When a client believed it held the lock: from, until, client, fencing token.
+type Window = (Instant, Instant, usize, u64);
+
+/// Ten clients contend for one lock; each holds it a few times, sometimes
+/// "crashing" (the lock then runs out at its TTL). The windows in which
+/// each believed it held the lock never overlap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contending_clients_never_overlap() {
+    let servers = cluster(5);
+    let urls = urls(&servers);
+    let windows: Arc<Mutex<Vec<Window>>> = Arc::default();
+    let mut tasks = Vec::new();
+    for client in 0..10usize {
+        // Each client sends to the nodes in a different order, so that
+        // simultaneous attempts split the grants between them.
+        let mut urls = urls.clone();
+        urls.rotate_left(client % 5);
+        let windows = windows.clone();
+        tasks.push(tokio::spawn(async move {
+            let rl = Redlock::connect(urls, test_config()).await.unwrap();
+            let policy = RetryPolicy::within(Duration::from_secs(20)).with_delays(ms(5), ms(40));
+            for hold in 0..4 {
+                let guard =
+                    rl.acquire("contended", ms(400), &policy).await.expect("acquire under contention");
+                let acquired_at = Instant::now();
+                let deadline = guard.lease().deadline;
+                assert!(acquired_at < deadline);
+                let work = ms(rand::thread_rng().gen_range(0..15));
+                tokio::time::sleep(work).await;
+                if hold == 1 && client % 3 == 0 {
+                    // Crash while holding: nobody releases.
+                    let held = guard.detach();
+                    windows.lock().unwrap().push((acquired_at, held.deadline, client, held.fencing_token));
+                } else {
+                    let end = Instant::now().min(deadline);
+                    windows.lock().unwrap().push((acquired_at, end, client, guard.fencing_token()));
+                    guard.release().await.expect("release");
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(40), task)
+            .await
+            .expect("clients finish")
+            .expect("client ok");
+    }
+    let mut windows = windows.lock().unwrap().clone();
+    assert_eq!(windows.len(), 40);
+    windows.sort_by_key(|w| w.0);
+    for pair in windows.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        assert!(a.1 <= b.0, "client {} held until {:?} after client {} acquired", a.2, a.1 - b.0, b.2);
+        assert!(b.3 > a.3, "fencing token went from {} to {}", a.3, b.3);
+    }
+    assert_free(&all(&servers), "contended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reentrant_enter_and_exit_over_the_quorum() {
+    let servers = cluster(5);
+    let rl = redlock(&servers).await;
+    let first = rl.enter("re", "owner-a", 2 * SECOND).await.expect("first entry");
+    let second = rl.enter("re", "owner-a", 2 * SECOND).await.expect("second entry");
+    assert_eq!(first.fencing_token, second.fencing_token, "same owner, same token");
+    assert_eq!(info_int(&mut servers[0].conn(), "re", "holds"), Some(2));
+    let other = rl.enter("re", "owner-b", SECOND).await.expect_err("another owner");
+    assert!(matches!(other, Error::Contended { .. }), "{other:?}");
+    assert_eq!(info_int(&mut servers[0].conn(), "re", "holds"), Some(2), "owner-b's attempt left no hold");
+    // A plain acquire on a reentrant key is a node error, not "held".
+    let wrong = rl.try_acquire("re", SECOND).await.expect_err("wrong kind");
+    assert!(wrong.to_string().contains("WRONGTYPE"), "{wrong}");
+    assert_eq!(rl.exit("re", "owner-a").await.expect("exit"), 1);
+    assert_eq!(rl.exit("re", "owner-a").await.expect("exit"), 0);
+    assert_free(&all(&servers), "re");
+    let not_holding = rl.exit("re", "owner-a").await.expect_err("nothing to exit");
+    assert!(matches!(not_holding, Error::NoQuorum { phase: Phase::Exit, .. }), "{not_holding:?}");
+    let again = rl.enter("re", "owner-b", SECOND).await.expect("free again");
+    assert!(again.fencing_token > first.fencing_token);
+    assert_eq!(rl.exit("re", "owner-b").await.unwrap(), 0);
+}
