@@ -1,27 +1,37 @@
 //! Benchmark: the module's native lock commands against the classic client-side
-//! recipe (`SET key token NX PX ttl` + Lua compare-and-delete / compare-and-
-//! pexpire via EVALSHA), side by side on one running redis-server.
+//! recipes, side by side on one running redis-server:
+//!
+//! - plain locks: `SET key token NX PX ttl` + Lua compare-and-delete / compare-
+//!   and-pexpire via EVALSHA;
+//! - reentrant locks: `LOCK.ENTER` / `LOCK.EXIT` against Redisson-style hash-
+//!   counter lock / unlock Lua scripts (EVALSHA);
+//! - hand-off latency (release sent -> waiter granted): `LOCK.ACQUIRE ... WAIT`
+//!   against a Redisson-style pub/sub wake-up and against polling every 50 ms.
 //!
 //! Normally started by `scripts/bench`, which builds the module, starts a
 //! private server with it loaded and passes `--port`. By hand:
 //!
 //! ```text
 //! cargo run --release --example bench -- --port 6390 [--runs 5] [--threads 4]
-//!     [--depth 64] [--ops 256000] [--ops-single 32000] [--host 127.0.0.1]
+//!     [--depth 64] [--ops 256000] [--ops-single 32000] [--handoffs 200] [--host 127.0.0.1]
 //! ```
 //!
-//! Every phase uses fixed op counts and distinct keys (so every timed call is a
-//! real grant / release / extension; the replies are checked), `CONFIG
-//! RESETSTAT` before the timed part and `INFO commandstats` after it. Each
-//! variant runs pipelined (`--depth` ops per batch) and unpipelined (one
+//! Every throughput phase uses fixed op counts and distinct keys (so every timed
+//! call is a real grant / release / extension; the replies are checked),
+//! `CONFIG RESETSTAT` before the timed part and `INFO commandstats` after it.
+//! Each variant runs pipelined (`--depth` ops per batch) and unpipelined (one
 //! request per round trip) on `--threads` connections, each with its own key
-//! range; the figures printed are medians over `--runs` runs.
+//! range; the figures printed are medians over `--runs` runs. The hand-off
+//! phase runs `--handoffs` hand-offs per method in all (split over the runs),
+//! one at a time, with the waiter on its own thread and connection; its
+//! percentiles are over all of them.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use redis::{Cmd, Connection, ConnectionLike, Value};
 
@@ -32,7 +42,39 @@ const DEL_SCRIPT: &str =
     r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end"#;
 /// The classic Lua compare-and-pexpire (extend).
 const PEXPIRE_SCRIPT: &str = r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("pexpire",KEYS[1],ARGV[2]) else return 0 end"#;
-/// Untimed setup (holding locks before a release/extend phase) batch size.
+/// Redisson-style reentrant lock (hash `owner -> holds`): granted (nil) if the
+/// key is absent or `owner` already holds it, else the lock's PTTL.
+/// KEYS[1] lock; ARGV[1] lease ms, ARGV[2] owner.
+const HASH_LOCK_SCRIPT: &str = r#"local held = redis.call("exists", KEYS[1]) == 1
+if held and redis.call("hexists", KEYS[1], ARGV[2]) == 0 then
+  return redis.call("pttl", KEYS[1])
+end
+redis.call("hincrby", KEYS[1], ARGV[2], 1)
+redis.call("pexpire", KEYS[1], ARGV[1])
+return nil"#;
+/// Redisson-style reentrant unlock: nil if `owner` holds nothing; else one
+/// hold less: 0 (still held, lease renewed) or 1 (freed and announced).
+/// KEYS[1] lock, KEYS[2] channel; ARGV[1] message, ARGV[2] lease ms, ARGV[3] owner.
+const HASH_UNLOCK_SCRIPT: &str = r#"if redis.call("hexists", KEYS[1], ARGV[3]) == 0 then
+  return nil
+end
+local left = redis.call("hincrby", KEYS[1], ARGV[3], -1)
+if left > 0 then
+  redis.call("pexpire", KEYS[1], ARGV[2])
+  return 0
+end
+redis.call("del", KEYS[1])
+redis.call("publish", KEYS[2], ARGV[1])
+return 1"#;
+/// Compare-and-delete that also announces the release on the lock's channel
+/// (the holder's side of a pub/sub wait). KEYS[1] lock, KEYS[2] channel;
+/// ARGV[1] token, ARGV[2] message.
+const DEL_PUBLISH_SCRIPT: &str = r#"if redis.call("get",KEYS[1]) == ARGV[1] then redis.call("del",KEYS[1]); redis.call("publish",KEYS[2],ARGV[2]); return 1 else return 0 end"#;
+/// Owner of the reentrant locks: Redisson's `<client uuid>:<thread id>` form.
+const REENTRANT_OWNER: &str = "3f2b8c1e-9d4a-4e7b-a6c5-0b1d2e3f4a5b:1";
+/// Unlock message published by the reentrant unlock and the pub/sub release.
+const UNLOCK_MESSAGE: &str = "0";
+/// Untimed setup (holding locks before a release/extend/re-enter phase) batch size.
 const SETUP_BATCH: usize = 512;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const IO_TIMEOUT: Duration = Duration::from_secs(20);
@@ -43,7 +85,9 @@ type Res<T> = Result<T, String>;
 
 const USAGE: &str = "usage: bench --port P [--host 127.0.0.1] [--runs 5 (<= 50)] \
 [--threads 4 (<= 64)] [--depth 64 (2..=10000)] [--ops 256000 (pipelined ops per phase, <= 1e7)] \
-[--ops-single 32000 (unpipelined ops per phase, <= 1e6)]";
+[--ops-single 32000 (unpipelined ops per phase, <= 1e6)] \
+[--handoffs 200 (hand-offs per method in all runs together, <= 10000)] \
+[--reenter no|yes (also the re-enter+exit phase on a held reentrant lock; ~50 s more)]";
 
 // ---------------------------------------------------------------- options
 
@@ -57,6 +101,10 @@ struct Opts {
     ops: usize,
     /// Ops per unpipelined phase, all threads together.
     ops_single: usize,
+    /// Hand-offs per method, all runs together.
+    handoffs: usize,
+    /// Whether to run the re-enter+exit phase too.
+    reenter: bool,
 }
 
 impl Opts {
@@ -69,6 +117,8 @@ impl Opts {
             depth: 64,
             ops: 256_000,
             ops_single: 32_000,
+            handoffs: 200,
+            reenter: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(flag) = args.next() {
@@ -90,6 +140,14 @@ impl Opts {
                 "--depth" => o.depth = num()?,
                 "--ops" => o.ops = num()?,
                 "--ops-single" => o.ops_single = num()?,
+                "--handoffs" => o.handoffs = num()?,
+                "--reenter" => {
+                    o.reenter = match value.as_str() {
+                        "yes" => true,
+                        "no" => false,
+                        _ => return Err(format!("--reenter: expected yes or no, got {value:?}")),
+                    }
+                }
                 _ => return Err(format!("unknown option {flag}\n{USAGE}")),
             }
         }
@@ -101,6 +159,7 @@ impl Opts {
             || !(2..=10_000).contains(&o.depth)
             || o.ops > 10_000_000
             || o.ops_single > 1_000_000
+            || o.handoffs > 10_000
         {
             return Err(format!("an option is out of range\n{USAGE}"));
         }
@@ -113,6 +172,21 @@ impl Opts {
         let per = total.div_ceil(self.threads);
         per.div_ceil(depth) * depth
     }
+
+    /// The throughput phases to run.
+    fn phases(&self) -> Vec<Phase> {
+        PHASES.into_iter().filter(|&p| self.reenter || p != Phase::Reenter).collect()
+    }
+
+    /// Hand-offs per method in one run.
+    fn handoffs_per_run(&self) -> usize {
+        self.handoffs.div_ceil(self.runs)
+    }
+
+    /// Hand-offs per method in all runs (`--handoffs`, rounded up to whole runs).
+    fn handoff_total(&self) -> usize {
+        self.handoffs_per_run() * self.runs
+    }
 }
 
 // ---------------------------------------------------------------- variants
@@ -124,21 +198,52 @@ enum Phase {
     Extend,
     /// Acquire then release of the same key.
     Cycle,
+    /// Reentrant lock: first entry then exit of a free key (grant, then free).
+    Reentrant,
+    /// Reentrant lock already held once by the owner: one more entry, then
+    /// one exit (the hold count goes 1 -> 2 -> 1; the lock stays held).
+    Reenter,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 enum Side {
     /// The module's LOCK.* commands.
     Ours,
-    /// SET NX PX + Lua via EVALSHA.
+    /// SET NX PX + Lua via EVALSHA (plain), hash-counter Lua via EVALSHA
+    /// (reentrant).
     Baseline,
 }
 
-const PHASES: [Phase; 4] = [Phase::Acquire, Phase::Release, Phase::Extend, Phase::Cycle];
+const PHASES: [Phase; 6] =
+    [Phase::Acquire, Phase::Release, Phase::Extend, Phase::Cycle, Phase::Reentrant, Phase::Reenter];
 
 struct Shas {
     del: String,
     pexpire: String,
+    hash_lock: String,
+    hash_unlock: String,
+    del_publish: String,
+}
+
+/// The reply a command must give to count as done.
+#[derive(Clone, Copy, Debug)]
+enum Expect {
+    /// A grant (fencing token or OK), a release or an extension (1).
+    Success,
+    /// Nil (the hash lock script's "granted").
+    Nil,
+    /// Exactly this integer.
+    Int(i64),
+}
+
+impl Expect {
+    fn met_by(self, reply: &Value) -> bool {
+        match self {
+            Expect::Success => is_success(reply),
+            Expect::Nil => matches!(reply, Value::Nil),
+            Expect::Int(n) => matches!(reply, Value::Int(m) if *m == n),
+        }
+    }
 }
 
 impl Phase {
@@ -148,6 +253,8 @@ impl Phase {
             Phase::Release => "release",
             Phase::Extend => "extend",
             Phase::Cycle => "acquire+release",
+            Phase::Reentrant => "enter+exit",
+            Phase::Reenter => "re-enter+exit (held)",
         }
     }
 
@@ -155,14 +262,9 @@ impl Phase {
     fn target(self) -> Option<f64> {
         match self {
             Phase::Acquire => Some(0.9),
-            Phase::Release | Phase::Extend => Some(1.5),
-            Phase::Cycle => None,
+            Phase::Release | Phase::Extend | Phase::Reentrant => Some(1.5),
+            Phase::Cycle | Phase::Reenter => None,
         }
-    }
-
-    /// Whether the keys must already hold a lock before the timed part.
-    fn needs_held_lock(self) -> bool {
-        matches!(self, Phase::Release | Phase::Extend)
     }
 
     /// What the timed part runs per op, as shown in the table.
@@ -176,30 +278,66 @@ impl Phase {
             (Phase::Extend, Side::Baseline) => "EVALSHA get+pexpire",
             (Phase::Cycle, Side::Ours) => "LOCK.ACQUIRE + LOCK.RELEASE",
             (Phase::Cycle, Side::Baseline) => "SET NX PX + EVALSHA get+del",
+            (Phase::Reentrant | Phase::Reenter, Side::Ours) => "LOCK.ENTER + LOCK.EXIT",
+            (Phase::Reentrant | Phase::Reenter, Side::Baseline) => "EVALSHA hash lock + unlock",
         }
     }
 
     /// `INFO commandstats` entries (cmdstat_<name>) that the timed part calls,
-    /// each once per op.
-    fn measured(self, side: Side) -> &'static [&'static str] {
+    /// with how many calls each op makes. (Commands run inside a script are
+    /// part of its EVALSHA's usec and are not counted again.)
+    fn measured(self, side: Side) -> &'static [(&'static str, usize)] {
         match (self, side) {
-            (Phase::Acquire, Side::Ours) => &["lock.acquire"],
-            (Phase::Acquire, Side::Baseline) => &["set"],
-            (Phase::Release, Side::Ours) => &["lock.release"],
-            (Phase::Extend, Side::Ours) => &["lock.extend"],
-            (Phase::Release | Phase::Extend, Side::Baseline) => &["evalsha"],
-            (Phase::Cycle, Side::Ours) => &["lock.acquire", "lock.release"],
-            (Phase::Cycle, Side::Baseline) => &["set", "evalsha"],
+            (Phase::Acquire, Side::Ours) => &[("lock.acquire", 1)],
+            (Phase::Acquire, Side::Baseline) => &[("set", 1)],
+            (Phase::Release, Side::Ours) => &[("lock.release", 1)],
+            (Phase::Extend, Side::Ours) => &[("lock.extend", 1)],
+            (Phase::Release | Phase::Extend, Side::Baseline) => &[("evalsha", 1)],
+            (Phase::Cycle, Side::Ours) => &[("lock.acquire", 1), ("lock.release", 1)],
+            (Phase::Cycle, Side::Baseline) => &[("set", 1), ("evalsha", 1)],
+            (Phase::Reentrant | Phase::Reenter, Side::Ours) => &[("lock.enter", 1), ("lock.exit", 1)],
+            (Phase::Reentrant | Phase::Reenter, Side::Baseline) => &[("evalsha", 2)],
         }
     }
 
-    /// The commands of one timed op on `key`.
-    fn timed_cmds(self, side: Side, key: &str, shas: &Shas) -> Vec<Cmd> {
+    /// Commands per op.
+    fn commands_per_op(self) -> usize {
         match self {
-            Phase::Acquire => vec![acquire_cmd(side, key)],
-            Phase::Release => vec![release_cmd(side, key, shas)],
-            Phase::Extend => vec![extend_cmd(side, key, shas)],
-            Phase::Cycle => vec![acquire_cmd(side, key), release_cmd(side, key, shas)],
+            Phase::Acquire | Phase::Release | Phase::Extend => 1,
+            Phase::Cycle | Phase::Reentrant | Phase::Reenter => 2,
+        }
+    }
+
+    /// Untimed commands that make `key` ready for the timed part (a lock held
+    /// by the op's owner), with their expected replies.
+    fn setup_cmds(self, side: Side, key: &str, shas: &Shas) -> Vec<(Cmd, Expect)> {
+        match self {
+            Phase::Release | Phase::Extend => vec![(acquire_cmd(side, key), Expect::Success)],
+            Phase::Reenter => vec![enter_cmd(side, key, shas)],
+            Phase::Acquire | Phase::Cycle | Phase::Reentrant => Vec::new(),
+        }
+    }
+
+    /// The commands of one timed op on `key`, with their expected replies.
+    fn timed_cmds(self, side: Side, key: &str, shas: &Shas) -> Vec<(Cmd, Expect)> {
+        match self {
+            Phase::Acquire => vec![(acquire_cmd(side, key), Expect::Success)],
+            Phase::Release => vec![(release_cmd(side, key, shas), Expect::Success)],
+            Phase::Extend => vec![(extend_cmd(side, key, shas), Expect::Success)],
+            Phase::Cycle => vec![
+                (acquire_cmd(side, key), Expect::Success),
+                (release_cmd(side, key, shas), Expect::Success),
+            ],
+            // Ours: EXIT answers the holds left (0 = freed); the unlock script
+            // answers 1 when it freed the lock, 0 when holds remain.
+            Phase::Reentrant => {
+                let exit = if side == Side::Ours { Expect::Int(0) } else { Expect::Int(1) };
+                vec![enter_cmd(side, key, shas), (exit_cmd(side, key, shas), exit)]
+            }
+            Phase::Reenter => {
+                let exit = if side == Side::Ours { Expect::Int(1) } else { Expect::Int(0) };
+                vec![enter_cmd(side, key, shas), (exit_cmd(side, key, shas), exit)]
+            }
         }
     }
 }
@@ -231,6 +369,46 @@ fn extend_cmd(side: Side, key: &str, shas: &Shas) -> Cmd {
     c
 }
 
+/// A reentrant entry by REENTRANT_OWNER, with the reply that means granted.
+fn enter_cmd(side: Side, key: &str, shas: &Shas) -> (Cmd, Expect) {
+    let mut c = Cmd::new();
+    match side {
+        Side::Ours => {
+            c.arg("LOCK.ENTER").arg(key).arg(REENTRANT_OWNER).arg(TTL_MS);
+            (c, Expect::Success)
+        }
+        Side::Baseline => {
+            c.arg("EVALSHA").arg(&shas.hash_lock).arg(1).arg(key).arg(TTL_MS).arg(REENTRANT_OWNER);
+            (c, Expect::Nil)
+        }
+    }
+}
+
+/// A reentrant exit by REENTRANT_OWNER (the unlock script also gets the
+/// lock's channel, as Redisson passes it).
+fn exit_cmd(side: Side, key: &str, shas: &Shas) -> Cmd {
+    let mut c = Cmd::new();
+    match side {
+        Side::Ours => c.arg("LOCK.EXIT").arg(key).arg(REENTRANT_OWNER),
+        Side::Baseline => c
+            .arg("EVALSHA")
+            .arg(&shas.hash_unlock)
+            .arg(2)
+            .arg(key)
+            .arg(channel(key))
+            .arg(UNLOCK_MESSAGE)
+            .arg(TTL_MS)
+            .arg(REENTRANT_OWNER),
+    };
+    c
+}
+
+/// The pub/sub channel of a lock key for the client-side recipes (a hash tag,
+/// so that it would live in the key's slot, as Redisson names it).
+fn channel(key: &str) -> String {
+    format!("lock_channel:{{{key}}}")
+}
+
 /// A timed call did what it was for: a grant (fencing token or OK), a release
 /// or an extension (1). Nil, 0 and errors are failures.
 fn is_success(reply: &Value) -> bool {
@@ -239,42 +417,43 @@ fn is_success(reply: &Value) -> bool {
 
 // ---------------------------------------------------------------- one phase
 
-/// Commands packed into one request (one round trip).
+/// Commands packed into one request (one round trip), with the replies they
+/// must give.
 struct Batch {
     bytes: Vec<u8>,
-    commands: usize,
+    expect: Vec<Expect>,
 }
 
 /// Packs ops into batches of `depth` ops; with depth 1 every command is its
-/// own request (so a cycle is two round trips).
-fn pack(ops: Vec<Vec<Cmd>>, depth: usize) -> Vec<Batch> {
+/// own request (so a two-command op is two round trips).
+fn pack(ops: Vec<Vec<(Cmd, Expect)>>, depth: usize) -> Vec<Batch> {
     let mut batches = Vec::new();
     if depth == 1 {
-        for cmd in ops.into_iter().flatten() {
-            batches.push(Batch { bytes: cmd.get_packed_command(), commands: 1 });
+        for (cmd, expect) in ops.into_iter().flatten() {
+            batches.push(Batch { bytes: cmd.get_packed_command(), expect: vec![expect] });
         }
         return batches;
     }
     for chunk in ops.chunks(depth) {
         let mut p = redis::pipe();
-        let mut commands = 0;
-        for cmd in chunk.iter().flatten() {
+        let mut expect = Vec::new();
+        for (cmd, e) in chunk.iter().flatten() {
             p.add_command(cmd.clone());
-            commands += 1;
+            expect.push(*e);
         }
-        batches.push(Batch { bytes: p.get_packed_pipeline(), commands });
+        batches.push(Batch { bytes: p.get_packed_pipeline(), expect });
     }
     batches
 }
 
-/// Sends one batch; returns how many replies were successes.
+/// Sends one batch; returns how many replies were as expected.
 fn send(con: &mut Connection, batch: &Batch) -> Res<usize> {
-    let replies = if batch.commands == 1 {
+    let replies = if batch.expect.len() == 1 {
         vec![con.req_packed_command(&batch.bytes).map_err(|e| e.to_string())?]
     } else {
-        con.req_packed_commands(&batch.bytes, 0, batch.commands).map_err(|e| e.to_string())?
+        con.req_packed_commands(&batch.bytes, 0, batch.expect.len()).map_err(|e| e.to_string())?
     };
-    Ok(replies.iter().filter(|r| is_success(r)).count())
+    Ok(replies.iter().zip(&batch.expect).filter(|(r, e)| e.met_by(r)).count())
 }
 
 struct ThreadResult {
@@ -308,9 +487,9 @@ fn client_thread(
     let mut setup_result = Ok(());
     for batch in &setup {
         match send(con, batch) {
-            Ok(n) if n == batch.commands => {}
+            Ok(n) if n == batch.expect.len() => {}
             Ok(n) => {
-                setup_result = Err(format!("setup: {n} of {} locks granted", batch.commands));
+                setup_result = Err(format!("setup: {n} of {} locks granted", batch.expect.len()));
                 break;
             }
             Err(e) => {
@@ -358,11 +537,7 @@ fn run_phase(
                 let (ready, go) = (&ready, &go);
                 // Packing happens here, before the clock starts.
                 let keys: Vec<String> = (0..per_thread).map(|i| key(t, i)).collect();
-                let setup = if phase.needs_held_lock() {
-                    pack(keys.iter().map(|k| vec![acquire_cmd(side, k)]).collect(), SETUP_BATCH)
-                } else {
-                    Vec::new()
-                };
+                let setup = pack(keys.iter().map(|k| phase.setup_cmds(side, k, shas)).collect(), SETUP_BATCH);
                 let timed = pack(keys.iter().map(|k| phase.timed_cmds(side, k, shas)).collect(), depth);
                 s.spawn(move || client_thread(con, setup, timed, ready, go))
             })
@@ -382,7 +557,7 @@ fn run_phase(
     let results: Vec<ThreadResult> = results.into_iter().collect::<Res<_>>()?;
 
     let ops = per_thread * threads;
-    let commands_per_op = phase.measured(side).len();
+    let commands_per_op = phase.commands_per_op();
     let successes: usize = results.iter().map(|r| r.successes).sum();
     if successes != ops * commands_per_op {
         return Err(format!(
@@ -399,11 +574,11 @@ fn run_phase(
 
     let stats = command_stats(ctl)?;
     let mut usec = 0.0;
-    for name in phase.measured(side) {
+    for &(name, per_op) in phase.measured(side) {
         let (calls, u) =
-            stats.get(*name).copied().ok_or_else(|| format!("INFO commandstats has no cmdstat_{name}"))?;
-        if calls != ops as u64 {
-            return Err(format!("cmdstat_{name}: {calls} calls, expected {ops}"));
+            stats.get(name).copied().ok_or_else(|| format!("INFO commandstats has no cmdstat_{name}"))?;
+        if calls != (ops * per_op) as u64 {
+            return Err(format!("cmdstat_{name}: {calls} calls, expected {}", ops * per_op));
         }
         usec += u;
     }
@@ -554,6 +729,373 @@ fn memory_usage(ctl: &mut Connection) -> Res<String> {
     ))
 }
 
+// ---------------------------------------------------------------- hand-off
+
+/// The holder's and the waiter's tokens in the hand-off phase.
+const HOLDER: &str = "holder";
+const WAITER: &str = "waiter";
+/// The waiter's `WAIT` timeout (ms); it is released long before.
+const WAIT_TIMEOUT_MS: &str = "5000";
+/// The polling waiter's retry interval.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// Bound on the waiter getting the lock after a release (pub/sub message
+/// wait, polling), and on the main thread hearing from the waiter.
+const HANDOFF_BOUND: Duration = Duration::from_secs(5);
+/// Bound on the waiter being seen waiting before the release.
+const READY_BOUND: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Handoff {
+    /// `LOCK.ACQUIRE ... WAIT`: blocked in the server, granted by the release.
+    Wait,
+    /// Redisson-style: SUBSCRIBE to the lock's channel, retry SET NX PX on
+    /// every message; the holder's release publishes.
+    PubSub,
+    /// Retry SET NX PX every POLL_INTERVAL.
+    Poll,
+}
+
+const HANDOFFS: [Handoff; 3] = [Handoff::Wait, Handoff::PubSub, Handoff::Poll];
+
+impl Handoff {
+    fn name(self) -> &'static str {
+        match self {
+            Handoff::Wait => "module WAIT",
+            Handoff::PubSub => "pub/sub wake-up",
+            Handoff::Poll => "polling 50 ms",
+        }
+    }
+
+    fn waiter_label(self) -> &'static str {
+        match self {
+            Handoff::Wait => "LOCK.ACQUIRE k w 30000 WAIT 5000",
+            Handoff::PubSub => "SUBSCRIBE ch; SET k w NX PX 30000, again on each message",
+            Handoff::Poll => "SET k w NX PX 30000 every 50 ms",
+        }
+    }
+
+    fn release_label(self) -> &'static str {
+        match self {
+            Handoff::Wait => "LOCK.RELEASE k h",
+            Handoff::PubSub => "EVALSHA get+del+publish",
+            Handoff::Poll => "EVALSHA get+del",
+        }
+    }
+
+    /// The lock protocol's commands in `INFO commandstats` (not the
+    /// benchmark's own LOCK.INFO polls; redis-rs' PUNSUBSCRIBE on leaving
+    /// pub/sub mode is not counted either).
+    fn measured(self) -> &'static [&'static str] {
+        match self {
+            Handoff::Wait => &["lock.acquire", "lock.release"],
+            Handoff::PubSub => &["set", "evalsha", "subscribe", "unsubscribe"],
+            Handoff::Poll => &["set", "evalsha"],
+        }
+    }
+}
+
+/// What the waiter thread reports for one hand-off.
+#[derive(Debug)]
+enum Event {
+    /// It tried, found the lock held and is now waiting (pub/sub, polling).
+    Ready,
+    /// It got the lock; the instant its successful reply arrived.
+    Granted(Instant),
+}
+
+/// One method's hand-offs in one run.
+struct HandoffSample {
+    latencies_ns: Vec<u64>,
+    calls_per_handoff: f64,
+    usec_per_handoff: f64,
+}
+
+/// `SET key WAITER NX PX ttl`: true if granted, false if held.
+fn try_set(con: &mut Connection, key: &str) -> Res<bool> {
+    let reply: Value = redis::cmd("SET")
+        .arg(key)
+        .arg(WAITER)
+        .arg("NX")
+        .arg("PX")
+        .arg(TTL_MS)
+        .query(con)
+        .map_err(|e| format!("waiter SET: {e}"))?;
+    match reply {
+        Value::Okay => Ok(true),
+        Value::Nil => Ok(false),
+        other => Err(format!("waiter SET answered {other:?}")),
+    }
+}
+
+fn take_wait(con: &mut Connection, key: &str) -> Res<Instant> {
+    let reply: Value = redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(WAITER)
+        .arg(TTL_MS)
+        .arg("WAIT")
+        .arg(WAIT_TIMEOUT_MS)
+        .query(con)
+        .map_err(|e| format!("waiter LOCK.ACQUIRE WAIT: {e}"))?;
+    let at = Instant::now();
+    match reply {
+        Value::Int(n) if n >= 1 => Ok(at),
+        other => Err(format!("waiter LOCK.ACQUIRE WAIT answered {other:?}")),
+    }
+}
+
+/// Redisson's loop: try; subscribe; try again; wait for a message, try again.
+fn take_pubsub(
+    con: &mut Connection,
+    sub: &mut Connection,
+    key: &str,
+    events: &Sender<Res<Event>>,
+) -> Res<Instant> {
+    if try_set(con, key)? {
+        return Err("waiter: the lock was free before the release".into());
+    }
+    let chan = channel(key);
+    let mut ps = sub.as_pubsub();
+    ps.set_read_timeout(Some(HANDOFF_BOUND)).map_err(|e| e.to_string())?;
+    ps.subscribe(&chan).map_err(|e| format!("waiter SUBSCRIBE: {e}"))?;
+    if try_set(con, key)? {
+        return Err("waiter: the lock was free before the release".into());
+    }
+    events.send(Ok(Event::Ready)).map_err(|_| "waiter: main thread gone")?;
+    let deadline = Instant::now() + HANDOFF_BOUND;
+    loop {
+        let msg = ps.get_message().map_err(|e| format!("waiter: no release message: {e}"))?;
+        if msg.get_channel_name() == chan && try_set(con, key)? {
+            // Leaving pub/sub mode (UNSUBSCRIBE) happens after the instant.
+            return Ok(Instant::now());
+        }
+        if Instant::now() >= deadline {
+            return Err("waiter: messages, but no grant".into());
+        }
+    }
+}
+
+fn take_poll(con: &mut Connection, key: &str, events: &Sender<Res<Event>>) -> Res<Instant> {
+    if try_set(con, key)? {
+        return Err("waiter: the lock was free before the release".into());
+    }
+    events.send(Ok(Event::Ready)).map_err(|_| "waiter: main thread gone")?;
+    let deadline = Instant::now() + HANDOFF_BOUND;
+    loop {
+        std::thread::sleep(POLL_INTERVAL);
+        if try_set(con, key)? {
+            return Ok(Instant::now());
+        }
+        if Instant::now() >= deadline {
+            return Err("waiter: polled without a grant".into());
+        }
+    }
+}
+
+/// The waiter thread: one job (method, key) at a time until the job channel
+/// closes or a job fails.
+fn waiter_loop(
+    con: &mut Connection,
+    sub: &mut Connection,
+    jobs: Receiver<(Handoff, String)>,
+    events: Sender<Res<Event>>,
+) {
+    while let Ok((method, key)) = jobs.recv() {
+        let result = match method {
+            Handoff::Wait => take_wait(con, &key),
+            Handoff::PubSub => take_pubsub(con, sub, &key, &events),
+            Handoff::Poll => take_poll(con, &key, &events),
+        };
+        let failed = result.is_err();
+        if events.send(result.map(Event::Granted)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// The next report of the waiter thread, bounded.
+fn next_event(events: &Receiver<Res<Event>>, bound: Duration, what: &str) -> Res<Event> {
+    match events.recv_timeout(bound) {
+        Ok(r) => r,
+        Err(RecvTimeoutError::Timeout) => Err(format!("the waiter did not report {what} within {bound:?}")),
+        Err(RecvTimeoutError::Disconnected) => Err("the waiter thread is gone".into()),
+    }
+}
+
+/// The `waiters` field of a LOCK.INFO reply (0 if the lock is free).
+fn info_waiters(reply: &Value) -> Res<i64> {
+    match reply {
+        Value::Nil => Ok(0),
+        Value::Array(items) => items
+            .chunks(2)
+            .find_map(|pair| match pair {
+                [Value::BulkString(name), Value::Int(n)] if name == b"waiters" => Some(*n),
+                _ => None,
+            })
+            .ok_or_else(|| format!("LOCK.INFO has no waiters field: {reply:?}")),
+        other => Err(format!("LOCK.INFO answered {other:?}")),
+    }
+}
+
+/// Polls LOCK.INFO until the waiter is queued on `key` (blocked in the
+/// server), bounded; fails if the waiter answered already.
+fn wait_until_queued(ctl: &mut Connection, key: &str, events: &Receiver<Res<Event>>) -> Res<()> {
+    let deadline = Instant::now() + READY_BOUND;
+    loop {
+        let info: Value = query(ctl, redis::cmd("LOCK.INFO").arg(key))?;
+        if info_waiters(&info)? >= 1 {
+            return Ok(());
+        }
+        if let Ok(early) = events.try_recv() {
+            return Err(format!("the waiter answered before the release: {early:?}"));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("the waiter was not queued on {key} within {READY_BOUND:?}"));
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// A small PRNG (splitmix64) for the polling waiter's release phase.
+struct Rng(u64);
+
+impl Rng {
+    fn seeded() -> Rng {
+        let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+        Rng(t)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) % n.max(1)
+    }
+}
+
+/// The main thread's ends of the channels to and from the waiter thread.
+struct Link {
+    jobs: Sender<(Handoff, String)>,
+    events: Receiver<Res<Event>>,
+}
+
+/// `n` hand-offs of one method, one at a time: the holder (this thread, on
+/// `ctl`) takes the lock, the waiter thread tries and waits, the holder
+/// releases; latency = the waiter's grant instant - the instant before the
+/// release was sent.
+fn run_handoffs(
+    ctl: &mut Connection,
+    link: &Link,
+    shas: &Shas,
+    method: Handoff,
+    n: usize,
+    run: usize,
+    rng: &mut Rng,
+) -> Res<HandoffSample> {
+    let (jobs, events) = (&link.jobs, &link.events);
+    query::<()>(ctl, redis::cmd("FLUSHALL").arg("SYNC"))?;
+    query::<()>(ctl, redis::cmd("CONFIG").arg("RESETSTAT"))?;
+    let mut latencies_ns = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = format!("handoff:{method:?}:{run}:{i}");
+        let held: Value = match method {
+            Handoff::Wait => query(ctl, redis::cmd("LOCK.ACQUIRE").arg(&key).arg(HOLDER).arg(TTL_MS))?,
+            Handoff::PubSub | Handoff::Poll => {
+                query(ctl, redis::cmd("SET").arg(&key).arg(HOLDER).arg("NX").arg("PX").arg(TTL_MS))?
+            }
+        };
+        if !is_success(&held) {
+            return Err(format!("holder not granted {key}: {held:?}"));
+        }
+        jobs.send((method, key.clone())).map_err(|_| "the waiter thread is gone")?;
+        match method {
+            Handoff::Wait => wait_until_queued(ctl, &key, events)?,
+            Handoff::PubSub | Handoff::Poll => match next_event(events, READY_BOUND, "waiting")? {
+                Event::Ready => {}
+                other => return Err(format!("the waiter reported {other:?} before the release")),
+            },
+        }
+        if method == Handoff::Poll {
+            // Release at a uniformly random point of the waiter's poll period.
+            let period_us = POLL_INTERVAL.as_micros() as u64;
+            std::thread::sleep(Duration::from_micros(rng.below(period_us)));
+        }
+        let sent = Instant::now();
+        let released: Value = match method {
+            Handoff::Wait => query(ctl, redis::cmd("LOCK.RELEASE").arg(&key).arg(HOLDER))?,
+            Handoff::PubSub => query(
+                ctl,
+                redis::cmd("EVALSHA")
+                    .arg(&shas.del_publish)
+                    .arg(2)
+                    .arg(&key)
+                    .arg(channel(&key))
+                    .arg(HOLDER)
+                    .arg(UNLOCK_MESSAGE),
+            )?,
+            Handoff::Poll => query(ctl, redis::cmd("EVALSHA").arg(&shas.del).arg(1).arg(&key).arg(HOLDER))?,
+        };
+        if !matches!(released, Value::Int(1)) {
+            return Err(format!("holder's release of {key} answered {released:?}"));
+        }
+        let granted = match next_event(events, HANDOFF_BOUND * 2, "a grant")? {
+            Event::Granted(at) => at,
+            other => return Err(format!("the waiter reported {other:?} after the release")),
+        };
+        latencies_ns.push(granted.saturating_duration_since(sent).as_nanos() as u64);
+    }
+
+    let stats = command_stats(ctl)?;
+    let (mut calls, mut usec) = (0u64, 0.0);
+    for name in method.measured() {
+        let (c, u) = stats.get(*name).copied().unwrap_or((0, 0.0));
+        calls += c;
+        usec += u;
+    }
+    if method == Handoff::Wait {
+        // Exact: the holder's and the waiter's acquire, one release.
+        let acquires = stats.get("lock.acquire").map_or(0, |s| s.0);
+        let releases = stats.get("lock.release").map_or(0, |s| s.0);
+        if acquires != 2 * n as u64 || releases != n as u64 {
+            return Err(format!(
+                "WAIT hand-offs: {acquires} LOCK.ACQUIRE / {releases} LOCK.RELEASE calls, expected {} / {n}",
+                2 * n
+            ));
+        }
+    }
+    Ok(HandoffSample {
+        latencies_ns,
+        calls_per_handoff: calls as f64 / n as f64,
+        usec_per_handoff: usec / n as f64,
+    })
+}
+
+/// One run's hand-off phase: a waiter thread with its own two connections,
+/// every method in `order`.
+fn handoff_round(
+    ctl: &mut Connection,
+    waiter: &mut (Connection, Connection),
+    shas: &Shas,
+    order: &[Handoff],
+    n: usize,
+    run: usize,
+    rng: &mut Rng,
+) -> Res<Vec<(Handoff, HandoffSample)>> {
+    let (con, sub) = (&mut waiter.0, &mut waiter.1);
+    std::thread::scope(|s| {
+        let (job_tx, job_rx) = mpsc::channel();
+        let (event_tx, event_rx) = mpsc::channel();
+        s.spawn(move || waiter_loop(con, sub, job_rx, event_tx));
+        let link = Link { jobs: job_tx, events: event_rx };
+        let out =
+            order.iter().map(|&m| run_handoffs(ctl, &link, shas, m, n, run, rng).map(|r| (m, r))).collect();
+        // Closing the job channel ends the waiter thread (after its current
+        // job, which is bounded) before the scope returns.
+        drop(link);
+        out
+    })
+}
+
 // ---------------------------------------------------------------- report
 
 type Variant = (Phase, Side, usize);
@@ -574,13 +1116,14 @@ fn spread(samples: &[Sample], f: fn(&Sample) -> f64) -> (f64, f64, f64) {
 }
 
 fn report(opts: &Opts, depths: &[usize], results: &HashMap<Variant, Vec<Sample>>) -> String {
+    let phases = opts.phases();
     let mut s = String::new();
     let _ = writeln!(
         s,
         "| op | depth | commands | ops/s (median, min-max) | p50 us | p99 us | server us/op (median, min-max) |"
     );
     let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---:|");
-    for &phase in &PHASES {
+    for &phase in &phases {
         for &depth in depths {
             for side in [Side::Ours, Side::Baseline] {
                 let v = &results[&(phase, side, depth)];
@@ -606,9 +1149,13 @@ fn report(opts: &Opts, depths: &[usize], results: &HashMap<Variant, Vec<Sample>>
     }
     let _ = writeln!(
         s,
-        "\nLatency: depth 1 = per request (a cycle is 2 requests); depth {} = per pipeline batch of {} ops \
-         ({} commands for a cycle). Server us/op = INFO commandstats usec / ops \
-         (for a cycle: both commands together).\n",
+        "\nLatency: depth 1 = per request (a two-command op is 2 requests); depth {} = per pipeline batch \
+         of {} ops ({} commands for a two-command op). Server us/op = INFO commandstats usec / ops \
+         (for a two-command op: both commands together). Reentrant: enter+exit takes a free key and frees \
+         it (hold count 0 -> 1 -> 0); re-enter+exit (`--reenter yes`) runs on a key the owner already \
+         holds once (1 -> 2 -> 1). The hash lock / unlock scripts are Redisson's reentrant-lock logic (a hash \
+         owner -> holds with PEXPIRE; the unlock publishes on the lock's channel when it frees, as the \
+         module publishes on `__lock@0__:<key>`), written for this benchmark and called via EVALSHA.\n",
         opts.depth,
         opts.depth,
         2 * opts.depth
@@ -619,7 +1166,7 @@ fn report(opts: &Opts, depths: &[usize], results: &HashMap<Variant, Vec<Sample>>
         "| op | depth | ours vs baseline | ops/s ours/base | server cost base/ours | target (pipelined) |"
     );
     let _ = writeln!(s, "|---|---:|---|---:|---:|---|");
-    for &phase in &PHASES {
+    for &phase in &phases {
         for &depth in depths {
             let med =
                 |side, f: fn(&Sample) -> f64| median(results[&(phase, side, depth)].iter().map(f).collect());
@@ -654,6 +1201,123 @@ fn report(opts: &Opts, depths: &[usize], results: &HashMap<Variant, Vec<Sample>>
     s
 }
 
+/// Nanoseconds as microseconds: whole from 100 us, else one decimal.
+fn fmt_us(ns: f64) -> String {
+    let us = ns / 1000.0;
+    if us >= 100.0 {
+        format!("{us:.0}")
+    } else {
+        format!("{us:.1}")
+    }
+}
+
+fn handoff_report(opts: &Opts, results: &HashMap<Handoff, Vec<HandoffSample>>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| method | waiter | holder frees with | hand-offs | p50 us | p99 us | max us | mean us | \
+         p50 per run (min-max) | server calls / hand-off | server us / hand-off (median, min-max) |"
+    );
+    let _ = writeln!(s, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    // Pooled latencies per method: (p50, p99, max, mean).
+    // Per method: pooled p50, p99, max, mean; median calls and usec per hand-off.
+    let mut pooled: HashMap<Handoff, [f64; 6]> = HashMap::new();
+    for m in HANDOFFS {
+        let runs = &results[&m];
+        let mut lat: Vec<u64> = runs.iter().flat_map(|r| r.latencies_ns.iter().copied()).collect();
+        lat.sort_unstable();
+        let mean = lat.iter().map(|&x| x as f64).sum::<f64>() / lat.len().max(1) as f64;
+        let (p50, p99, max) =
+            (percentile(&lat, 50.0), percentile(&lat, 99.0), lat.last().map_or(f64::NAN, |&x| x as f64));
+        let run_p50: Vec<f64> = runs
+            .iter()
+            .map(|r| {
+                let mut v = r.latencies_ns.clone();
+                v.sort_unstable();
+                percentile(&v, 50.0)
+            })
+            .collect();
+        let lo = run_p50.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = run_p50.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let calls = median(runs.iter().map(|r| r.calls_per_handoff).collect());
+        let us: Vec<f64> = runs.iter().map(|r| r.usec_per_handoff).collect();
+        let us_lo = us.iter().copied().fold(f64::INFINITY, f64::min);
+        let us_hi = us.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let us = median(us);
+        pooled.insert(m, [p50, p99, max, mean, calls, us]);
+        let _ = writeln!(
+            s,
+            "| {} | `{}` | `{}` | {} | {} | {} | {} | {} | {}-{} | {:.1} | {:.2} ({:.2}-{:.2}) |",
+            m.name(),
+            m.waiter_label(),
+            m.release_label(),
+            lat.len(),
+            fmt_us(p50),
+            fmt_us(p99),
+            fmt_us(max),
+            fmt_us(mean),
+            fmt_us(lo),
+            fmt_us(hi),
+            calls,
+            us,
+            us_lo,
+            us_hi
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nLatency = the instant the waiter's successful reply arrived - the instant before the holder's \
+         release was sent (one monotonic clock; the waiter on its own thread and connection). The WAIT \
+         waiter is released only once `LOCK.INFO` shows it queued; the pub/sub and polling waiters once \
+         they have tried and found the lock held; the polling release comes at a uniformly random point \
+         of its {} ms period. {} hand-offs per method in all ({} per run, methods in alternating order). \
+         Server calls and us per hand-off = INFO commandstats over the lock protocol's commands ({}) / \
+         hand-offs, median over runs (polling makes one more SET per 50 ms the lock stays held). These \
+         calls arrive one at a time after idle gaps, so each runs with cold caches and costs several \
+         times its figure in the loops above: compare the us column between methods only roughly.\n",
+        POLL_INTERVAL.as_millis(),
+        opts.handoff_total(),
+        opts.handoffs_per_run(),
+        HANDOFFS
+            .iter()
+            .map(|m| format!("{}: {}", m.name(), m.measured().join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    let _ = writeln!(
+        s,
+        "| ours vs | p50 base/ours | p99 base/ours | max base/ours | mean base/ours | \
+         server calls base/ours | server us base/ours |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
+    let ours = pooled[&Handoff::Wait];
+    for m in [Handoff::PubSub, Handoff::Poll] {
+        let base = pooled[&m];
+        let r: Vec<f64> = base.iter().zip(&ours).map(|(b, o)| b / o).collect();
+        let _ = writeln!(
+            s,
+            "| {} vs {} | {:.1}x | {:.1}x | {:.1}x | {:.1}x | {:.2}x | {:.2}x |",
+            Handoff::Wait.name(),
+            m.name(),
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5]
+        );
+    }
+    let verdict = if ours[0] < 1_000_000.0 { "met" } else { "NOT met" };
+    let _ = writeln!(
+        s,
+        "\nTarget: WAIT hand-off p50 < 1 ms on loopback: {verdict} (p50 {} us, p99 {} us, max {} us).",
+        fmt_us(ours[0]),
+        fmt_us(ours[1]),
+        fmt_us(ours[2])
+    );
+    s
+}
+
 // ---------------------------------------------------------------- main
 
 fn run() -> Res<()> {
@@ -665,16 +1329,25 @@ fn run() -> Res<()> {
     let load = |ctl: &mut Connection, script: &str| -> Res<String> {
         redis::cmd("SCRIPT").arg("LOAD").arg(script).query(ctl).map_err(|e| format!("SCRIPT LOAD: {e}"))
     };
-    let shas = Shas { del: load(&mut ctl, DEL_SCRIPT)?, pexpire: load(&mut ctl, PEXPIRE_SCRIPT)? };
+    let shas = Shas {
+        del: load(&mut ctl, DEL_SCRIPT)?,
+        pexpire: load(&mut ctl, PEXPIRE_SCRIPT)?,
+        hash_lock: load(&mut ctl, HASH_LOCK_SCRIPT)?,
+        hash_unlock: load(&mut ctl, HASH_UNLOCK_SCRIPT)?,
+        del_publish: load(&mut ctl, DEL_PUBLISH_SCRIPT)?,
+    };
     let mut conns = (0..opts.threads).map(|_| connect(&opts)).collect::<Res<Vec<_>>>()?;
+    let mut waiter = (connect(&opts)?, connect(&opts)?);
+    let mut rng = Rng::seeded();
 
     let depths = [opts.depth, 1];
     let mut results: HashMap<Variant, Vec<Sample>> = HashMap::new();
+    let mut handoffs: HashMap<Handoff, Vec<HandoffSample>> = HashMap::new();
     let started = Instant::now();
     for run in 0..opts.runs {
         // Alternate which side goes first, so drift within a run evens out.
         let sides = if run % 2 == 0 { [Side::Ours, Side::Baseline] } else { [Side::Baseline, Side::Ours] };
-        for &phase in &PHASES {
+        for &phase in &opts.phases() {
             for &depth in &depths {
                 for side in sides {
                     let sample = run_phase(&mut ctl, &mut conns, &shas, &opts, phase, side, depth)?;
@@ -692,13 +1365,36 @@ fn run() -> Res<()> {
                 }
             }
         }
+        let mut order = HANDOFFS;
+        if run % 2 == 1 {
+            order.reverse();
+        }
+        for (method, sample) in
+            handoff_round(&mut ctl, &mut waiter, &shas, &order, opts.handoffs_per_run(), run, &mut rng)?
+        {
+            let mut sorted = sample.latencies_ns.clone();
+            sorted.sort_unstable();
+            eprintln!(
+                "run {}/{} hand-off        {:<32} {:>4} hand-offs  p50 {:>8} us  max {:>8} us  {:>5.2} us/hand-off",
+                run + 1,
+                opts.runs,
+                method.name(),
+                sample.latencies_ns.len(),
+                fmt_us(percentile(&sorted, 50.0)),
+                fmt_us(sorted.last().map_or(f64::NAN, |&x| x as f64)),
+                sample.usec_per_handoff
+            );
+            handoffs.entry(method).or_default().push(sample);
+        }
     }
     let elapsed = started.elapsed();
     let memory = memory_usage(&mut ctl)?;
 
     let cmdline =
         std::env::var("BENCH_CMDLINE").unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" "));
-    println!("## Benchmark: native LOCK.* vs SET NX PX + Lua (EVALSHA)\n");
+    println!(
+        "## Benchmark: native LOCK.* vs SET NX PX + Lua (EVALSHA), hash-counter Lua, pub/sub and polling\n"
+    );
     println!("- command: `{cmdline}`");
     println!(
         "- redis-server {version} (module lock ver {module_ver}), one server, {} client connections \
@@ -708,14 +1404,17 @@ fn run() -> Res<()> {
     );
     println!(
         "- {} runs, medians shown; per phase {} ops pipelined (depth {}), {} ops unpipelined; \
-         distinct keys, every call checked to succeed; {:.0} s of runs\n",
+         distinct keys, every call checked to succeed; {} hand-offs per method; {:.0} s of runs\n",
         opts.runs,
         opts.ops_per_thread(opts.depth) * opts.threads,
         opts.depth,
         opts.ops_per_thread(1) * opts.threads,
+        opts.handoff_total(),
         elapsed.as_secs_f64()
     );
     print!("{}", report(&opts, &depths, &results));
+    println!("\n### Hand-off latency: holder's release sent -> waiter granted\n");
+    print!("{}", handoff_report(&opts, &handoffs));
     println!("\n### Memory\n\n{memory}");
     Ok(())
 }
