@@ -256,6 +256,18 @@ fn newcomer_cannot_take_an_expired_lock_from_the_queue() {
 
 const REPS: usize = 20;
 
+/// Hand-off bounds: the median must be under 50 ms (the bound; a few
+/// ms is typical), and no single hand-off may take longer than 500 ms, which
+/// only a machine starved of CPU by other work comes near.
+const HANDOFF_P50_MS_MAX: f64 = 50.0;
+const HANDOFF_MS_MAX: f64 = 500.0;
+
+fn assert_prompt(what: &str, sample: &[f64]) {
+    let (p50, _, max) = summary(sample);
+    assert!(p50 < HANDOFF_P50_MS_MAX, "{what}: median hand-off {p50:.1} ms (all: {sample:?})");
+    assert!(max < HANDOFF_MS_MAX, "{what}: slowest hand-off {max:.1} ms");
+}
+
 fn report(what: &str, sample: &[f64]) -> f64 {
     let (p50, p90, max) = summary(sample);
     println!(
@@ -293,7 +305,7 @@ fn handoff_on_expiry_is_prompt() {
         // deadline, on the monotonic clock.
         let late = ms(at - sent) - 300.0;
         assert!(
-            late < 50.0,
+            late < HANDOFF_MS_MAX,
             "rep {rep}: hand-off {late:.1} ms after the deadline (acquire rtt {:.1})",
             ms(acked - sent)
         );
@@ -302,6 +314,7 @@ fn handoff_on_expiry_is_prompt() {
         assert_eq!(holder(&mut c, &key).as_deref(), Some("waiter"));
         assert_eq!(int(&mut c, &["LOCK.RELEASE", &key, "waiter"]), 1);
     }
+    assert_prompt("expiry", &upper);
     report("expiry (monotonic upper bound)", &upper);
     report("expiry (wall clock vs deadline-ms)", &wall);
     let w = counters(&mut c);
@@ -350,7 +363,7 @@ fn handoff_on_deletion(what: &str, free: &[&str]) -> Vec<f64> {
         let t = token(&reply).unwrap_or_else(|| panic!("{what}: waiter got nil"));
         assert!(t > held, "{what}: token {t} not above {held}");
         let late = ms(at - t0);
-        assert!(late < 50.0, "{what} rep {rep}: hand-off {late:.1} ms after the command was sent");
+        assert!(late < HANDOFF_MS_MAX, "{what} rep {rep}: hand-off {late:.1} ms after the command was sent");
         sample.push(late);
         assert_eq!(holder(&mut c, &key).as_deref(), Some("waiter"));
         assert_eq!(info_int(&mut c, &key, "fence"), Some(t));
@@ -358,6 +371,7 @@ fn handoff_on_deletion(what: &str, free: &[&str]) -> Vec<f64> {
     }
     let w = counters(&mut c);
     assert_eq!((w.started, w.served, w.waiters), (REPS as i64, REPS as i64, 0), "{what}");
+    assert_prompt(what, &sample);
     report(what, &sample);
     sample
 }
@@ -394,7 +408,11 @@ fn extend_postpones_the_handoff() {
         "served {:.1} ms after the EXTEND",
         ms(at - extended)
     );
-    assert!(ms(at - extended) < 450.0, "served {:.1} ms after the EXTEND (400 ms TTL)", ms(at - extended));
+    assert!(
+        ms(at - extended) < 400.0 + HANDOFF_MS_MAX,
+        "served {:.1} ms after the EXTEND (400 ms TTL)",
+        ms(at - extended)
+    );
     assert!(at - sent >= Duration::from_millis(499));
     assert_eq!(holder(&mut c, "x").as_deref(), Some("waiter"));
 }
@@ -469,8 +487,10 @@ fn handoff_on_release_and_exit_to_zero() {
         assert_eq!(kind, "reentrant");
         assert_eq!(int(&mut c, &["LOCK.EXIT", &key, "waiter"]), 0);
     }
-    assert!(report("RELEASE", &release) < 50.0);
-    assert!(report("EXIT to 0", &exit) < 50.0);
+    assert_prompt("RELEASE", &release);
+    assert_prompt("EXIT to 0", &exit);
+    report("RELEASE", &release);
+    report("EXIT to 0", &exit);
 }
 
 // ---------------------------------------------------------------------------
@@ -494,7 +514,7 @@ fn wait_times_out_with_nil_and_wait_zero_waits_until_release() {
     let t0 = Instant::now();
     let reply = call(&mut w, &["LOCK.ENTER", "te", "waiter", "1000", "WAIT", "200"]);
     assert!(token(&reply).is_some(), "ENTER WAIT on a free key: granted at once");
-    assert!(ms(t0.elapsed()) < 100.0);
+    assert!(ms(t0.elapsed()) < HANDOFF_MS_MAX);
     let t0 = Instant::now();
     let reply = call(&mut c, &["LOCK.ENTER", "te", "other", "1000", "WAIT", "200"]);
     let took = ms(t0.elapsed());
@@ -518,7 +538,7 @@ fn wait_times_out_with_nil_and_wait_zero_waits_until_release() {
     let t0 = Instant::now();
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "t", "holder"]), 1);
     let t = token(&recv(&mut w)).expect("WAIT 0 served on release");
-    assert!(ms(t0.elapsed()) < 50.0);
+    assert!(ms(t0.elapsed()) < HANDOFF_MS_MAX);
     assert_eq!(info_int(&mut c, "t", "fence"), Some(t));
     let end = counters(&mut c);
     assert_eq!(end.served, after.served + 1);
@@ -531,7 +551,7 @@ fn wait_times_out_with_nil_and_wait_zero_waits_until_release() {
     let t0 = Instant::now();
     let reply = call(&mut w, &["LOCK.ACQUIRE", "t2", "waiter", "1000", "WAIT", "1000"]);
     assert!(token(&reply).is_some(), "served at expiry");
-    assert!(ms(t0.elapsed()) < 300.0);
+    assert!(ms(t0.elapsed()) < 100.0 + HANDOFF_MS_MAX, "served at the 100 ms expiry, not the 1 s timeout");
 }
 
 // ---------------------------------------------------------------------------
@@ -664,11 +684,11 @@ fn wait_inside_multi_and_lua_does_not_block() {
         .arg(0)
         .query(&mut c)
         .unwrap();
-    assert!(ms(t0.elapsed()) < 200.0, "MULTI blocked for {:.0} ms", ms(t0.elapsed()));
+    assert!(ms(t0.elapsed()) < HANDOFF_MS_MAX, "MULTI blocked for {:.0} ms", ms(t0.elapsed()));
     assert_eq!(replies, vec![Value::Nil, Value::Nil], "ACQUIRE/ENTER WAIT in MULTI on held locks");
     let t0 = Instant::now();
     let reply = cmd("EVAL").arg(lua).arg(1).arg("m").arg("x").query::<Value>(&mut c).unwrap();
-    assert!(ms(t0.elapsed()) < 200.0, "EVAL blocked for {:.0} ms", ms(t0.elapsed()));
+    assert!(ms(t0.elapsed()) < HANDOFF_MS_MAX, "EVAL blocked for {:.0} ms", ms(t0.elapsed()));
     assert_eq!(reply, Value::Nil);
     let t0 = Instant::now();
     let reply = cmd("EVAL")
@@ -686,7 +706,7 @@ fn wait_inside_multi_and_lua_does_not_block() {
         .arg("y")
         .query::<Value>(&mut c)
         .unwrap();
-    assert!(ms(t0.elapsed()) < 200.0);
+    assert!(ms(t0.elapsed()) < HANDOFF_MS_MAX);
     assert_eq!(reply, Value::Nil, "ENTER WAIT 0 in Lua on a held key: nil at once");
     assert_eq!(counters(&mut c).started, 0, "nobody waited");
     assert_eq!(holder(&mut c, "m").as_deref(), Some("holder"));
@@ -755,7 +775,7 @@ fn max_waiters_bounds_the_queue() {
     let t0 = Instant::now();
     let e = err_text(call(&mut fourth, &["LOCK.ACQUIRE", "b", "w3", "30000", "WAIT", "1000"]));
     assert!(e.starts_with("MAXWAITERS"), "4th waiter: {e}");
-    assert!(ms(t0.elapsed()) < 200.0, "the refusal must be immediate");
+    assert!(ms(t0.elapsed()) < HANDOFF_MS_MAX, "the refusal must be immediate");
     let e = err_text(call(&mut fourth, &["LOCK.ENTER", "b", "w3", "30000", "WAIT", "0"]));
     assert!(e.starts_with("WRONGTYPE"), "kind is checked first: {e}");
     // Without WAIT: plain nil, not an error.
