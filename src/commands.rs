@@ -120,8 +120,13 @@ pub fn extend(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected("lock.extend", &e),
     };
+    extend_one(call, request.owner, request.ttl_ms)
+}
+
+/// EXTEND of the call's key; shared by LOCK.EXTEND and LOCK.RENEW.
+fn extend_one(call: &Call<'_>, owner: &[u8], ttl_ms: i64) -> Reply {
     with_lock_reply(call, None, |current, now| {
-        let out = lock::extend(current, request.owner, request.ttl_ms, now);
+        let out = lock::extend(current, owner, ttl_ms, now);
         if out.reply {
             stats::EXTENSIONS.bump();
         }
@@ -223,18 +228,9 @@ pub fn renew(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         }
     }
     let extended = keys
-        .map(|index| {
-            let reply = with_lock_reply(&call.for_arg(index), None, |current, now| {
-                let out = lock::extend(current, request.owner, request.ttl_ms, now);
-                if out.reply {
-                    stats::EXTENSIONS.bump();
-                }
-                bool_reply(out)
-            });
-            match reply {
-                Reply::Int(n) => n,
-                _ => 0,
-            }
+        .map(|index| match extend_one(&call.for_arg(index), request.owner, request.ttl_ms) {
+            Reply::Int(n) => n,
+            _ => 0,
         })
         .collect();
     Reply::Ints(extended)

@@ -797,8 +797,11 @@ extern "C" fn role_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent:
     }
 }
 
-/// Subscribes to the events that free a lock behind the module's back:
-/// deletion, overwrite, Redis' own expiry and eviction, and FLUSHDB/ALL.
+type ServerEventCallback = extern "C" fn(RawCtx, raw::RedisModuleEvent, u64, *mut c_void);
+
+/// Subscribes to the events the module needs: keyspace events and flush and
+/// swapdb (a lock freed behind the module's back: hand it to a waiter), and
+/// role changes (a promotion starts the failover quarantine).
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn subscribe_events(ctx: RawCtx) -> Result<(), String> {
     let types = raw::REDISMODULE_NOTIFY_GENERIC
@@ -806,29 +809,23 @@ pub fn subscribe_events(ctx: RawCtx) -> Result<(), String> {
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED;
     // SAFETY: called from OnLoad with its live context.
-    unsafe {
-        if api(raw::RedisModule_SubscribeToKeyspaceEvents)(ctx, types, Some(key_event_callback))
-            != raw::REDISMODULE_OK as c_int
-        {
-            return Err("cannot subscribe to keyspace events".into());
-        }
-        let role = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, dataver: 1 };
-        if api(raw::RedisModule_SubscribeToServerEvent)(ctx, role, Some(role_callback))
-            != raw::REDISMODULE_OK as c_int
-        {
-            return Err("cannot subscribe to role-change events".into());
-        }
-        let swap = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_SWAPDB, dataver: 1 };
-        if api(raw::RedisModule_SubscribeToServerEvent)(ctx, swap, Some(swapdb_callback))
-            != raw::REDISMODULE_OK as c_int
-        {
-            return Err("cannot subscribe to swapdb events".into());
-        }
-        let flush = raw::RedisModuleEvent { id: raw::REDISMODULE_EVENT_FLUSHDB, dataver: 1 };
-        if api(raw::RedisModule_SubscribeToServerEvent)(ctx, flush, Some(flush_callback))
-            != raw::REDISMODULE_OK as c_int
-        {
-            return Err("cannot subscribe to flush events".into());
+    let status =
+        unsafe { api(raw::RedisModule_SubscribeToKeyspaceEvents)(ctx, types, Some(key_event_callback)) };
+    if status != raw::REDISMODULE_OK as c_int {
+        return Err("cannot subscribe to keyspace events".into());
+    }
+    let server_events: [(u64, ServerEventCallback, &str); 3] = [
+        (raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, role_callback, "role-change"),
+        (raw::REDISMODULE_EVENT_SWAPDB, swapdb_callback, "swapdb"),
+        (raw::REDISMODULE_EVENT_FLUSHDB, flush_callback, "flush"),
+    ];
+    for (id, callback, what) in server_events {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        // SAFETY: called from OnLoad with its live context; the callback is
+        // an extern "C" function of this module with the expected signature.
+        let status = unsafe { api(raw::RedisModule_SubscribeToServerEvent)(ctx, event, Some(callback)) };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!("cannot subscribe to {what} events"));
         }
     }
     Ok(())

@@ -1110,16 +1110,6 @@ fn randomized_contention_has_no_lost_wakeups() {
 // 9. Replication of a hand-off
 // ---------------------------------------------------------------------------
 
-fn link(replica: &Server, master: &Server) {
-    let mut r = replica.conn();
-    let ok: String = cmd("REPLICAOF").arg("127.0.0.1").arg(master.port).query(&mut r).unwrap();
-    assert_eq!(ok, "OK");
-    wait_until(Duration::from_secs(20), "master_link_status:up", || {
-        let text: String = cmd("INFO").arg("replication").query(&mut r).unwrap();
-        text.lines().any(|l| l.trim() == "master_link_status:up")
-    });
-}
-
 /// LOCK.INFO without the relative ttl-ms, plus the key's native expiry.
 fn state(c: &mut Connection, key: &str) -> (Vec<(String, Value)>, i64) {
     let info: Vec<(String, Value)> = lock_info(c, key)
@@ -1135,7 +1125,7 @@ fn state(c: &mut Connection, key: &str) -> (Vec<(String, Value)>, i64) {
 fn replica_sees_the_handed_off_lock() {
     let master = Server::with(Opts::new().config("repl-diskless-sync-delay", "0"));
     let replica = Server::start();
-    link(&replica, &master);
+    replicate(&replica, &master);
     let mut m = master.conn();
     let mut r = replica.conn();
     let mut w = master.conn();
