@@ -1,0 +1,170 @@
+//! The classic Redlock, for the contrast runs against plain Redis: `SET key
+//! token NX PX ttl` on every node in parallel, a majority, validity = ttl -
+//! elapsed - drift (the same drift and deadline arithmetic as the quorum
+//! client, `redlock_client::quorum`), and a Lua compare-and-delete on every
+//! node to release or to undo a failed attempt. No fencing tokens: that is
+//! what the recipe does not have.
+//!
+//! The plumbing matches the quorum client's, so that the comparison is about
+//! the protocol and the servers only: one multiplexed (ordered) connection
+//! per node, per-command and connect timeouts, a short reconnect backoff.
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Client, Cmd, Value};
+use redlock_client::{quorum, Config};
+use tokio::sync::Mutex;
+use tokio::time::timeout;
+
+const UNLOCK: &str =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+enum Reply {
+    Value(Value),
+    TimedOut,
+    Unreachable,
+    Error,
+}
+
+#[derive(Default)]
+struct Slot {
+    conn: Option<MultiplexedConnection>,
+    generation: u64,
+    failed_at: Option<Instant>,
+}
+
+struct Node {
+    client: Client,
+    slot: Mutex<Slot>,
+}
+
+pub struct Classic {
+    nodes: Vec<Node>,
+    config: Config,
+}
+
+/// A lock held by the classic recipe: no fencing token.
+pub struct ClassicLock {
+    pub token: String,
+    pub deadline: Instant,
+}
+
+impl Node {
+    async fn connection(&self, config: &Config) -> Option<(MultiplexedConnection, u64)> {
+        let mut slot = timeout(config.connect_timeout, self.slot.lock()).await.ok()?;
+        if let Some(conn) = &slot.conn {
+            return Some((conn.clone(), slot.generation));
+        }
+        if slot.failed_at.is_some_and(|at| at.elapsed() < config.reconnect_backoff) {
+            return None;
+        }
+        let opened = timeout(
+            config.connect_timeout,
+            self.client.get_multiplexed_async_connection_with_config(&AsyncConnectionConfig::new()),
+        )
+        .await;
+        match opened {
+            Ok(Ok(conn)) => {
+                slot.generation += 1;
+                slot.failed_at = None;
+                slot.conn = Some(conn.clone());
+                Some((conn, slot.generation))
+            }
+            _ => {
+                slot.failed_at = Some(Instant::now());
+                None
+            }
+        }
+    }
+
+    async fn call(&self, cmd: &Cmd, config: &Config, command_timeout: Duration) -> Reply {
+        let Some((mut conn, generation)) = self.connection(config).await else { return Reply::Unreachable };
+        match timeout(command_timeout, conn.req_packed_command(cmd)).await {
+            Err(_) => Reply::TimedOut,
+            Ok(Ok(Value::ServerError(_))) => Reply::Error,
+            Ok(Ok(value)) => Reply::Value(value),
+            Ok(Err(e)) => {
+                if e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.is_unrecoverable_error()
+                {
+                    let mut slot = self.slot.lock().await;
+                    if slot.generation == generation {
+                        slot.conn = None;
+                    }
+                    Reply::Unreachable
+                } else {
+                    Reply::Error
+                }
+            }
+        }
+    }
+}
+
+impl Classic {
+    pub async fn connect(urls: &[String], config: Config) -> Classic {
+        let nodes: Vec<Node> = urls
+            .iter()
+            .map(|url| Node { client: Client::open(url.as_str()).expect("node url"), slot: Mutex::default() })
+            .collect();
+        join_all(nodes.iter().map(|n| n.connection(&config))).await;
+        Classic { nodes, config }
+    }
+
+    /// One attempt. `Err((definite, why))`: `definite` when every node
+    /// answered (the attempt certainly left nothing held).
+    pub async fn try_acquire(&self, resource: &str, ttl: Duration) -> Result<ClassicLock, (bool, String)> {
+        let token = quorum::token_from_bits(rand::random());
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(resource).arg(&token).arg("NX").arg("PX").arg(ttl_ms);
+        let start = Instant::now();
+        let per_node = self.config.command_timeout.min(ttl);
+        let replies = join_all(self.nodes.iter().map(|n| n.call(&cmd, &self.config, per_node))).await;
+        let elapsed = start.elapsed();
+        let granted = replies.iter().filter(|r| matches!(r, Reply::Value(Value::Okay))).count();
+        let answered = replies.iter().filter(|r| matches!(r, Reply::Value(_))).count();
+        let timed_out = replies.iter().filter(|r| matches!(r, Reply::TimedOut)).count();
+        let unreachable = replies.iter().filter(|r| matches!(r, Reply::Unreachable)).count();
+        let errors = replies.iter().filter(|r| matches!(r, Reply::Error)).count();
+        let majority = quorum::majority(self.nodes.len());
+        if granted >= majority && quorum::validity(ttl, elapsed).is_some() {
+            return Ok(ClassicLock { token, deadline: quorum::deadline(start, ttl) });
+        }
+        self.release_all(resource, &token).await;
+        let why = format!(
+            "{granted} of {} granted (need {majority}); {} held; {unreachable} unreachable; \
+             {timed_out} timed out; {errors} errors; {} ms elapsed",
+            self.nodes.len(),
+            answered - granted,
+            elapsed.as_millis()
+        );
+        Err((answered == self.nodes.len(), why))
+    }
+
+    /// PING on every node: how many answered.
+    pub async fn ping_all(&self) -> usize {
+        let cmd = redis::cmd("PING");
+        let replies =
+            join_all(self.nodes.iter().map(|n| n.call(&cmd, &self.config, self.config.command_timeout)))
+                .await;
+        replies.iter().filter(|r| matches!(r, Reply::Value(_))).count()
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The compare-and-delete on every node; the number that deleted.
+    pub async fn release_all(&self, resource: &str, token: &str) -> usize {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(UNLOCK).arg(1).arg(resource).arg(token);
+        let replies =
+            join_all(self.nodes.iter().map(|n| n.call(&cmd, &self.config, self.config.command_timeout)))
+                .await;
+        replies.iter().filter(|r| matches!(r, Reply::Value(Value::Int(1)))).count()
+    }
+}
