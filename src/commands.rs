@@ -319,36 +319,32 @@ fn with_lock_reply(
 }
 
 /// Reads the lock stored at the key. `Err` is the WRONGTYPE reply for a key
+/// Reads the lock stored at the key. `Err` is the WRONGTYPE reply for a key
 /// that holds anything else, or a lock of the wrong kind.
 fn read<'k>(key: &'k Key<'_>, kind: Option<Kind>) -> Result<Option<Lock<'k>>, Reply> {
-    match key.kind() {
-        KeyKind::Empty => Ok(None),
-        KeyKind::Other => Err(wrongtype(errors::not_a_lock())),
-        KeyKind::String => {
-            let Some(held) = key.value().and_then(decode) else {
-                return Err(wrongtype(errors::not_a_lock()));
-            };
-            if let Some(wanted) = kind {
-                if held.kind != wanted {
-                    return Err(wrongtype(errors::wrong_kind(held.kind, wanted)));
-                }
-            }
-            // A token seen in stored state (loaded from disk, replicated from
-            // an old master) must never be issued again by this node.
-            node::with_fencer(|f| f.raise_to(held.fence));
-            Ok(Some(held))
+    let current = read_silently(key).map_err(|()| wrongtype(errors::not_a_lock()))?;
+    match (current, kind) {
+        (Some(held), Some(wanted)) if held.kind != wanted => {
+            Err(wrongtype(errors::wrong_kind(held.kind, wanted)))
         }
+        _ => Ok(current),
     }
 }
 
 /// [`read`] for callers that are not answering a command (hand-off):
 /// `Err(())` if the key holds something that is not a lock.
 pub(crate) fn read_silently<'k>(key: &'k Key<'_>) -> Result<Option<Lock<'k>>, ()> {
-    match key.kind() {
-        KeyKind::Empty => Ok(None),
-        KeyKind::Other => Err(()),
-        KeyKind::String => key.value().and_then(decode).map(Some).ok_or(()),
+    let current = match key.kind() {
+        KeyKind::Empty => None,
+        KeyKind::Other => return Err(()),
+        KeyKind::String => Some(key.value().and_then(decode).ok_or(())?),
+    };
+    if let Some(held) = current {
+        // A token seen in stored state (loaded from disk, replicated from an
+        // old master) must never be issued again by this node.
+        node::with_fencer(|f| f.raise_to(held.fence));
     }
+    Ok(current)
 }
 
 /// A stored lock, with the lock-delay in force.
