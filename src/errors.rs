@@ -2,7 +2,7 @@
 //! its code (`ERR`, `WRONGTYPE`, ...) as Redis clients expect.
 
 use crate::core::args::ArgError;
-use crate::core::lock::Kind;
+use crate::core::group::Mode;
 use crate::core::quarantine::Reason;
 
 /// A malformed call: arity, integers, ranges, tokens, options.
@@ -22,13 +22,23 @@ pub fn not_a_lock() -> String {
     "WRONGTYPE Operation against a key holding the wrong kind of value (not a lock)".into()
 }
 
-/// The key holds a lock of the other kind (plain vs reentrant).
-pub fn wrong_kind(found: Kind, wanted: Kind) -> String {
+/// The key holds a lock of another kind (plain, reentrant, shared,
+/// semaphore).
+pub fn wrong_kind(found: &str, wanted: &str) -> String {
     format!(
-        "WRONGTYPE Operation against a key holding the wrong kind of value (a {} lock, this command needs a {} lock)",
-        found.name(),
-        wanted.name()
+        "WRONGTYPE Operation against a key holding the wrong kind of value (a {found} lock, this command needs a {wanted} lock)"
     )
+}
+
+/// LOCK.SEMAPHORE with a permit count other than the existing semaphore's.
+pub fn limit_mismatch(limit: u32, asked: u32) -> String {
+    format!("ERR this semaphore has {limit} permits, not {asked} (the count is fixed while it has holders)")
+}
+
+/// A token asked for one mode of a shared/exclusive lock while it holds the
+/// other.
+pub fn mode_mismatch(held: Mode) -> String {
+    format!("ERR this token already holds the lock in {} mode; release it first", held.name())
 }
 
 /// LOCK.ENTER past the hold bound.

@@ -48,6 +48,8 @@ pub enum Field {
     Int(i64),
     Text(&'static str),
     Bytes(Vec<u8>),
+    /// An array of field/value arrays (the holders of a group lock).
+    List(Vec<Vec<(&'static str, Field)>>),
 }
 
 /// A context with one lock key: a command invocation (the key is argv[1])
@@ -350,18 +352,28 @@ impl<'a> Call<'a> {
                     let line = c_string(line);
                     api(raw::RedisModule_ReplyWithError)(ctx, line.as_ptr());
                 }
-                Reply::Fields(fields) => {
-                    api(raw::RedisModule_ReplyWithArray)(ctx, (fields.len() * 2) as std::ffi::c_long);
-                    for (name, value) in fields {
-                        reply_bytes(ctx, name.as_bytes());
-                        match value {
-                            Field::Int(n) => {
-                                api(raw::RedisModule_ReplyWithLongLong)(ctx, *n);
-                            }
-                            Field::Text(t) => reply_bytes(ctx, t.as_bytes()),
-                            Field::Bytes(b) => reply_bytes(ctx, b),
-                        }
-                    }
+                Reply::Fields(fields) => reply_fields(ctx, fields),
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `ctx` must be the live context of the current call.
+unsafe fn reply_fields(ctx: RawCtx, fields: &[(&'static str, Field)]) {
+    api(raw::RedisModule_ReplyWithArray)(ctx, (fields.len() * 2) as std::ffi::c_long);
+    for (name, value) in fields {
+        reply_bytes(ctx, name.as_bytes());
+        match value {
+            Field::Int(n) => {
+                api(raw::RedisModule_ReplyWithLongLong)(ctx, *n);
+            }
+            Field::Text(t) => reply_bytes(ctx, t.as_bytes()),
+            Field::Bytes(b) => reply_bytes(ctx, b),
+            Field::List(items) => {
+                api(raw::RedisModule_ReplyWithArray)(ctx, items.len() as std::ffi::c_long);
+                for item in items {
+                    reply_fields(ctx, item);
                 }
             }
         }

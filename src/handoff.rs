@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::clock;
-use crate::commands::{self, Write};
+use crate::commands::{self, Verdict};
 use crate::config;
-use crate::core::lock::{self, Admission, Grant};
+use crate::core::lock::Admission;
 use crate::core::queue::{Full, KeyId, Queues, Waiter};
 use crate::errors;
 use crate::ffi::{self, Call, Key, Reply, TimerId, WaitResult, WaiterHandle};
@@ -86,7 +86,8 @@ pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, de
     };
     // WAIT 0 waits without bound.
     let timer = (timeout_ms > 0).then(|| call.start_waiter_timer(timeout_ms, handle));
-    let waiter = Waiter { handle, kind: waiter.kind, owner: waiter.owner, ttl_ms: waiter.ttl_ms, timer };
+    let waiter =
+        Waiter { handle, request: waiter.request, owner: waiter.owner, ttl_ms: waiter.ttl_ms, timer };
     match with_queues(|q| q.push(key.clone(), waiter, per_key_max)) {
         Ok(()) => {
             stats::WAITS_STARTED.bump();
@@ -108,82 +109,98 @@ pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, de
     Reply::Blocked
 }
 
-/// Serves the head waiter if the key holds no live lock. Called with the key
-/// open for writing, after any write of this module to it, and by timers.
+/// Serves waiters from the head of the key's queue for as long as the head
+/// can be granted: one waiter for an exclusive lock, a run of readers for a
+/// shared lock, as many as there are free permits for a semaphore. A head
+/// that cannot be granted yet stops the run (FIFO across modes: a queued
+/// writer is not overtaken by readers behind it). Called with the key open
+/// for writing, after any write of this module to it, and by timers.
 /// Returns true if a waiter was handed the lock.
 pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
     if !any_waiters() {
         return false;
     }
     let key_id = call.key_id();
-    if with_queues(|q| q.len(&key_id)) == 0 {
-        return false;
-    }
-    let now = clock::now_ms();
-    let live_deadline = match commands::read_silently(key) {
-        Err(()) => {
-            // The key now holds something that is not a lock (overwritten by
-            // SET or another type): nobody can be granted it.
-            for w in with_queues(|q| q.drain(&key_id)) {
-                if let Some(id) = w.timer {
-                    call.stop_waiter_timer(id);
-                }
-                stats::WAITS_FAILED.bump();
-                ffi::unblock(w.handle, WaitResult::Failed(errors::not_a_lock()));
-            }
+    let mut served = false;
+    // Every round but the last takes the head waiter out of the queue, so
+    // the loop ends within the queue's length (bounded by lock.max-waiters).
+    loop {
+        let head = with_queues(|q| q.peek(&key_id).map(|w| (w.request, w.owner.clone(), w.ttl_ms)));
+        let Some((request, owner, ttl_ms)) = head else {
             disarm(call, &key_id);
-            return false;
+            return served;
+        };
+        let now = clock::now_ms();
+        // No grant in quarantine (waiters cannot normally exist then: WAIT is
+        // refused in quarantine, and replicas have none); try again after it.
+        if let Some((_, left_ms)) = node::quarantine() {
+            arm(call, &key_id, now.saturating_add(left_ms));
+            return served;
         }
-        // Held, or within its lock-delay: serve when it frees.
-        Ok(Some(held)) if now < held.frees_at_ms() => Some(held.frees_at_ms()),
-        Ok(Some(_)) => {
+        let decision = match commands::read_silently(key) {
+            Ok(current) => commands::decide(current, request, &owner, ttl_ms, now, Admission::Open),
+            Err(()) => {
+                // The key now holds something that is not a lock (overwritten
+                // by SET or another type): nobody can be granted it.
+                fail_all(call, &key_id, &errors::not_a_lock());
+                return served;
+            }
+        };
+        if decision.found_expired {
             // Found expired by the deadline timer (the usual hand-off on
-            // expiry): the expired lock is replaced just below.
+            // expiry).
             stats::EXPIRIES.bump();
-            None
         }
-        Ok(None) => None,
-    };
-    if let Some(deadline) = live_deadline {
-        arm(call, &key_id, deadline);
-        return false;
-    }
-    // No grant in quarantine (waiters cannot normally exist then: WAIT is
-    // refused in quarantine, and replicas have none); try again after it.
-    if let Some((_, left_ms)) = node::quarantine() {
-        arm(call, &key_id, now.saturating_add(left_ms));
-        return false;
-    }
-    let Some(head) = with_queues(|q| q.pop(&key_id)) else {
-        return false;
-    };
-    if let Some(id) = head.timer {
-        call.stop_waiter_timer(id);
-    }
-    let (reply, write) = {
-        let out = node::with_fencer(|f| {
-            lock::acquire(None, head.kind, &head.owner, head.ttl_ms, now, Admission::Open, f)
-        });
-        (out.reply, Write::from_step(out.step))
-    };
-    let (result, served) = match reply {
-        Grant::Granted(fence) if write.apply(call, key, now) => {
-            stats::GRANTS.bump();
-            stats::WAITS_SERVED.bump();
-            (WaitResult::Granted(commands::clamp(fence)), true)
+        let result = match decision.verdict {
+            Verdict::Granted(fence) | Verdict::Renewed(fence) => {
+                if decision.write.apply(call, key, now) {
+                    stats::GRANTS.bump();
+                    stats::WAITS_SERVED.bump();
+                    served = true;
+                    WaitResult::Granted(commands::clamp(fence))
+                } else {
+                    stats::WAITS_FAILED.bump();
+                    WaitResult::Failed(errors::write_failed())
+                }
+            }
+            // The key changed kind under the waiter, or the semaphore's size.
+            Verdict::Refused(line) => {
+                stats::WAITS_FAILED.bump();
+                WaitResult::Failed(line)
+            }
+            Verdict::Busy | Verdict::Quarantined => {
+                // Held: serve when a holder leaves. (Expired holders found on
+                // the way are removed.)
+                let _ = decision.write.apply(call, key, now);
+                match decision.retry_at_ms {
+                    Some(at) => arm(call, &key_id, at),
+                    // Held by nobody who leaves by itself (cannot happen:
+                    // every holder has a deadline); look again soon rather
+                    // than strand the queue.
+                    None => arm(call, &key_id, now.saturating_add(ttl_ms)),
+                }
+                return served;
+            }
+        };
+        if let Some(head) = with_queues(|q| q.pop(&key_id)) {
+            if let Some(id) = head.timer {
+                call.stop_waiter_timer(id);
+            }
+            ffi::unblock(head.handle, result);
         }
-        _ => {
-            stats::WAITS_FAILED.bump();
-            (WaitResult::Failed(errors::write_failed()), false)
-        }
-    };
-    ffi::unblock(head.handle, result);
-    if with_queues(|q| q.len(&key_id)) > 0 {
-        arm(call, &key_id, now.saturating_add(head.ttl_ms));
-    } else {
-        disarm(call, &key_id);
     }
-    served
+}
+
+/// Answers every waiter of a key with an error and forgets the key.
+fn fail_all(call: &Call<'_>, key_id: &KeyId, line: &str) {
+    for w in with_queues(|q| q.drain(key_id)) {
+        if let Some(id) = w.timer {
+            call.stop_waiter_timer(id);
+        }
+        stats::WAITS_FAILED.bump();
+        ffi::unblock(w.handle, WaitResult::Failed(line.to_owned()));
+    }
+    disarm(call, key_id);
 }
 
 /// Makes sure a timer fires for `key` no later than `due_ms` (module clock).

@@ -60,6 +60,9 @@ mod module {
     entry!(info_entry => commands::info);
     entry!(check_entry => commands::check);
     entry!(renew_entry => commands::renew);
+    entry!(shared_entry => commands::shared);
+    entry!(exclusive_entry => commands::exclusive);
+    entry!(semaphore_entry => commands::semaphore);
 
     // Key-spec flags (REDISMODULE_CMD_KEY_*), see redismodule.h.
     const RO: u64 = 1 << 0;
@@ -68,7 +71,7 @@ mod module {
     const UPDATE: u64 = 1 << 5;
     const DELETE: u64 = 1 << 7;
 
-    fn command_table() -> [CommandDef; 9] {
+    fn command_table() -> [CommandDef; 12] {
         [
             CommandDef {
                 name: c"lock.acquire",
@@ -150,6 +153,33 @@ mod module {
                 key_flags: RW | UPDATE,
                 keys: (3, -1),
                 summary: c"Extend many locks held by one token; reply: 1 or 0 per key",
+            },
+            CommandDef {
+                name: c"lock.shared",
+                entry: shared_entry,
+                flags: c"write deny-oom",
+                arity: -4,
+                key_flags: RW | UPDATE,
+                keys: (1, 1),
+                summary: c"Take a read (shared) hold of a read-write lock; reply: fencing token or nil",
+            },
+            CommandDef {
+                name: c"lock.exclusive",
+                entry: exclusive_entry,
+                flags: c"write deny-oom",
+                arity: -4,
+                key_flags: RW | UPDATE,
+                keys: (1, 1),
+                summary: c"Take the write (exclusive) hold of a read-write lock; reply: fencing token or nil",
+            },
+            CommandDef {
+                name: c"lock.semaphore",
+                entry: semaphore_entry,
+                flags: c"write deny-oom",
+                arity: -5,
+                key_flags: RW | UPDATE,
+                keys: (1, 1),
+                summary: c"Take one of a semaphore's permits; reply: fencing token or nil",
             },
         ]
     }

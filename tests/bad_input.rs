@@ -37,6 +37,10 @@ enum KeyClass {
     Plain,
     /// A reentrant lock, held.
     Reentrant,
+    /// A shared (read-write) lock with two readers.
+    Shared,
+    /// A semaphore with two of its three permits taken.
+    Semaphore,
     /// A key that holds something that is not a lock.
     NotLock,
     /// No such key.
@@ -48,6 +52,10 @@ struct World {
     plain: Vec<(Vec<u8>, Vec<u8>)>,
     /// (key, owner) of held reentrant locks.
     reentrant: Vec<(Vec<u8>, Vec<u8>)>,
+    /// (key, one of its readers) of shared locks.
+    shared: Vec<(Vec<u8>, Vec<u8>)>,
+    /// (key, one of its permit holders) of semaphores.
+    semaphores: Vec<(Vec<u8>, Vec<u8>)>,
     /// Keys that exist but are not locks.
     not_locks: Vec<Vec<u8>>,
 }
@@ -58,6 +66,10 @@ impl World {
             KeyClass::Plain
         } else if self.reentrant.iter().any(|(k, _)| k == key) {
             KeyClass::Reentrant
+        } else if self.shared.iter().any(|(k, _)| k == key) {
+            KeyClass::Shared
+        } else if self.semaphores.iter().any(|(k, _)| k == key) {
+            KeyClass::Semaphore
         } else if self.not_locks.iter().any(|k| k == key) {
             KeyClass::NotLock
         } else {
@@ -66,7 +78,13 @@ impl World {
     }
 
     fn holder(&self, key: &[u8]) -> Option<&[u8]> {
-        self.plain.iter().chain(self.reentrant.iter()).find(|(k, _)| k == key).map(|(_, t)| t.as_slice())
+        self.plain
+            .iter()
+            .chain(&self.reentrant)
+            .chain(&self.shared)
+            .chain(&self.semaphores)
+            .find(|(k, _)| k == key)
+            .map(|(_, t)| t.as_slice())
     }
 }
 
@@ -95,7 +113,19 @@ fn set_up(c: &mut Connection) -> World {
             assert!(fence > 0);
         }
     }
+    let shared = vec![(b"s:1".to_vec(), b"reader\x00|1".to_vec())];
+    for reader in [&b"reader\x00|1"[..], b"reader-2"] {
+        let fence: i64 = q(c, &[b"LOCK.SHARED", b"s:1", reader, ttl.as_bytes()]);
+        assert!(fence > 0);
+    }
+    let semaphores = vec![(b"m:1".to_vec(), b"permit|1".to_vec())];
+    for holder in [&b"permit|1"[..], b"permit-2"] {
+        let fence: i64 = q(c, &[b"LOCK.SEMAPHORE", b"m:1", holder, b"3", ttl.as_bytes()]);
+        assert!(fence > 0);
+    }
     let _: String = q(c, &[b"SET", b"str", b"just a string"]);
+    // Group values that break their kind's rules are not locks.
+    let _: String = q(c, &[b"SET", b"fake:group", b"LK1|S|0|2|w|1|2|1|a|r|1|2|1|b|"]);
     // Strings that look almost like a stored lock must not be taken for one.
     let _: String = q(c, &[b"SET", b"fake:holds0", b"LK1|P|12|34|0|x"]);
     let _: String = q(c, &[b"SET", b"fake:kind", b"LK1|X|12|34|1|x"]);
@@ -105,12 +135,22 @@ fn set_up(c: &mut Connection) -> World {
     let _: i64 = q(c, &[b"HSET", b"hash", b"f1", b"v1", b"f2", b"v2"]);
     let _: i64 = q(c, &[b"SADD", b"set", b"m1", b"m2"]);
     let _: i64 = q(c, &[b"ZADD", b"zset", b"1", b"z1"]);
-    let not_locks =
-        ["str", "fake:holds0", "fake:kind", "fake:short", "str:ttl", "list", "hash", "set", "zset"]
-            .iter()
-            .map(|k| k.as_bytes().to_vec())
-            .collect();
-    World { plain, reentrant, not_locks }
+    let not_locks = [
+        "str",
+        "fake:holds0",
+        "fake:kind",
+        "fake:short",
+        "fake:group",
+        "str:ttl",
+        "list",
+        "hash",
+        "set",
+        "zset",
+    ]
+    .iter()
+    .map(|k| k.as_bytes().to_vec())
+    .collect();
+    World { plain, reentrant, shared, semaphores, not_locks }
 }
 
 #[derive(Debug, PartialEq)]
@@ -165,6 +205,7 @@ fn snapshot(c: &mut Connection) -> Snapshot {
                         .chunks(2)
                         .map(|p| (redis::from_redis_value::<String>(&p[0]).unwrap(), p[1].clone()))
                         .filter(|(name, _)| name != "ttl-ms")
+                        .map(|(name, value)| (name, without_ttl(value)))
                         .collect(),
                 )),
                 Ok(other) => panic!("LOCK.INFO reply {other:?}"),
@@ -184,6 +225,29 @@ fn snapshot(c: &mut Connection) -> Snapshot {
     Snapshot { dbsize, keys, stats }
 }
 
+/// A group's holder list without the time-relative `ttl-ms` of each holder.
+fn without_ttl(value: Value) -> Value {
+    match value {
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|item| match item {
+                    Value::Array(pairs) => Value::Array(
+                        pairs
+                            .chunks(2)
+                            .filter(|p| p[0] != Value::BulkString(b"ttl-ms".to_vec()))
+                            .flatten()
+                            .cloned()
+                            .collect(),
+                    ),
+                    other => other,
+                })
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Generating malformed calls.
 
@@ -196,10 +260,21 @@ enum Cmd {
     Exit,
     Fence,
     Info,
+    Shared,
+    Exclusive,
 }
 
-const CMDS: [Cmd; 7] =
-    [Cmd::Acquire, Cmd::Enter, Cmd::Release, Cmd::Extend, Cmd::Exit, Cmd::Fence, Cmd::Info];
+const CMDS: [Cmd; 9] = [
+    Cmd::Acquire,
+    Cmd::Enter,
+    Cmd::Release,
+    Cmd::Extend,
+    Cmd::Exit,
+    Cmd::Fence,
+    Cmd::Info,
+    Cmd::Shared,
+    Cmd::Exclusive,
+];
 
 impl Cmd {
     fn name(self) -> &'static str {
@@ -211,13 +286,15 @@ impl Cmd {
             Cmd::Exit => "LOCK.EXIT",
             Cmd::Fence => "LOCK.FENCE",
             Cmd::Info => "LOCK.INFO",
+            Cmd::Shared => "LOCK.SHARED",
+            Cmd::Exclusive => "LOCK.EXCLUSIVE",
         }
     }
 
     /// Numbers of arguments after the name that can be well-formed.
     fn valid_arg_counts(self) -> &'static [usize] {
         match self {
-            Cmd::Acquire | Cmd::Enter => &[3, 5],
+            Cmd::Acquire | Cmd::Enter | Cmd::Shared | Cmd::Exclusive => &[3, 5],
             Cmd::Release | Cmd::Exit => &[2],
             Cmd::Extend | Cmd::Fence => &[3],
             Cmd::Info => &[1],
@@ -228,8 +305,12 @@ impl Cmd {
     fn wrong_type(self, class: KeyClass) -> bool {
         match class {
             KeyClass::NotLock => true,
-            KeyClass::Reentrant => self == Cmd::Acquire,
-            KeyClass::Plain => matches!(self, Cmd::Enter | Cmd::Exit),
+            KeyClass::Reentrant => matches!(self, Cmd::Acquire | Cmd::Shared | Cmd::Exclusive),
+            KeyClass::Plain => matches!(self, Cmd::Enter | Cmd::Exit | Cmd::Shared | Cmd::Exclusive),
+            KeyClass::Shared => matches!(self, Cmd::Acquire | Cmd::Enter | Cmd::Exit),
+            KeyClass::Semaphore => {
+                matches!(self, Cmd::Acquire | Cmd::Enter | Cmd::Exit | Cmd::Shared | Cmd::Exclusive)
+            }
             KeyClass::Missing => false,
         }
     }
@@ -405,11 +486,13 @@ impl Gen {
 
     /// A key and its class; missing keys may be binary.
     fn key(&mut self) -> (Vec<u8>, KeyClass) {
-        let key = match self.rng.gen_range(0..20) {
+        let key = match self.rng.gen_range(0..24) {
             0..=7 => self.world.plain.choose(&mut self.rng).unwrap().0.clone(),
             8..=12 => self.world.reentrant.choose(&mut self.rng).unwrap().0.clone(),
             13..=15 => self.world.not_locks.choose(&mut self.rng).unwrap().clone(),
             16..=17 => format!("missing:{}", self.rng.gen::<u32>()).into_bytes(),
+            18..=19 => self.world.shared.choose(&mut self.rng).unwrap().0.clone(),
+            20..=21 => self.world.semaphores.choose(&mut self.rng).unwrap().0.clone(),
             _ => {
                 let len = self.rng.gen_range(0..40);
                 self.bytes(len)
@@ -532,7 +615,7 @@ impl Gen {
     fn valid_args(&mut self, cmd: Cmd, key: &[u8]) -> Vec<Vec<u8>> {
         let token = self.token(key);
         match cmd {
-            Cmd::Acquire | Cmd::Enter | Cmd::Extend => {
+            Cmd::Acquire | Cmd::Enter | Cmd::Extend | Cmd::Shared | Cmd::Exclusive => {
                 vec![key.to_vec(), token, self.valid_number(Slot::Ttl)]
             }
             Cmd::Release | Cmd::Exit => vec![key.to_vec(), token],
@@ -586,8 +669,9 @@ impl Gen {
         loop {
             let cmd = *CMDS.choose(&mut self.rng).unwrap();
             let (key, class) = self.key();
-            let takes_ttl = matches!(cmd, Cmd::Acquire | Cmd::Enter | Cmd::Extend);
-            let takes_options = matches!(cmd, Cmd::Acquire | Cmd::Enter);
+            let takes_ttl =
+                matches!(cmd, Cmd::Acquire | Cmd::Enter | Cmd::Extend | Cmd::Shared | Cmd::Exclusive);
+            let takes_options = matches!(cmd, Cmd::Acquire | Cmd::Enter | Cmd::Shared | Cmd::Exclusive);
             match category {
                 // Wrong number of arguments.
                 0 => {

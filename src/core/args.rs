@@ -11,6 +11,9 @@
 //! LOCK.INFO    key
 //! LOCK.CHECK   key fencing-token
 //! LOCK.RENEW   token ttl-ms key [key ...]
+//! LOCK.SHARED    key token ttl-ms [WAIT timeout-ms]
+//! LOCK.EXCLUSIVE key token ttl-ms [WAIT timeout-ms]
+//! LOCK.SEMAPHORE key token permits ttl-ms [WAIT timeout-ms]
 //! ```
 //! Integers follow Redis' own rules (`string2ll`): optional `-`, no `+`, no
 //! leading zeros, no spaces, no fraction, within i64. Option names are
@@ -122,11 +125,33 @@ pub struct Fence<'a> {
     pub floor: u64,
 }
 
-/// `argv` is the whole command line including the name and key.
+/// `argv` is the whole command line including the name and key. Also
+/// LOCK.SHARED and LOCK.EXCLUSIVE, which take the same arguments.
 pub fn acquire<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Acquire<'a>, ArgError> {
     let [_, _, owner, ttl, options @ ..] = argv else {
         return Err(ArgError::Arity);
     };
+    grant(owner, ttl, options, limits)
+}
+
+/// LOCK.SEMAPHORE: the number of permits, then what ACQUIRE takes.
+pub fn semaphore<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<(u32, Acquire<'a>), ArgError> {
+    let [_, _, owner, permits, ttl, options @ ..] = argv else {
+        return Err(ArgError::Arity);
+    };
+    // The token first, so that errors come in argument order.
+    token(owner, "token")?;
+    let max = i64::from(super::group::HOLDERS_MAX);
+    let permits = u32::try_from(bounded(permits, "permits", 1, max, None)?).unwrap_or(0);
+    Ok((permits, grant(owner, ttl, options, limits)?))
+}
+
+fn grant<'a>(
+    owner: &'a [u8],
+    ttl: &[u8],
+    options: &[&[u8]],
+    limits: Limits,
+) -> Result<Acquire<'a>, ArgError> {
     let owner = token(owner, "token")?;
     let ttl_ms = ttl_ms(ttl, limits)?;
     let mut wait_ms = None;
@@ -391,6 +416,30 @@ mod tests {
         ];
         for (line, want) in cases {
             assert_eq!(acquire(&argv(&line), LIMITS), Err(want), "{line}");
+        }
+    }
+
+    #[test]
+    fn semaphore_takes_a_bounded_permit_count() {
+        let ok = semaphore(&argv("LOCK.SEMAPHORE k t 3 100 WAIT 5"), LIMITS);
+        assert_eq!(ok, Ok((3, Acquire { owner: b"t", ttl_ms: 100, wait_ms: Some(5) })));
+        let max = i64::from(crate::core::group::HOLDERS_MAX);
+        for (line, want) in [
+            ("LOCK.SEMAPHORE k t 3", ArgError::Arity),
+            (
+                "LOCK.SEMAPHORE k t 0 100",
+                ArgError::OutOfRange { what: "permits", value: 0, min: 1, max, config: None },
+            ),
+            (
+                "LOCK.SEMAPHORE k t 1001 100",
+                ArgError::OutOfRange { what: "permits", value: 1001, min: 1, max, config: None },
+            ),
+            ("LOCK.SEMAPHORE k t +3 100", ArgError::NotInteger { what: "permits" }),
+            ("LOCK.SEMAPHORE k  3 100", ArgError::EmptyToken { what: "token" }),
+            ("LOCK.SEMAPHORE k t 3 100 WAIT", ArgError::MissingValue("WAIT")),
+            ("LOCK.SEMAPHORE k t 3 100 NX", ArgError::UnknownOption("NX".into())),
+        ] {
+            assert_eq!(semaphore(&argv(line), LIMITS), Err(want), "{line}");
         }
     }
 

@@ -11,8 +11,19 @@
 //! any bytes (including `|`) without escaping. Integers are plain decimal with
 //! no sign or leading zeros; anything else is not a lock (the command answers
 //! WRONGTYPE rather than guessing).
+//!
+//! Locks with several holders (shared/exclusive locks, semaphores; see
+//! `group.rs`) list their holders after a header with the kind, the
+//! semaphore limit (0 for shared locks) and the count. Each owner is
+//! length-prefixed, so it may hold any bytes here too:
+//!
+//! ```text
+//! LK1|<S|M>|<limit>|<count>|{<mode>|<fence>|<deadline-ms>|<owner-len>|<owner>|}
+//! LK1|M|3|2|p|1795312345678001|1795312347678|2|w1|p|1795312345678002|1795312347690|2|w2|
+//! ```
 
 use super::args::{is_request_id, REQUEST_ID_LEN_MAX, TOKEN_LEN_MAX};
+use super::group::{Group, GroupKind, Holder, Mode, HOLDERS_MAX};
 use super::lock::{Kind, Lock};
 
 /// Every lock value starts with this; a string that does not is not a lock.
@@ -139,6 +150,91 @@ pub fn decode(value: &[u8]) -> Option<Lock<'_>> {
     Some(lock)
 }
 
+/// A decoded lock value of either shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stored<'a> {
+    Single(Lock<'a>),
+    Group(Group<'a>),
+}
+
+/// Reads a stored value of any kind; `None` when it is not a lock.
+pub fn decode_any(value: &[u8]) -> Option<Stored<'_>> {
+    match value.get(MAGIC.len()).copied().and_then(GroupKind::from_letter) {
+        Some(_) => decode_group(value).map(Stored::Group),
+        None => decode(value).map(Stored::Single),
+    }
+}
+
+pub fn encode_group(group: &Group<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + group.holders.iter().map(|h| 48 + h.owner.len()).sum::<usize>());
+    let mut number = itoa::Buffer::new();
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[group.kind.letter(), b'|']);
+    out.extend_from_slice(number.format(group.limit).as_bytes());
+    out.push(b'|');
+    out.extend_from_slice(number.format(group.holders.len()).as_bytes());
+    out.push(b'|');
+    for holder in &group.holders {
+        out.extend_from_slice(&[holder.mode.letter(), b'|']);
+        out.extend_from_slice(number.format(holder.fence).as_bytes());
+        out.push(b'|');
+        out.extend_from_slice(number.format(u64::try_from(holder.deadline_ms).unwrap_or(0)).as_bytes());
+        out.push(b'|');
+        out.extend_from_slice(number.format(holder.owner.len()).as_bytes());
+        out.push(b'|');
+        out.extend_from_slice(holder.owner);
+        out.push(b'|');
+    }
+    out
+}
+
+/// Reads a stored group; `None` unless every field is in the form
+/// [`encode_group`] writes and the holders fit the kind's rules.
+pub fn decode_group(value: &[u8]) -> Option<Group<'_>> {
+    let rest = value.strip_prefix(MAGIC)?;
+    let (kind, rest) = split_field(rest)?;
+    let kind = match kind {
+        [letter] => GroupKind::from_letter(*letter)?,
+        _ => return None,
+    };
+    let (limit, rest) = split_field(rest)?;
+    let limit = u32::try_from(parse_decimal(limit)?).ok()?;
+    let (count, mut rest) = split_field(rest)?;
+    let count = u32::try_from(parse_decimal(count)?).ok()?;
+    let limit_ok = match kind {
+        GroupKind::Shared => limit == 0,
+        GroupKind::Semaphore => (1..=HOLDERS_MAX).contains(&limit) && count <= limit,
+    };
+    if !limit_ok || !(1..=HOLDERS_MAX).contains(&count) {
+        return None;
+    }
+    let mut holders = Vec::with_capacity(usize::try_from(count).ok()?);
+    for _ in 0..count {
+        let (mode, tail) = split_field(rest)?;
+        let mode = match mode {
+            [letter] => Mode::from_letter(*letter)?,
+            _ => return None,
+        };
+        let (fence, tail) = split_field(tail)?;
+        let (deadline, tail) = split_field(tail)?;
+        let (len, tail) = split_field(tail)?;
+        let len = usize::try_from(parse_decimal(len)?).ok()?;
+        if !kind.allows(mode) || len == 0 || len > TOKEN_LEN_MAX {
+            return None;
+        }
+        let owner = tail.get(..len)?;
+        rest = tail.get(len..)?.strip_prefix(b"|")?;
+        let fence = parse_decimal(fence)?;
+        let deadline_ms = i64::try_from(parse_decimal(deadline)?).ok()?;
+        holders.push(Holder { mode, owner, fence, deadline_ms });
+    }
+    let writers = holders.iter().filter(|h| h.mode == Mode::Write).count();
+    if !rest.is_empty() || (writers > 0 && holders.len() > 1) {
+        return None;
+    }
+    Some(Group { kind, limit, holders, cool_down_ms: 0 })
+}
+
 fn split_field(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     let at = bytes.iter().position(|&b| b == b'|')?;
     Some((bytes.get(..at)?, bytes.get(at + 1..)?))
@@ -227,7 +323,71 @@ mod tests {
         }
     }
 
+    fn group(kind: GroupKind, limit: u32, holders: &[(Mode, &'static [u8])]) -> Group<'static> {
+        let holders = holders
+            .iter()
+            .enumerate()
+            .map(|(i, &(mode, owner))| Holder {
+                mode,
+                owner,
+                fence: 100 + i as u64,
+                deadline_ms: 5_000 + i as i64,
+            })
+            .collect();
+        Group { kind, limit, holders, cool_down_ms: 0 }
+    }
+
+    #[test]
+    fn groups_encode_readable_text_and_round_trip() {
+        let g = group(GroupKind::Semaphore, 3, &[(Mode::Permit, b"w1"), (Mode::Permit, b"a|b")]);
+        let bytes = encode_group(&g);
+        assert_eq!(bytes, b"LK1|M|3|2|p|100|5000|2|w1|p|101|5001|3|a|b|".to_vec());
+        assert_eq!(decode_group(&bytes), Some(g.clone()));
+        assert_eq!(decode_any(&bytes), Some(Stored::Group(g)));
+        let s = group(GroupKind::Shared, 0, &[(Mode::Read, b"r1"), (Mode::Read, b"r2")]);
+        assert_eq!(decode_group(&encode_group(&s)), Some(s));
+        assert_eq!(decode_any(b"LK1|P|1|2|1|o").map(|s| matches!(s, Stored::Single(_))), Some(true));
+    }
+
+    #[test]
+    fn groups_that_break_their_kinds_rules_are_not_locks() {
+        for bad in [
+            &b"LK1|S|1|1|r|1|2|1|o|"[..],      // shared locks have no limit
+            b"LK1|M|0|1|p|1|2|1|o|",           // a semaphore needs one
+            b"LK1|M|1|2|p|1|2|1|o|p|1|2|1|q|", // more holders than permits
+            b"LK1|M|2|1|r|1|2|1|o|",           // readers belong to shared locks
+            b"LK1|S|0|2|w|1|2|1|o|r|1|2|1|q|", // a writer is alone
+            b"LK1|S|0|0|",                     // empty groups are deleted
+            b"LK1|S|0|1|r|1|2|2|o|",           // owner shorter than its length
+            b"LK1|S|0|1|r|1|2|1|o|x",          // trailing bytes
+            b"LK1|S|0|1|r|1|2|0||",            // empty owner
+            b"LK1|S|0|2|r|1|2|1|o|",           // fewer records than the count
+            b"LK1|M|1001|1|p|1|2|1|o|",        // limit above the bound
+        ] {
+            assert_eq!(decode_group(bad), None, "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(decode_any(bad), None);
+        }
+    }
+
     proptest! {
+        #[test]
+        fn groups_round_trip(semaphore: bool, owners in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..40), 1..20), fence: u64, deadline in 0i64..=i64::MAX) {
+            let (kind, mode, limit) = if semaphore { (GroupKind::Semaphore, Mode::Permit, 20) } else { (GroupKind::Shared, Mode::Read, 0) };
+            let holders = owners.iter().map(|o| Holder { mode, owner: o, fence, deadline_ms: deadline }).collect();
+            let g = Group { kind, limit, holders, cool_down_ms: 0 };
+            let bytes = encode_group(&g);
+            prop_assert_eq!(decode_group(&bytes), Some(g));
+        }
+
+        #[test]
+        fn group_decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
+            for prefix in [&b"LK1|S|0|1|"[..], b"LK1|M|3|2|", b"LK1|"] {
+                let mut v = prefix.to_vec();
+                v.extend_from_slice(&bytes);
+                let _ = decode_any(&v);
+            }
+        }
+
         #[test]
         fn round_trips(reentrant: bool, fence: u64, deadline in 0i64..=i64::MAX, holds in 1u32.., owner in proptest::collection::vec(any::<u8>(), 1..64)) {
             let kind = if reentrant { Kind::Reentrant } else { Kind::Plain };

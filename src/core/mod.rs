@@ -4,6 +4,7 @@
 pub mod args;
 pub mod codec;
 pub mod fencing;
+pub mod group;
 pub mod lock;
 pub mod quarantine;
 pub mod queue;

@@ -5,16 +5,25 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 
+use super::group::Want;
 use super::lock::Kind;
 
 /// A lock key: database number and key bytes.
 pub type KeyId = (i32, Vec<u8>);
 
+/// What a grant asks for: a single-holder lock of a kind, or a place in a
+/// group (shared/exclusive lock, semaphore).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    Single(Kind),
+    Group(Want),
+}
+
 /// What a waiter asked for; granted as-is when its turn comes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Waiter<H> {
     pub handle: H,
-    pub kind: Kind,
+    pub request: Request,
     pub owner: Vec<u8>,
     pub ttl_ms: i64,
     /// The adapter's timeout timer for this waiter, if it has a timeout.
@@ -71,6 +80,11 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         Ok(())
     }
 
+    /// The head waiter of a key (the one to serve next), left in place.
+    pub fn peek(&self, key: &KeyId) -> Option<&Waiter<H>> {
+        self.by_key.get(key).and_then(VecDeque::front)
+    }
+
     /// Takes the head waiter of a key (the one to serve next).
     pub fn pop(&mut self, key: &KeyId) -> Option<Waiter<H>> {
         let queue = self.by_key.get_mut(key)?;
@@ -122,7 +136,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn w(handle: u32) -> Waiter<u32> {
-        Waiter { handle, kind: Kind::Plain, owner: handle.to_be_bytes().to_vec(), ttl_ms: 10, timer: None }
+        Waiter {
+            handle,
+            request: Request::Single(Kind::Plain),
+            owner: handle.to_be_bytes().to_vec(),
+            ttl_ms: 10,
+            timer: None,
+        }
     }
 
     fn key(k: &str) -> KeyId {
