@@ -34,9 +34,23 @@ fn used_memory(c: &mut Connection) -> i64 {
     info_field(c, "memory", "used_memory")
 }
 
+/// Which lock kind a cycle takes and frees.
+#[derive(Clone, Copy)]
+enum Kind {
+    Plain,
+    /// A read hold of a read-write lock.
+    Shared,
+    /// One permit of a 3-permit semaphore.
+    Permit,
+}
+
 /// Runs `count` acquire+release cycles on keys `{prefix}:{start..}`,
 /// pipelined in batches, and checks every reply.
 fn cycles(c: &mut Connection, prefix: &str, start: usize, count: usize) {
+    cycles_of(c, Kind::Plain, prefix, start, count)
+}
+
+fn cycles_of(c: &mut Connection, kind: Kind, prefix: &str, start: usize, count: usize) {
     let mut last_fence = 0i64;
     for batch_start in (start..start + count).step_by(BATCH) {
         let keys: Vec<String> = (batch_start..(batch_start + BATCH).min(start + count))
@@ -44,7 +58,11 @@ fn cycles(c: &mut Connection, prefix: &str, start: usize, count: usize) {
             .collect();
         let mut pipe = redis::pipe();
         for key in &keys {
-            pipe.cmd("LOCK.ACQUIRE").arg(key).arg(TOKEN).arg(30_000);
+            match kind {
+                Kind::Plain => pipe.cmd("LOCK.ACQUIRE").arg(key).arg(TOKEN).arg(30_000),
+                Kind::Shared => pipe.cmd("LOCK.SHARED").arg(key).arg(TOKEN).arg(30_000),
+                Kind::Permit => pipe.cmd("LOCK.SEMAPHORE").arg(key).arg(TOKEN).arg(3).arg(30_000),
+            };
         }
         for key in &keys {
             pipe.cmd("LOCK.RELEASE").arg(key).arg(TOKEN);
@@ -115,6 +133,26 @@ fn a_freed_lock_leaves_nothing_behind() {
     );
 }
 
+/// The same for read-write locks and semaphores: their holder lists are
+/// deleted with the last holder.
+#[test]
+fn freed_read_locks_and_permits_leave_nothing_behind() {
+    let server = Server::start();
+    let mut c = server.conn();
+    for kind in [Kind::Shared, Kind::Permit] {
+        cycles_of(&mut c, kind, "warm", 0, 10 * BATCH);
+    }
+    let before = used_memory(&mut c);
+    for kind in [Kind::Shared, Kind::Permit] {
+        cycles_of(&mut c, kind, "lock", 0, 50_000);
+    }
+    let dbsize: i64 = cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(dbsize, 0, "keys left behind");
+    let delta = used_memory(&mut c) - before;
+    eprintln!("100000 read-lock and permit cycles: used_memory delta {delta} bytes");
+    assert!(delta.abs() <= TOLERANCE, "used_memory moved by {delta} bytes");
+}
+
 fn memory_usage(c: &mut Connection, key: &str) -> i64 {
     cmd("MEMORY").arg("USAGE").arg(key).query(c).unwrap_or_else(|e| panic!("MEMORY USAGE {key}: {e}"))
 }
@@ -167,7 +205,19 @@ fn a_held_lock_costs_about_as_much_as_set_nx_px() {
     eprintln!(
         "after renewal + 10 extensions: {rewritten_cost} bytes; reentrant lock with 5 holds: {reentrant_cost} bytes"
     );
-    for (what, cost) in [("renewed and extended", rewritten_cost), ("reentrant", reentrant_cost)] {
+    let _: i64 = cmd("LOCK.SHARED").arg("share:lock").arg(TOKEN).arg(30_000).query(&mut c).unwrap();
+    let shared_cost = memory_usage(&mut c, "share:lock");
+    let _: i64 = cmd("LOCK.SEMAPHORE").arg("semap:lock").arg(TOKEN).arg(3).arg(30_000).query(&mut c).unwrap();
+    let permit_cost = memory_usage(&mut c, "semap:lock");
+    eprintln!(
+        "read lock with one reader: {shared_cost} bytes; semaphore with one permit held: {permit_cost} bytes"
+    );
+    for (what, cost) in [
+        ("renewed and extended", rewritten_cost),
+        ("reentrant", reentrant_cost),
+        ("read", shared_cost),
+        ("semaphore", permit_cost),
+    ] {
         assert!(cost <= set_cost + OVERHEAD_MAX, "{what} lock costs {cost} bytes, SET NX PX {set_cost}");
     }
 }
