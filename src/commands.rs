@@ -573,7 +573,7 @@ pub(crate) fn read_silently<'k>(key: &'k Key<'_>) -> Result<Current<'k>, ()> {
 }
 
 /// A stored lock, with the lock-delay in force.
-fn decode(value: &[u8]) -> Option<Current<'_>> {
+pub(crate) fn decode(value: &[u8]) -> Option<Current<'_>> {
     let cool_down_ms = config::EXPIRY_DELAY_MS.get();
     Some(match codec::decode_any(value)? {
         Stored::Single(held) => Current::Single(Lock { cool_down_ms, ..held }),

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::clock;
-use crate::commands::{self, Verdict};
+use crate::commands::{self, Verdict, Write};
 use crate::config;
 use crate::core::lock::Admission;
 use crate::core::queue::{Full, KeyId, Queues, Waiter};
@@ -121,57 +121,75 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
         return false;
     }
     let key_id = call.key_id();
-    let mut served = false;
+    let now = clock::now_ms();
+    let mut run = Run { pending: None, granted: Vec::new(), served: false };
     // Every round but the last takes the head waiter out of the queue, so
     // the loop ends within the queue's length (bounded by lock.max-waiters).
     loop {
         let head = with_queues(|q| q.peek(&key_id).map(|w| (w.request, w.owner.clone(), w.ttl_ms)));
         let Some((request, owner, ttl_ms)) = head else {
             disarm(call, &key_id);
-            return served;
+            break;
         };
-        let now = clock::now_ms();
         // No grant in quarantine (waiters cannot normally exist then: WAIT is
         // refused in quarantine, and replicas have none); try again after it.
         if let Some((_, left_ms)) = node::quarantine() {
             arm(call, &key_id, now.saturating_add(left_ms));
-            return served;
+            break;
         }
-        let decision = match commands::read_silently(key) {
-            Ok(current) => commands::decide(current, request, &owner, ttl_ms, now, Admission::Open),
-            Err(()) => {
-                // The key now holds something that is not a lock (overwritten
-                // by SET or another type): nobody can be granted it.
-                fail_all(call, &key_id, &errors::not_a_lock());
-                return served;
-            }
+        // The state to decide on: the grants of this run not yet stored, or
+        // the key.
+        let decision = match &run.pending {
+            Some(Write::StoreGroup { value, .. }) => match commands::decode(value) {
+                Some(current) => commands::decide(current, request, &owner, ttl_ms, now, Admission::Open),
+                None => break,
+            },
+            _ => match commands::read_silently(key) {
+                Ok(current) => commands::decide(current, request, &owner, ttl_ms, now, Admission::Open),
+                Err(()) => {
+                    // The key now holds something that is not a lock
+                    // (overwritten by SET or another type): nobody can be
+                    // granted it.
+                    fail_all(call, &key_id, &errors::not_a_lock());
+                    break;
+                }
+            },
         };
         if decision.found_expired {
             // Found expired by the deadline timer (the usual hand-off on
             // expiry).
             stats::EXPIRIES.bump();
         }
-        let result = match decision.verdict {
+        match decision.verdict {
             Verdict::Granted(fence) | Verdict::Renewed(fence) => {
-                if decision.write.apply(call, key, now) {
-                    stats::GRANTS.bump();
-                    stats::WAITS_SERVED.bump();
-                    served = true;
-                    WaitResult::Granted(commands::clamp(fence))
-                } else {
-                    stats::WAITS_FAILED.bump();
-                    WaitResult::Failed(errors::write_failed())
+                let Some(head) = with_queues(|q| q.pop(&key_id)) else { break };
+                if let Some(id) = head.timer {
+                    call.stop_waiter_timer(id);
+                }
+                run.granted.push((head.handle, fence));
+                let group = matches!(decision.write, Write::StoreGroup { .. });
+                run.pending = Some(decision.write);
+                if !group {
+                    // A single-holder lock: nobody else can follow.
+                    run.store(call, key, now);
                 }
             }
             // The key changed kind under the waiter, or the semaphore's size.
             Verdict::Refused(line) => {
-                stats::WAITS_FAILED.bump();
-                WaitResult::Failed(line)
+                if let Some(head) = with_queues(|q| q.pop(&key_id)) {
+                    if let Some(id) = head.timer {
+                        call.stop_waiter_timer(id);
+                    }
+                    stats::WAITS_FAILED.bump();
+                    ffi::unblock(head.handle, WaitResult::Failed(line));
+                }
             }
             Verdict::Busy | Verdict::Quarantined => {
                 // Held: serve when a holder leaves. (Expired holders found on
-                // the way are removed.)
-                let _ = decision.write.apply(call, key, now);
+                // the way are removed by the decision's write.)
+                if !matches!(decision.write, Write::Keep) {
+                    run.pending = Some(decision.write);
+                }
                 match decision.retry_at_ms {
                     Some(at) => arm(call, &key_id, at),
                     // Held by nobody who leaves by itself (cannot happen:
@@ -179,14 +197,39 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
                     // than strand the queue.
                     None => arm(call, &key_id, now.saturating_add(ttl_ms)),
                 }
-                return served;
+                break;
             }
-        };
-        if let Some(head) = with_queues(|q| q.pop(&key_id)) {
-            if let Some(id) = head.timer {
-                call.stop_waiter_timer(id);
-            }
-            ffi::unblock(head.handle, result);
+        }
+    }
+    run.store(call, key, now);
+    run.served
+}
+
+/// The grants of one [`settle`] not yet stored. A run of readers or permits
+/// is stored (and replicated) once, with all its holders: writing the value
+/// once per waiter would cost O(n²) bytes here and in the replication
+/// stream for n queued readers.
+struct Run {
+    pending: Option<Write>,
+    granted: Vec<(WaiterHandle, u64)>,
+    served: bool,
+}
+
+impl Run {
+    /// Stores the pending value, then answers the waiters granted by it.
+    fn store(&mut self, call: &Call<'_>, key: &mut Key<'_>, now: i64) {
+        let stored = self.pending.take().is_none_or(|write| write.apply(call, key, now));
+        for (handle, fence) in self.granted.drain(..) {
+            let result = if stored {
+                stats::GRANTS.bump();
+                stats::WAITS_SERVED.bump();
+                self.served = true;
+                WaitResult::Granted(commands::clamp(fence))
+            } else {
+                stats::WAITS_FAILED.bump();
+                WaitResult::Failed(errors::write_failed())
+            };
+            ffi::unblock(handle, result);
         }
     }
 }

@@ -47,7 +47,11 @@ pub fn start_quarantine(reason: Reason) {
 }
 
 fn current_length_ms() -> i64 {
-    quarantine::length_ms(config::QUARANTINE_MS.get(), config::MAX_TTL_MS.get())
+    quarantine::length_ms(
+        config::QUARANTINE_MS.get(),
+        config::MAX_TTL_MS.get(),
+        config::EXPIRY_DELAY_MS.get(),
+    )
 }
 
 /// The quarantine in force, with the milliseconds left; `None` when the

@@ -462,3 +462,55 @@ fn replicas_and_aof_restarts_reproduce_every_kind_exactly() {
     let highest = on_master.iter().flat_map(|s| s.2.iter().map(|h| h.2)).max().unwrap();
     assert!(token_of(permit(&mut m, "sem", "c", 3, 1_000)) > highest);
 }
+
+/// `calls` of one command in `INFO commandstats`.
+fn calls_of(c: &mut Connection, command: &str) -> i64 {
+    let text: String = cmd("INFO").arg("commandstats").query(c).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[test]
+fn a_run_of_readers_is_handed_off_in_one_replicated_write() {
+    let master = Server::with(fast_sync());
+    let replica = Server::start();
+    replicate(&replica, &master);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    token_of(exclusive(&mut m, "rw", "w", 10_000));
+    let readers: Vec<_> = (0..8)
+        .map(|i| {
+            let url = master.url();
+            thread::spawn(move || {
+                let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+                let v: Value = cmd("LOCK.SHARED")
+                    .arg("rw")
+                    .arg(format!("r{i}"))
+                    .arg(5_000)
+                    .arg("WAIT")
+                    .arg(10_000)
+                    .query(&mut c)
+                    .unwrap();
+                token_of(v)
+            })
+        })
+        .collect();
+    wait_until(Duration::from_secs(5), "8 readers queued", || info_stat(&mut m, "waiters") == 8);
+    let acked: i64 = cmd("WAIT").arg(1).arg(2_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    let sets_before = calls_of(&mut r, "set");
+    assert_eq!(int(&mut m, &["LOCK.RELEASE", "rw", "w"]), 1);
+    let mut tokens: Vec<i64> = readers.into_iter().map(|h| h.join().unwrap()).collect();
+    let acked: i64 = cmd("WAIT").arg(1).arg(2_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(calls_of(&mut r, "set") - sets_before, 1, "one SET for the 8 readers");
+    let on_replica = holders(&mut r, "rw");
+    assert_eq!(on_replica, holders(&mut m, "rw"));
+    assert_eq!(on_replica.len(), 8);
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 8, "each reader has its own token");
+}

@@ -4,7 +4,9 @@
 //! `appendfsync always`, or it is a replica just promoted over an
 //! asynchronous link) must not grant anything until every lock it might have
 //! forgotten has expired. It does not know those locks, so it waits for the
-//! longest TTL any of them could have had: `lock.max-ttl-ms`, plus a margin.
+//! longest TTL any of them could have had: `lock.max-ttl-ms`, plus the
+//! lock-delay that would have followed its expiry (`lock.expiry-delay-ms`),
+//! plus a margin.
 //! Time is the module clock (monotonic), so a wall-clock jump cannot shorten
 //! the wait.
 
@@ -46,12 +48,14 @@ pub struct Quarantine {
     pub since_ms: i64,
 }
 
-/// The quarantine length in force: `configured` if >= 0, else auto.
-pub fn length_ms(configured: i64, max_ttl_ms: i64) -> i64 {
+/// The quarantine length in force: `configured` if >= 0, else auto: the
+/// longest TTL, then the lock-delay a forgotten lock would still impose
+/// after expiring, then the margin.
+pub fn length_ms(configured: i64, max_ttl_ms: i64, expiry_delay_ms: i64) -> i64 {
     if configured >= 0 {
         configured
     } else {
-        max_ttl_ms.saturating_add(AUTO_MARGIN_MS)
+        max_ttl_ms.saturating_add(expiry_delay_ms.max(0)).saturating_add(AUTO_MARGIN_MS)
     }
 }
 
@@ -75,9 +79,10 @@ mod tests {
 
     #[test]
     fn auto_length_covers_the_longest_ttl() {
-        assert_eq!(length_ms(-1, 30_000), 31_000);
-        assert_eq!(length_ms(0, 30_000), 0);
-        assert_eq!(length_ms(5_000, 30_000), 5_000);
+        assert_eq!(length_ms(-1, 30_000, 0), 31_000);
+        assert_eq!(length_ms(-1, 30_000, 5_000), 36_000, "and the lock-delay after it");
+        assert_eq!(length_ms(0, 30_000, 5_000), 0);
+        assert_eq!(length_ms(5_000, 30_000, 0), 5_000);
     }
 
     #[test]
