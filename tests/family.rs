@@ -514,3 +514,61 @@ fn a_run_of_readers_is_handed_off_in_one_replicated_write() {
     tokens.dedup();
     assert_eq!(tokens.len(), 8, "each reader has its own token");
 }
+
+#[test]
+fn random_readers_and_writers_never_overlap_a_writer() {
+    let s = Server::start();
+    const CLIENTS: usize = 8;
+    const ROUNDS: usize = 25;
+    let windows = Arc::new(Mutex::new(Vec::<(bool, Instant, Instant)>::new()));
+    let barrier = Arc::new(Barrier::new(CLIENTS));
+    let handles: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            let (url, windows, barrier) = (s.url(), windows.clone(), barrier.clone());
+            thread::spawn(move || {
+                use rand::{Rng, SeedableRng};
+                let mut rng = rand::rngs::StdRng::seed_from_u64(i as u64);
+                let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+                barrier.wait();
+                for round in 0..ROUNDS {
+                    let write = rng.gen_bool(0.3);
+                    let token = format!("c{i}-{round}");
+                    let command = if write { "LOCK.EXCLUSIVE" } else { "LOCK.SHARED" };
+                    let v: Value = cmd(command)
+                        .arg("rw")
+                        .arg(&token)
+                        .arg(10_000)
+                        .arg("WAIT")
+                        .arg(20_000)
+                        .query(&mut c)
+                        .unwrap();
+                    token_of(v);
+                    let from = Instant::now();
+                    sleep(Duration::from_micros(rng.gen_range(0..1500)));
+                    let to = Instant::now();
+                    assert_eq!(int(&mut c, &["LOCK.RELEASE", "rw", &token]), 1);
+                    windows.lock().unwrap().push((write, from, to));
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let windows = windows.lock().unwrap().clone();
+    assert_eq!(windows.len(), CLIENTS * ROUNDS);
+    let writers = windows.iter().filter(|w| w.0).count();
+    assert!(writers > 0 && writers < windows.len());
+    for (i, &(write, from, to)) in windows.iter().enumerate() {
+        if !write {
+            continue;
+        }
+        for (j, &(_, f2, t2)) in windows.iter().enumerate() {
+            assert!(i == j || t2 <= from || to <= f2, "a writer's window overlaps another hold");
+        }
+    }
+    let readers_together = windows.iter().filter(|w| !w.0).any(|&(_, f, t)| {
+        windows.iter().filter(|w| !w.0).filter(|&&(_, f2, t2)| f2 < t && f < t2).count() > 1
+    });
+    assert!(readers_together, "readers should have shared the lock at least once");
+}
