@@ -5,6 +5,12 @@
 //!   and-pexpire via EVALSHA;
 //! - reentrant locks: `LOCK.ENTER` / `LOCK.EXIT` against Redisson-style hash-
 //!   counter lock / unlock Lua scripts (EVALSHA);
+//! - read locks: `LOCK.SHARED` / `LOCK.RELEASE` against Lua modelled on
+//!   Redisson's RedissonReadLock (a hash `mode` + reader counters, and one
+//!   timeout key per reader hold);
+//! - semaphores with expiring permits: `LOCK.SEMAPHORE` / `LOCK.RELEASE`
+//!   against Lua modelled on Redisson's RedissonPermitExpirableSemaphore (a
+//!   counter of free permits + a zset of permit ids scored by expiry);
 //! - hand-off latency (release sent -> waiter granted): `LOCK.ACQUIRE ... WAIT`
 //!   against a Redisson-style pub/sub wake-up and against polling every 50 ms.
 //!
@@ -14,7 +20,11 @@
 //! ```text
 //! cargo run --release --example bench -- --port 6390 [--runs 5] [--threads 4]
 //!     [--depth 64] [--ops 256000] [--ops-single 32000] [--handoffs 200] [--host 127.0.0.1]
+//!     [--phases acquire,release,extend,cycle,reentrant,read,semaphore] [--reenter yes]
 //! ```
+//!
+//! `--phases` picks the throughput phases (`all` = every one, with
+//! `reenter`); `--handoffs 0` skips the hand-off phase.
 //!
 //! Every throughput phase uses fixed op counts and distinct keys (so every timed
 //! call is a real grant / release / extension; the replies are checked),
@@ -72,6 +82,150 @@ return 1"#;
 const DEL_PUBLISH_SCRIPT: &str = r#"if redis.call("get",KEYS[1]) == ARGV[1] then redis.call("del",KEYS[1]); redis.call("publish",KEYS[2],ARGV[2]); return 1 else return 0 end"#;
 /// Owner of the reentrant locks: Redisson's `<client uuid>:<thread id>` form.
 const REENTRANT_OWNER: &str = "3f2b8c1e-9d4a-4e7b-a6c5-0b1d2e3f4a5b:1";
+/// The reader of the read-lock phase (both sides): the same Redisson form.
+const READER: &str = REENTRANT_OWNER;
+/// Redisson's name for the same thread's write hold (the read lock script's
+/// test for a writer that may also read).
+const READER_AS_WRITER: &str = "3f2b8c1e-9d4a-4e7b-a6c5-0b1d2e3f4a5b:1:write";
+/// Permit id / token of the semaphore phase (both sides): 16 bytes, as
+/// Redisson's permit ids (16 random bytes).
+const PERMIT_ID: &str = "c5a1e09f7b3d2468";
+/// Size of the semaphores in the semaphore phase.
+const PERMITS: usize = 3;
+/// The score Redisson's expirable semaphore gives a permit without a lease.
+const NO_EXPIRY_SCORE: &str = "922337203685477";
+
+/// Read lock modelled on Redisson's RedissonReadLock acquire: the same work
+/// (calls, keys and data structures), written for this benchmark; it is not
+/// Redisson's code. The lock is a hash: field `mode` (`read` / `write`) and
+/// one field per reader with its hold count; every read hold also has its
+/// own timeout key `<prefix>:<n>` (`{lock}:<reader>:rwlock_timeout:<n>`)
+/// with the lease as PEXPIRE, and the lock's PEXPIRE is the longest lease.
+/// Granted: nil; refused (a writer holds it): the lock's PTTL.
+/// KEYS[1] lock, KEYS[2] the reader's timeout-key prefix;
+/// ARGV[1] lease ms, ARGV[2] reader, ARGV[3] the reader's write-hold field.
+const READ_LOCK_SCRIPT: &str = r#"-- models Redisson's read lock (not its code)
+local mode = redis.call("hget", KEYS[1], "mode")
+local n
+if not mode then
+  redis.call("hset", KEYS[1], "mode", "read")
+  redis.call("hset", KEYS[1], ARGV[2], 1)
+  n = 1
+elseif mode == "read" or redis.call("hexists", KEYS[1], ARGV[3]) == 1 then
+  n = redis.call("hincrby", KEYS[1], ARGV[2], 1)
+else
+  return redis.call("pttl", KEYS[1])
+end
+local hold = KEYS[2] .. ":" .. n
+redis.call("set", hold, 1)
+redis.call("pexpire", hold, ARGV[1])
+local lease = tonumber(ARGV[1])
+if mode then
+  lease = math.max(lease, redis.call("pttl", KEYS[1]))
+end
+redis.call("pexpire", KEYS[1], lease)
+return nil"#;
+/// Read unlock modelled on Redisson's RedissonReadLock unlock (same work,
+/// not Redisson's code): one hold of the reader less and its timeout key
+/// deleted; if other holds remain, the lock's PEXPIRE becomes the longest
+/// PTTL among their timeout keys (0 = still held); else the lock is deleted
+/// and the release published (1). Nil if the reader holds nothing. (Recent
+/// Redisson versions also keep an "unlock latch" key per request id for
+/// retries: a GET and a SET PX more per unlock, left out here as in the
+/// reentrant model.)
+/// KEYS[1] lock, KEYS[2] channel, KEYS[3] the reader's timeout-key prefix,
+/// KEYS[4] `{lock}` (the prefix of every reader's timeout keys);
+/// ARGV[1] message, ARGV[2] reader.
+const READ_UNLOCK_SCRIPT: &str = r#"-- models Redisson's read unlock (not its code)
+local mode = redis.call("hget", KEYS[1], "mode")
+if not mode then
+  redis.call("publish", KEYS[2], ARGV[1])
+  return 1
+end
+if redis.call("hexists", KEYS[1], ARGV[2]) == 0 then
+  return nil
+end
+local left = redis.call("hincrby", KEYS[1], ARGV[2], -1)
+if left == 0 then
+  redis.call("hdel", KEYS[1], ARGV[2])
+end
+redis.call("del", KEYS[3] .. ":" .. (left + 1))
+if redis.call("hlen", KEYS[1]) > 1 then
+  local longest = -3
+  for _, field in ipairs(redis.call("hkeys", KEYS[1])) do
+    local holds = tonumber(redis.call("hget", KEYS[1], field))
+    if holds then
+      for i = holds, 1, -1 do
+        local ttl = redis.call("pttl", KEYS[4] .. ":" .. field .. ":rwlock_timeout:" .. i)
+        longest = math.max(longest, ttl)
+      end
+    end
+  end
+  if longest > 0 then
+    redis.call("pexpire", KEYS[1], longest)
+    return 0
+  end
+  if mode == "write" then
+    return 0
+  end
+end
+redis.call("del", KEYS[1])
+redis.call("publish", KEYS[2], ARGV[1])
+return 1"#;
+/// Semaphore with expiring permits modelled on Redisson's
+/// RedissonPermitExpirableSemaphore acquire (same work, not Redisson's code):
+/// a string counter of free permits (set once by `trySetPermits`) and a zset
+/// permit id -> expiry (epoch ms, from the client's clock). Expired permits
+/// are removed and given back (and announced) first; then, if enough are
+/// free, the counter goes down and the ids are added. Granted: OK; else the
+/// earliest expiry as ":<ms>" (or nil if no permit expires).
+/// KEYS[1] counter, KEYS[2] expiry zset, KEYS[3] channel; ARGV[1] permits
+/// wanted, ARGV[2] expiry of the new permits, ARGV[3] now (ms), ARGV[4] the
+/// no-expiry score, ARGV[5..] permit ids.
+const SEM_ACQUIRE_SCRIPT: &str = r#"-- models Redisson's expirable-permit semaphore (not its code)
+local want = tonumber(ARGV[1])
+local expired = redis.call("zrangebyscore", KEYS[2], 0, ARGV[3], "limit", 0, want)
+if #expired > 0 then
+  redis.call("zrem", KEYS[2], unpack(expired))
+  local back = redis.call("incrby", KEYS[1], #expired)
+  if back > 0 then
+    redis.call("publish", KEYS[3], back)
+  end
+end
+local free = redis.call("get", KEYS[1])
+if free and tonumber(free) >= want then
+  redis.call("decrby", KEYS[1], want)
+  for i = 5, #ARGV do
+    redis.call("zadd", KEYS[2], ARGV[2], ARGV[i])
+  end
+  local ttl = redis.call("pttl", KEYS[1])
+  if ttl > 0 then
+    redis.call("pexpire", KEYS[2], ttl)
+  end
+  return redis.status_reply("OK")
+end
+local first = redis.call("zrange", KEYS[2], 0, 0, "withscores")
+if first[1] and first[2] ~= ARGV[4] then
+  return ":" .. first[2]
+end
+return nil"#;
+/// Permit release modelled on Redisson's RedissonPermitExpirableSemaphore
+/// tryRelease (same work, not Redisson's code): 1 if the permit was removed
+/// before its expiry, 0 if it was not held or had expired; a removed permit
+/// goes back to the counter and the new count is published.
+/// KEYS[1] counter, KEYS[2] channel, KEYS[3] expiry zset; ARGV[1] permit id,
+/// ARGV[2] permits (1), ARGV[3] now (ms).
+const SEM_RELEASE_SCRIPT: &str = r#"-- models Redisson's expirable-permit release (not its code)
+local expiry = redis.call("zscore", KEYS[3], ARGV[1])
+if redis.call("zrem", KEYS[3], ARGV[1]) ~= 1 then
+  return 0
+end
+local free = redis.call("incrby", KEYS[1], ARGV[2])
+redis.call("publish", KEYS[2], free)
+if tonumber(expiry) <= tonumber(ARGV[3]) then
+  return 0
+end
+return 1"#;
 /// Unlock message published by the reentrant unlock and the pub/sub release.
 const UNLOCK_MESSAGE: &str = "0";
 /// Untimed setup (holding locks before a release/extend/re-enter phase) batch size.
@@ -86,7 +240,9 @@ type Res<T> = Result<T, String>;
 const USAGE: &str = "usage: bench --port P [--host 127.0.0.1] [--runs 5 (<= 50)] \
 [--threads 4 (<= 64)] [--depth 64 (2..=10000)] [--ops 256000 (pipelined ops per phase, <= 1e7)] \
 [--ops-single 32000 (unpipelined ops per phase, <= 1e6)] \
-[--handoffs 200 (hand-offs per method in all runs together, <= 10000)] \
+[--handoffs 200 (hand-offs per method in all runs together, <= 10000; 0 = no hand-off phase)] \
+[--phases acquire,release,extend,cycle,reentrant,read,semaphore (throughput phases, comma-separated; \
+also reenter; all = every one)] \
 [--reenter no|yes (also the re-enter+exit phase on a held reentrant lock; ~50 s more)]";
 
 // ---------------------------------------------------------------- options
@@ -101,8 +257,10 @@ struct Opts {
     ops: usize,
     /// Ops per unpipelined phase, all threads together.
     ops_single: usize,
-    /// Hand-offs per method, all runs together.
+    /// Hand-offs per method, all runs together (0: no hand-off phase).
     handoffs: usize,
+    /// The throughput phases chosen (`--phases`), before `--reenter`.
+    phases: Vec<Phase>,
     /// Whether to run the re-enter+exit phase too.
     reenter: bool,
 }
@@ -118,6 +276,7 @@ impl Opts {
             ops: 256_000,
             ops_single: 32_000,
             handoffs: 200,
+            phases: PHASES.into_iter().filter(|&p| p != Phase::Reenter).collect(),
             reenter: false,
         };
         let mut args = std::env::args().skip(1);
@@ -140,7 +299,10 @@ impl Opts {
                 "--depth" => o.depth = num()?,
                 "--ops" => o.ops = num()?,
                 "--ops-single" => o.ops_single = num()?,
-                "--handoffs" => o.handoffs = num()?,
+                "--handoffs" => {
+                    o.handoffs = if value == "0" { 0 } else { num()? };
+                }
+                "--phases" => o.phases = Phase::parse_list(&value)?,
                 "--reenter" => {
                     o.reenter = match value.as_str() {
                         "yes" => true,
@@ -173,12 +335,15 @@ impl Opts {
         per.div_ceil(depth) * depth
     }
 
-    /// The throughput phases to run.
+    /// The throughput phases to run, in the table's order.
     fn phases(&self) -> Vec<Phase> {
-        PHASES.into_iter().filter(|&p| self.reenter || p != Phase::Reenter).collect()
+        PHASES
+            .into_iter()
+            .filter(|p| self.phases.contains(p) || (self.reenter && *p == Phase::Reenter))
+            .collect()
     }
 
-    /// Hand-offs per method in one run.
+    /// Hand-offs per method in one run (0: no hand-off phase).
     fn handoffs_per_run(&self) -> usize {
         self.handoffs.div_ceil(self.runs)
     }
@@ -203,6 +368,11 @@ enum Phase {
     /// Reentrant lock already held once by the owner: one more entry, then
     /// one exit (the hold count goes 1 -> 2 -> 1; the lock stays held).
     Reenter,
+    /// Read lock: one reader takes a free key and releases it.
+    Read,
+    /// Semaphore of PERMITS with expiring permits: one permit taken on a key
+    /// with none held, then released.
+    Semaphore,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -210,12 +380,20 @@ enum Side {
     /// The module's LOCK.* commands.
     Ours,
     /// SET NX PX + Lua via EVALSHA (plain), hash-counter Lua via EVALSHA
-    /// (reentrant).
+    /// (reentrant), Redisson-modelled read-lock and semaphore Lua via EVALSHA.
     Baseline,
 }
 
-const PHASES: [Phase; 6] =
-    [Phase::Acquire, Phase::Release, Phase::Extend, Phase::Cycle, Phase::Reentrant, Phase::Reenter];
+const PHASES: [Phase; 8] = [
+    Phase::Acquire,
+    Phase::Release,
+    Phase::Extend,
+    Phase::Cycle,
+    Phase::Reentrant,
+    Phase::Reenter,
+    Phase::Read,
+    Phase::Semaphore,
+];
 
 struct Shas {
     del: String,
@@ -223,6 +401,10 @@ struct Shas {
     hash_lock: String,
     hash_unlock: String,
     del_publish: String,
+    read_lock: String,
+    read_unlock: String,
+    sem_acquire: String,
+    sem_release: String,
 }
 
 /// The reply a command must give to count as done.
@@ -247,6 +429,38 @@ impl Expect {
 }
 
 impl Phase {
+    /// The phase's name in `--phases`.
+    fn key(self) -> &'static str {
+        match self {
+            Phase::Acquire => "acquire",
+            Phase::Release => "release",
+            Phase::Extend => "extend",
+            Phase::Cycle => "cycle",
+            Phase::Reentrant => "reentrant",
+            Phase::Reenter => "reenter",
+            Phase::Read => "read",
+            Phase::Semaphore => "semaphore",
+        }
+    }
+
+    /// `--phases`: comma-separated keys, or `all`.
+    fn parse_list(list: &str) -> Res<Vec<Phase>> {
+        if list == "all" {
+            return Ok(PHASES.to_vec());
+        }
+        let mut out = Vec::new();
+        for word in list.split(',').map(str::trim) {
+            let phase = PHASES.into_iter().find(|p| p.key() == word).ok_or_else(|| {
+                let known: Vec<&str> = PHASES.iter().map(|p| p.key()).collect();
+                format!("--phases: unknown phase {word:?} (known: {}, or all)", known.join(","))
+            })?;
+            if !out.contains(&phase) {
+                out.push(phase);
+            }
+        }
+        Ok(out)
+    }
+
     fn name(self) -> &'static str {
         match self {
             Phase::Acquire => "acquire",
@@ -255,6 +469,8 @@ impl Phase {
             Phase::Cycle => "acquire+release",
             Phase::Reentrant => "enter+exit",
             Phase::Reenter => "re-enter+exit (held)",
+            Phase::Read => "read acquire+release",
+            Phase::Semaphore => "permit acquire+release (3 permits)",
         }
     }
 
@@ -263,7 +479,7 @@ impl Phase {
         match self {
             Phase::Acquire => Some(0.9),
             Phase::Release | Phase::Extend | Phase::Reentrant => Some(1.5),
-            Phase::Cycle | Phase::Reenter => None,
+            Phase::Cycle | Phase::Reenter | Phase::Read | Phase::Semaphore => None,
         }
     }
 
@@ -280,6 +496,10 @@ impl Phase {
             (Phase::Cycle, Side::Baseline) => "SET NX PX + EVALSHA get+del",
             (Phase::Reentrant | Phase::Reenter, Side::Ours) => "LOCK.ENTER + LOCK.EXIT",
             (Phase::Reentrant | Phase::Reenter, Side::Baseline) => "EVALSHA hash lock + unlock",
+            (Phase::Read, Side::Ours) => "LOCK.SHARED + LOCK.RELEASE",
+            (Phase::Read, Side::Baseline) => "EVALSHA read lock + unlock",
+            (Phase::Semaphore, Side::Ours) => "LOCK.SEMAPHORE + LOCK.RELEASE",
+            (Phase::Semaphore, Side::Baseline) => "EVALSHA permit acquire + release",
         }
     }
 
@@ -296,7 +516,11 @@ impl Phase {
             (Phase::Cycle, Side::Ours) => &[("lock.acquire", 1), ("lock.release", 1)],
             (Phase::Cycle, Side::Baseline) => &[("set", 1), ("evalsha", 1)],
             (Phase::Reentrant | Phase::Reenter, Side::Ours) => &[("lock.enter", 1), ("lock.exit", 1)],
-            (Phase::Reentrant | Phase::Reenter, Side::Baseline) => &[("evalsha", 2)],
+            (Phase::Reentrant | Phase::Reenter | Phase::Read | Phase::Semaphore, Side::Baseline) => {
+                &[("evalsha", 2)]
+            }
+            (Phase::Read, Side::Ours) => &[("lock.shared", 1), ("lock.release", 1)],
+            (Phase::Semaphore, Side::Ours) => &[("lock.semaphore", 1), ("lock.release", 1)],
         }
     }
 
@@ -304,17 +528,25 @@ impl Phase {
     fn commands_per_op(self) -> usize {
         match self {
             Phase::Acquire | Phase::Release | Phase::Extend => 1,
-            Phase::Cycle | Phase::Reentrant | Phase::Reenter => 2,
+            Phase::Cycle | Phase::Reentrant | Phase::Reenter | Phase::Read | Phase::Semaphore => 2,
         }
     }
 
     /// Untimed commands that make `key` ready for the timed part (a lock held
-    /// by the op's owner), with their expected replies.
+    /// by the op's owner; the Lua semaphore's counter of free permits, which
+    /// Redisson sets once with `trySetPermits`), with their expected replies.
     fn setup_cmds(self, side: Side, key: &str, shas: &Shas) -> Vec<(Cmd, Expect)> {
-        match self {
-            Phase::Release | Phase::Extend => vec![(acquire_cmd(side, key), Expect::Success)],
-            Phase::Reenter => vec![enter_cmd(side, key, shas)],
-            Phase::Acquire | Phase::Cycle | Phase::Reentrant => Vec::new(),
+        match (self, side) {
+            (Phase::Release | Phase::Extend, _) => vec![(acquire_cmd(side, key), Expect::Success)],
+            (Phase::Reenter, _) => vec![enter_cmd(side, key, shas)],
+            (Phase::Semaphore, Side::Baseline) => {
+                let mut c = Cmd::new();
+                c.arg("SET").arg(key).arg(PERMITS);
+                vec![(c, Expect::Success)]
+            }
+            (Phase::Acquire | Phase::Cycle | Phase::Reentrant | Phase::Read | Phase::Semaphore, _) => {
+                Vec::new()
+            }
         }
     }
 
@@ -338,6 +570,12 @@ impl Phase {
                 let exit = if side == Side::Ours { Expect::Int(1) } else { Expect::Int(0) };
                 vec![enter_cmd(side, key, shas), (exit_cmd(side, key, shas), exit)]
             }
+            // Ours: a fencing token, then 1. Lua: nil (granted), then 1
+            // (freed: the reader was the only holder).
+            Phase::Read => read_cycle_cmds(side, key, shas),
+            // Ours: a fencing token, then 1. Lua: OK, then 1 (released
+            // before its expiry).
+            Phase::Semaphore => permit_cycle_cmds(side, key, shas),
         }
     }
 }
@@ -401,6 +639,84 @@ fn exit_cmd(side: Side, key: &str, shas: &Shas) -> Cmd {
             .arg(REENTRANT_OWNER),
     };
     c
+}
+
+/// A read lock taken and released by READER.
+fn read_cycle_cmds(side: Side, key: &str, shas: &Shas) -> Vec<(Cmd, Expect)> {
+    let (mut lock, mut unlock) = (Cmd::new(), Cmd::new());
+    match side {
+        Side::Ours => {
+            lock.arg("LOCK.SHARED").arg(key).arg(READER).arg(TTL_MS);
+            unlock.arg("LOCK.RELEASE").arg(key).arg(READER);
+            vec![(lock, Expect::Success), (unlock, Expect::Int(1))]
+        }
+        Side::Baseline => {
+            // Redisson's names: the lock's name in braces, so that all its
+            // keys share a cluster slot.
+            let prefix = format!("{{{key}}}");
+            let timeouts = format!("{prefix}:{READER}:rwlock_timeout");
+            lock.arg("EVALSHA")
+                .arg(&shas.read_lock)
+                .arg(2)
+                .arg(key)
+                .arg(&timeouts)
+                .arg(TTL_MS)
+                .arg(READER)
+                .arg(READER_AS_WRITER);
+            unlock
+                .arg("EVALSHA")
+                .arg(&shas.read_unlock)
+                .arg(4)
+                .arg(key)
+                .arg(format!("redisson_rwlock:{prefix}"))
+                .arg(&timeouts)
+                .arg(&prefix)
+                .arg(UNLOCK_MESSAGE)
+                .arg(READER);
+            vec![(lock, Expect::Nil), (unlock, Expect::Int(1))]
+        }
+    }
+}
+
+/// One permit of a PERMITS semaphore taken and released as PERMIT_ID.
+fn permit_cycle_cmds(side: Side, key: &str, shas: &Shas) -> Vec<(Cmd, Expect)> {
+    let (mut take, mut give) = (Cmd::new(), Cmd::new());
+    match side {
+        Side::Ours => {
+            take.arg("LOCK.SEMAPHORE").arg(key).arg(PERMIT_ID).arg(PERMITS).arg(TTL_MS);
+            give.arg("LOCK.RELEASE").arg(key).arg(PERMIT_ID);
+            vec![(take, Expect::Success), (give, Expect::Int(1))]
+        }
+        Side::Baseline => {
+            // Redisson passes the client's clock: the permit's expiry and
+            // "now". The commands are built before the timed part starts,
+            // seconds at most before they run, well within the lease.
+            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+            let lease: u128 = TTL_MS.parse().unwrap_or(30_000);
+            let (zset, chan) = (format!("{{{key}}}:timeout"), format!("redisson_sc:{{{key}}}"));
+            take.arg("EVALSHA")
+                .arg(&shas.sem_acquire)
+                .arg(3)
+                .arg(key)
+                .arg(&zset)
+                .arg(&chan)
+                .arg(1)
+                .arg((now + lease).to_string())
+                .arg(now.to_string())
+                .arg(NO_EXPIRY_SCORE)
+                .arg(PERMIT_ID);
+            give.arg("EVALSHA")
+                .arg(&shas.sem_release)
+                .arg(3)
+                .arg(key)
+                .arg(&chan)
+                .arg(&zset)
+                .arg(PERMIT_ID)
+                .arg(1)
+                .arg(now.to_string());
+            vec![(take, Expect::Success), (give, Expect::Int(1))]
+        }
+    }
 }
 
 /// The pub/sub channel of a lock key for the client-side recipes (a hash tag,
@@ -1160,6 +1476,21 @@ fn report(opts: &Opts, depths: &[usize], results: &HashMap<Variant, Vec<Sample>>
         opts.depth,
         2 * opts.depth
     );
+    if phases.contains(&Phase::Read) || phases.contains(&Phase::Semaphore) {
+        let _ = writeln!(
+            s,
+            "Read lock and semaphore: one holder takes a key no one holds, then releases it. The Lua side \
+             models Redisson's scripts (same calls, keys and data structures; written for this benchmark, \
+             not Redisson's code): the read lock is RedissonReadLock's hash (`mode` + a hold counter per \
+             reader) plus a timeout key `{{lock}}:<reader>:rwlock_timeout:<n>` per hold, and the unlock \
+             recomputes the lock's PEXPIRE from the remaining holds' timeout keys (none remain here, so it \
+             deletes the lock and publishes); the semaphore is RedissonPermitExpirableSemaphore's counter \
+             of free permits plus a zset permit id -> expiry (acquire: drop expired ids, check the counter, \
+             DECRBY, ZADD; release: ZSCORE, ZREM, INCRBY, PUBLISH), {PERMITS} permits, the counter set \
+             before the timed part (Redisson's `trySetPermits`, untimed) while the module creates the \
+             semaphore on its first grant and deletes it on its last release, inside the timed calls.\n"
+        );
+    }
 
     let _ = writeln!(
         s,
@@ -1335,6 +1666,10 @@ fn run() -> Res<()> {
         hash_lock: load(&mut ctl, HASH_LOCK_SCRIPT)?,
         hash_unlock: load(&mut ctl, HASH_UNLOCK_SCRIPT)?,
         del_publish: load(&mut ctl, DEL_PUBLISH_SCRIPT)?,
+        read_lock: load(&mut ctl, READ_LOCK_SCRIPT)?,
+        read_unlock: load(&mut ctl, READ_UNLOCK_SCRIPT)?,
+        sem_acquire: load(&mut ctl, SEM_ACQUIRE_SCRIPT)?,
+        sem_release: load(&mut ctl, SEM_RELEASE_SCRIPT)?,
     };
     let mut conns = (0..opts.threads).map(|_| connect(&opts)).collect::<Res<Vec<_>>>()?;
     let mut waiter = (connect(&opts)?, connect(&opts)?);
@@ -1352,7 +1687,7 @@ fn run() -> Res<()> {
                 for side in sides {
                     let sample = run_phase(&mut ctl, &mut conns, &shas, &opts, phase, side, depth)?;
                     eprintln!(
-                        "run {}/{} {:<15} depth {:<3} {:<28} {:>6} ops/s  {:>5.2} us/op",
+                        "run {}/{} {:<22} depth {:<3} {:<32} {:>6} ops/s  {:>5.2} us/op",
                         run + 1,
                         opts.runs,
                         phase.name(),
@@ -1364,6 +1699,9 @@ fn run() -> Res<()> {
                     results.entry((phase, side, depth)).or_default().push(sample);
                 }
             }
+        }
+        if opts.handoffs == 0 {
+            continue;
         }
         let mut order = HANDOFFS;
         if run % 2 == 1 {
@@ -1393,7 +1731,8 @@ fn run() -> Res<()> {
     let cmdline =
         std::env::var("BENCH_CMDLINE").unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" "));
     println!(
-        "## Benchmark: native LOCK.* vs SET NX PX + Lua (EVALSHA), hash-counter Lua, pub/sub and polling\n"
+        "## Benchmark: native LOCK.* vs SET NX PX + Lua (EVALSHA), Redisson-style Lua (reentrant, read \
+         lock, expirable semaphore), pub/sub and polling\n"
     );
     println!("- command: `{cmdline}`");
     println!(
@@ -1413,8 +1752,10 @@ fn run() -> Res<()> {
         elapsed.as_secs_f64()
     );
     print!("{}", report(&opts, &depths, &results));
-    println!("\n### Hand-off latency: holder's release sent -> waiter granted\n");
-    print!("{}", handoff_report(&opts, &handoffs));
+    if opts.handoffs > 0 {
+        println!("\n### Hand-off latency: holder's release sent -> waiter granted\n");
+        print!("{}", handoff_report(&opts, &handoffs));
+    }
     println!("\n### Memory\n\n{memory}");
     Ok(())
 }

@@ -209,7 +209,7 @@ fn exit_retried_with_the_same_request_id_is_applied_once() {
 }
 
 #[test]
-fn fence_raises_the_counter_only_for_the_holder() {
+fn fence_raises_the_counter_and_the_holders_token_only_for_the_holder() {
     let s = Server::start();
     let mut c = s.conn();
     let t = acquire(&mut c, "res", "alice", 5000).unwrap();
@@ -226,6 +226,13 @@ fn fence_raises_the_counter_only_for_the_holder() {
         "a lower floor is accepted and lowers nothing"
     );
     assert!(acquire(&mut c, "fourth", "x", 5000).unwrap() > after);
+    // The holder's own token followed the floor: its retry, LOCK.INFO and
+    // LOCK.CHECK now agree with the quorum's token.
+    let raised = t + 5_000_000;
+    assert_eq!(info_int(&mut c, "res", "fence"), Some(raised));
+    assert_eq!(acquire(&mut c, "res", "alice", 5000).unwrap(), raised, "a retry answers the raised token");
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &raised.to_string()]), 1);
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &t.to_string()]), 0);
     let absurd = err_text(call(&mut c, &["LOCK.FENCE", "res", "alice", "9223372036854775807"]));
     assert!(absurd.starts_with("ERR") && absurd.contains("floor"), "{absurd}");
 }

@@ -32,6 +32,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         guard.release().await?;
         release.push(started.elapsed());
     }
+    // Let the calls left in the background by the last rounds end.
+    redlock.settle().await;
     acquire.sort();
     release.sort();
     println!(

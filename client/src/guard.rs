@@ -10,7 +10,7 @@ use tokio::sync::{watch, Mutex};
 use tokio::task::JoinHandle;
 
 use crate::error::{Error, Lost, Result};
-use crate::quorum::{self, Tally};
+use crate::quorum::{self, Mode, Tally};
 use crate::redlock::{Lease, Redlock};
 
 /// Bounds of the automatic renewal: it stops after `renewals_max` renewals
@@ -57,6 +57,8 @@ pub(crate) struct Shared {
     redlock: Redlock,
     resource: String,
     token: String,
+    /// What was granted; its quorum is also the extensions' and release's.
+    mode: Mode,
     fencing_token: u64,
     lease: StdMutex<Lease>,
     status: watch::Sender<Status>,
@@ -99,6 +101,7 @@ impl Guard {
         redlock: Redlock,
         resource: String,
         token: String,
+        mode: Mode,
         fencing_token: u64,
         lease: Lease,
     ) -> Guard {
@@ -107,6 +110,7 @@ impl Guard {
             redlock,
             resource,
             token,
+            mode,
             fencing_token,
             lease: StdMutex::new(lease),
             status,
@@ -117,6 +121,12 @@ impl Guard {
 
     pub fn resource(&self) -> &str {
         &self.shared.resource
+    }
+
+    /// What this guard holds: the plain lock, a read or write hold, or a
+    /// semaphore permit.
+    pub fn mode(&self) -> Mode {
+        self.shared.mode
     }
 
     /// The random 128-bit token (32 hex digits) this lock is held with.
@@ -190,7 +200,7 @@ impl Guard {
     }
 
     /// `LOCK.EXTEND` on every node: held for `ttl` from the start of the
-    /// round when a majority confirms. A failure means the lock is lost
+    /// round when the mode's quorum (a majority, or a semaphore's) confirms. A failure means the lock is lost
     /// (the guard's status says so and [`Guard::lost`] fires), as does
     /// calling this after the validity ran out.
     pub async fn extend(&self, ttl: Duration) -> Result<Duration> {
@@ -214,9 +224,12 @@ impl Guard {
     }
 
     /// `LOCK.RELEASE` on every node (also those that did not grant).
-    /// `Err(NoQuorum)` when fewer than a majority confirmed: the lock had
-    /// expired or been taken on them, so the work done under it may not
-    /// have been exclusive.
+    /// Returns once a majority confirmed; the other nodes' releases go on
+    /// in the background (`Tally::pending` counts them; call
+    /// [`Redlock::settle`] before the process exits so that they all get
+    /// there). `Err(NoQuorum)` when fewer than a majority confirmed (after
+    /// waiting for every node): the lock had expired or been taken on them,
+    /// so the work done under it may not have been exclusive.
     pub async fn release(mut self) -> Result<Tally> {
         self.finished = true;
         if let Some(watchdog) = self.watchdog.take() {
@@ -252,9 +265,12 @@ impl Drop for Guard {
         }
         // Best effort: without a runtime there is nobody to send it, and the
         // lock runs out at its TTL.
+        // Counted as background work, so that `Redlock::settle` waits for it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let shared = self.shared.clone();
+            let background = shared.redlock.background();
             runtime.spawn(async move {
+                let _background = background;
                 let _ = shared.release().await;
             });
         }
@@ -309,7 +325,7 @@ impl Shared {
     async fn extend(&self, ttl: Duration) -> Result<Duration> {
         let _op = self.op.lock().await;
         self.check_held()?;
-        match self.redlock.extend(&self.resource, &self.token, ttl).await {
+        match self.redlock.extend_with(&self.resource, &self.token, self.mode, ttl).await {
             Ok(lease) => {
                 *self.lease.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = lease;
                 self.status.send_if_modified(|status| match status {
@@ -333,7 +349,7 @@ impl Shared {
         // Waits for an extension in flight (an aborted watchdog lets go of
         // the lock at once), so the RELEASE is queued after its EXTEND.
         let _op = self.op.lock().await;
-        let result = self.redlock.release(&self.resource, &self.token).await;
+        let result = self.redlock.release_quorum(&self.resource, &self.token, self.mode).await;
         self.status.send_replace(Status::Released);
         result
     }

@@ -40,15 +40,33 @@
 //!
 //! The protocol (see the README section "The quorum client"):
 //! 1. `LOCK.ACQUIRE key token ttl` on all N at once, each call with its own
-//!    timeout; a majority (N/2+1) must grant.
+//!    timeout; a majority (N/2+1) must grant. The round returns as soon as
+//!    a majority granted; the other calls go on in the background.
 //! 2. validity = ttl - elapsed - drift (ttl * 1% + 2 ms) must be positive.
-//! 3. T = the largest fencing token among the granting nodes; `LOCK.FENCE
-//!    key token T` on all N; held with token T only if a majority answers 1
-//!    within the validity. Any two majorities share a node, which will not
-//!    grant the next holder a token at or below T.
+//! 3. T = the largest fencing token among the grants received (a
+//!    majority); `LOCK.FENCE key token T` on all N; held with token T only
+//!    if a majority answers 1 within the validity (returning at that
+//!    majority). Any two majorities share a node, which will not grant the
+//!    next holder a token at or below T.
 //! 4. On any failure, `LOCK.RELEASE` on all N, after every acquire call has
 //!    finished, on the same ordered connection: a release never overtakes an
-//!    acquire still on its way.
+//!    acquire still on its way. A failed round waits for every answer, for
+//!    exact counts in its error.
+//! 5. A guard's release goes to all N and returns at a majority; calls left
+//!    in the background are bounded by their timeouts, and
+//!    [`Redlock::settle`] waits for them (before a process exits).
+//!
+//! Why returning at the majority is safe is written down in `redlock.rs`.
+//!
+//! Read-write locks and semaphores ([`Redlock::try_read`],
+//! [`Redlock::try_write`], [`Redlock::try_permit`], or
+//! [`Redlock::try_acquire_with`] and a [`Mode`]) run the same rounds with
+//! the module's `LOCK.SHARED`, `LOCK.EXCLUSIVE` and `LOCK.SEMAPHORE`, and
+//! return the same [`Guard`]. Reads and writes need a majority; a
+//! semaphore with L permits needs `floor(L * N / (L + 1)) + 1` grants (and
+//! extensions), more than a majority from L = 2 on: see
+//! [`quorum::semaphore_quorum`] for why and for the proof. The fencing
+//! round stays a majority.
 
 mod error;
 mod guard;
@@ -58,5 +76,5 @@ mod redlock;
 
 pub use error::{Error, Lost, Phase, Result};
 pub use guard::{Detached, Guard, Renewal, Status, Watchdog};
-pub use quorum::Tally;
-pub use redlock::{Config, Entered, Lease, LockInfo, NodeInfo, Redlock, RetryPolicy};
+pub use quorum::{Mode, Quorum, Tally};
+pub use redlock::{Config, Entered, HolderInfo, Lease, LockInfo, NodeInfo, Redlock, RetryPolicy};

@@ -9,8 +9,8 @@ mod cli {
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use redlock_client::{Config, Error, NodeInfo, Redlock, RetryPolicy};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use redlock_client::{Config, Error, Mode, NodeInfo, Redlock, RetryPolicy};
 
 use cli::exit;
 
@@ -52,13 +52,35 @@ Examples:
   redlock release deploy --token \"$REDLOCK_TOKEN\"
 
   # Who holds it, node by node:
-  redlock info deploy";
+  redlock info deploy
+
+  # At most 2 backup jobs at once, cluster-wide (a semaphore with 2 permits;
+  # a third run finds both permits taken and exits 73, or waits with --wait):
+  redlock exec --mode permit --permits 2 backups -- ./backup.sh
+
+  # Many readers at once, or one writer alone (a read-write lock):
+  redlock exec --mode read catalog -- ./export-catalog.sh
+  redlock exec --mode write catalog --wait 30000 -- ./rebuild-catalog.sh
+
+Modes (--mode, for acquire and exec; release and extend take the same
+--mode/--permits so that they count the right quorum):
+  exclusive  the plain lock (LOCK.ACQUIRE), the default: one holder
+  read       a read hold (LOCK.SHARED): shared with readers, never a writer
+  write      a write hold (LOCK.EXCLUSIVE): no reader, no other writer
+  permit     one of --permits permits (LOCK.SEMAPHORE); every client must
+             give the same count
+exclusive, read and write need a majority (N/2+1) of grants. A semaphore
+with L permits needs floor(L*N/(L+1))+1, more than a majority from L=2 on:
+with majorities, 3 clients could each hold 2 of 3 nodes while every node has
+only 2 holders. For 5 nodes: L=1 -> 3, L=2 or 3 -> 4, L>=4 -> 5 (no node may
+be down).";
 
 /// Quorum locks over N Redis masters running the `lock` module.
 ///
 /// Runs the Redlock majority protocol: a lock is held when a majority of
-/// the nodes (N/2+1) granted it within its validity, and it carries a
-/// fencing token that strictly increases from one holder to the next.
+/// the nodes (N/2+1) granted it within its validity (a semaphore with 2 or
+/// more permits needs more: see Modes below), and it carries a fencing
+/// token that strictly increases from one holder to the next.
 #[derive(Parser, Debug)]
 #[command(name = "redlock", version, after_help = EXAMPLES)]
 struct Cli {
@@ -78,6 +100,44 @@ struct Cli {
     command: Command,
 }
 
+/// The `--mode` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum ModeName {
+    /// The plain lock: one holder.
+    Exclusive,
+    /// A read hold of a read-write lock.
+    Read,
+    /// The write hold of a read-write lock.
+    Write,
+    /// One of --permits permits of a semaphore.
+    Permit,
+}
+
+/// What to take (or what was taken, for release/extend).
+#[derive(Args, Clone, Copy, Debug)]
+struct ModeArgs {
+    /// Lock kind: the plain lock, a read or write hold of a read-write
+    /// lock, or a semaphore permit.
+    #[arg(long, value_enum, default_value_t = ModeName::Exclusive)]
+    mode: ModeName,
+    /// The semaphore's permit count (with --mode permit, and required by it).
+    #[arg(long, value_name = "N", required_if_eq("mode", "permit"))]
+    permits: Option<u32>,
+}
+
+impl ModeArgs {
+    fn mode(self) -> Result<Mode, String> {
+        match (self.mode, self.permits) {
+            (ModeName::Permit, Some(permits)) => Ok(Mode::Permit { permits }),
+            (ModeName::Permit, None) => Err("--mode permit needs --permits".into()),
+            (_, Some(_)) => Err("--permits goes with --mode permit".into()),
+            (ModeName::Exclusive, None) => Ok(Mode::Exclusive),
+            (ModeName::Read, None) => Ok(Mode::Read),
+            (ModeName::Write, None) => Ok(Mode::Write),
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Take the lock and print its token and fencing token (as shell
@@ -91,12 +151,16 @@ enum Command {
         /// Keep retrying (random delays of 50-200 ms) for up to this long.
         #[arg(long, value_name = "MS", default_value_t = 0)]
         wait: u64,
+        #[command(flatten)]
+        mode: ModeArgs,
     },
     /// Release the lock held with TOKEN, on every node.
     Release {
         resource: String,
         #[arg(long, env = "REDLOCK_TOKEN")]
         token: String,
+        #[command(flatten)]
+        mode: ModeArgs,
     },
     /// Extend the lock held with TOKEN to TTL from now.
     Extend {
@@ -105,6 +169,8 @@ enum Command {
         token: String,
         #[arg(long, value_name = "MS")]
         ttl: u64,
+        #[command(flatten)]
+        mode: ModeArgs,
     },
     /// Show LOCK.INFO from every node, as a table.
     Info { resource: String },
@@ -127,6 +193,8 @@ enum Command {
         /// stopped when the lock runs out, exit 75).
         #[arg(long, value_name = "MS", default_value_t = 86_400_000)]
         max_hold: u64,
+        #[command(flatten)]
+        mode: ModeArgs,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<std::ffi::OsString>,
@@ -162,17 +230,25 @@ async fn run(cli: Cli) -> u8 {
             return exit::code(&e);
         }
     };
-    match cli.command {
-        Command::Acquire { resource, ttl, wait } => acquire(&redlock, &resource, ttl, wait).await,
-        Command::Release { resource, token } => match redlock.release(&resource, &token).await {
+    let mode = match cli.command.mode().map(ModeArgs::mode).transpose() {
+        Ok(mode) => mode.unwrap_or_default(),
+        Err(why) => {
+            eprintln!("redlock: {why}");
+            return exit::USAGE;
+        }
+    };
+    let code = match cli.command {
+        Command::Acquire { resource, ttl, wait, .. } => acquire(&redlock, &resource, mode, ttl, wait).await,
+        Command::Release { resource, token, .. } => match redlock.release_with(&resource, &token, mode).await
+        {
             Ok(tally) => {
                 eprintln!("redlock: released '{resource}' on {} of {} nodes", tally.yes, tally.nodes);
                 exit::OK
             }
             Err(e) => failed(&e),
         },
-        Command::Extend { resource, token, ttl } => {
-            match redlock.extend(&resource, &token, Duration::from_millis(ttl)).await {
+        Command::Extend { resource, token, ttl, .. } => {
+            match redlock.extend_with(&resource, &token, mode, Duration::from_millis(ttl)).await {
                 Ok(lease) => {
                     let left = lease.deadline.saturating_duration_since(std::time::Instant::now());
                     println!("REDLOCK_VALIDITY_MS={}", left.as_millis());
@@ -185,8 +261,9 @@ async fn run(cli: Cli) -> u8 {
             print!("{}", info_table(&redlock.info(&resource).await));
             exit::OK
         }
-        Command::Exec { resource, ttl, wait, grace, max_hold, command } => {
+        Command::Exec { resource, ttl, wait, grace, max_hold, command, .. } => {
             let options = cli::exec::Options {
+                mode,
                 ttl: Duration::from_millis(ttl),
                 wait: Duration::from_millis(wait),
                 grace: Duration::from_millis(grace),
@@ -194,7 +271,13 @@ async fn run(cli: Cli) -> u8 {
             };
             cli::exec::run(&redlock, &resource, &command, options).await
         }
-    }
+    };
+    // Rounds return at their majority and leave the slower nodes' calls
+    // running in the background (for `exec`: the release). Let them end
+    // before the runtime shuts down, so that every node gets its command;
+    // bounded by the timeouts.
+    redlock.settle().await;
+    code
 }
 
 fn failed(error: &Error) -> u8 {
@@ -210,9 +293,21 @@ pub fn retry_policy(wait: Duration) -> RetryPolicy {
     }
 }
 
-async fn acquire(redlock: &Redlock, resource: &str, ttl: u64, wait: u64) -> u8 {
+impl Command {
+    fn mode(&self) -> Option<ModeArgs> {
+        match self {
+            Command::Acquire { mode, .. }
+            | Command::Release { mode, .. }
+            | Command::Extend { mode, .. }
+            | Command::Exec { mode, .. } => Some(*mode),
+            Command::Info { .. } => None,
+        }
+    }
+}
+
+async fn acquire(redlock: &Redlock, resource: &str, mode: Mode, ttl: u64, wait: u64) -> u8 {
     let policy = retry_policy(Duration::from_millis(wait));
-    match redlock.acquire(resource, Duration::from_millis(ttl), &policy).await {
+    match redlock.acquire_with(resource, mode, Duration::from_millis(ttl), &policy).await {
         Ok(guard) => {
             let validity = guard.validity_remaining();
             let held = guard.detach();
@@ -220,6 +315,14 @@ async fn acquire(redlock: &Redlock, resource: &str, ttl: u64, wait: u64) -> u8 {
             println!("REDLOCK_TOKEN={}", held.token);
             println!("REDLOCK_FENCING_TOKEN={}", held.fencing_token);
             println!("REDLOCK_VALIDITY_MS={}", validity.as_millis());
+            // Only for the new kinds, so the plain lock's output is as before;
+            // `release`/`extend` need them back as --mode/--permits.
+            if mode != Mode::Exclusive {
+                println!("REDLOCK_MODE={}", mode.name());
+            }
+            if let Mode::Permit { permits } = mode {
+                println!("REDLOCK_PERMITS={permits}");
+            }
             exit::OK
         }
         Err(e) => failed(&e),
@@ -237,27 +340,49 @@ fn shell_quote(text: &str) -> String {
     }
 }
 
+/// One row per node, or per holder on a node that has several (a
+/// read-write lock's readers, a semaphore's permit holders).
 fn info_table(nodes: &[NodeInfo]) -> String {
-    let header = ["node", "state", "kind", "holder", "holds", "fence", "ttl-ms", "waiters"];
+    let header = ["node", "state", "kind", "mode", "holder", "holds", "fence", "ttl-ms", "waiters"];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let dash = || "-".to_string();
     for node in nodes {
-        let mut row = vec![node.node.clone()];
+        let url = node.node.clone();
         match &node.info {
-            Ok(None) => {
-                row.extend(["free".to_string()].into_iter().chain(std::iter::repeat_n("-".to_string(), 6)))
-            }
-            Ok(Some(info)) => row.extend([
+            Ok(None) => rows
+                .push([url, "free".to_string()].into_iter().chain(std::iter::repeat_n(dash(), 7)).collect()),
+            Ok(Some(info)) if info.holders.is_empty() => rows.push(vec![
+                url,
                 "held".to_string(),
                 info.kind.clone(),
+                dash(),
                 info.holder.clone(),
                 info.holds.to_string(),
                 info.fence.to_string(),
                 info.ttl_ms.to_string(),
                 info.waiters.to_string(),
             ]),
-            Err(why) => row.extend([format!("error: {why}")]),
+            Ok(Some(info)) => {
+                let kind = match info.permits {
+                    Some(permits) => format!("{}/{permits}", info.kind),
+                    None => info.kind.clone(),
+                };
+                for holder in &info.holders {
+                    rows.push(vec![
+                        url.clone(),
+                        "held".to_string(),
+                        kind.clone(),
+                        holder.mode.clone(),
+                        holder.holder.clone(),
+                        info.holds.to_string(),
+                        holder.fence.to_string(),
+                        holder.ttl_ms.to_string(),
+                        info.waiters.to_string(),
+                    ]);
+                }
+            }
+            Err(why) => rows.push(vec![url, format!("error: {why}")]),
         }
-        rows.push(row);
     }
     let columns = header.len();
     let widths: Vec<usize> = (0..columns)
@@ -267,16 +392,8 @@ fn info_table(nodes: &[NodeInfo]) -> String {
     for row in rows {
         let cells: Vec<String> = row
             .iter()
-            .enumerate()
-            .map(
-                |(c, cell)| {
-                    if row.len() == columns {
-                        format!("{cell:<w$}", w = widths[c])
-                    } else {
-                        cell.clone()
-                    }
-                },
-            )
+            .zip(&widths)
+            .map(|(cell, w)| if row.len() == columns { format!("{cell:<w$}") } else { cell.clone() })
             .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
@@ -294,6 +411,49 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn info_lists_every_holder_of_a_semaphore() {
+        use redlock_client::{HolderInfo, LockInfo};
+        let permit = |holder: &str, fence| HolderInfo {
+            holder: holder.into(),
+            mode: "permit".into(),
+            fence,
+            ttl_ms: 900,
+            deadline_ms: 0,
+        };
+        let nodes = [
+            NodeInfo {
+                node: "n1".into(),
+                info: Ok(Some(LockInfo {
+                    kind: "semaphore".into(),
+                    holds: 2,
+                    permits: Some(2),
+                    holders: vec![permit("aaa", 7), permit("bbb", 9)],
+                    ..LockInfo::default()
+                })),
+            },
+            NodeInfo { node: "n2".into(), info: Ok(None) },
+        ];
+        let table = info_table(&nodes);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(lines[0].starts_with("node") && lines[0].contains("mode"), "{table}");
+        assert!(lines[1].contains("semaphore/2") && lines[1].contains("aaa") && lines[1].contains("permit"));
+        assert!(lines[2].contains("bbb") && lines[2].contains(" 9 "), "{table}");
+        assert!(lines[3].starts_with("n2") && lines[3].contains("free"), "{table}");
+    }
+
+    #[test]
+    fn modes_from_flags() {
+        let args = |mode, permits| ModeArgs { mode, permits };
+        assert_eq!(args(ModeName::Exclusive, None).mode(), Ok(Mode::Exclusive));
+        assert_eq!(args(ModeName::Read, None).mode(), Ok(Mode::Read));
+        assert_eq!(args(ModeName::Write, None).mode(), Ok(Mode::Write));
+        assert_eq!(args(ModeName::Permit, Some(2)).mode(), Ok(Mode::Permit { permits: 2 }));
+        assert!(args(ModeName::Permit, None).mode().is_err());
+        assert!(args(ModeName::Read, Some(2)).mode().is_err());
     }
 
     #[test]

@@ -3,9 +3,24 @@
 //! Why one connection per node, shared by every call: a multiplexed
 //! connection sends commands in the order they were issued and matches the
 //! replies in order. So a `LOCK.RELEASE` issued after a `LOCK.ACQUIRE` (even
-//! one whose reply timed out) reaches the node after it, and cannot overtake
-//! it and leave the late ACQUIRE's lock behind. A second connection for
-//! releases would lose that order.
+//! one whose reply timed out, or whose round returned without waiting for
+//! it) reaches the node after it, and cannot overtake it and leave the late
+//! ACQUIRE's lock behind. A second connection for releases would lose that
+//! order.
+//!
+//! What a dropped call does (checked in redis 0.27's
+//! `aio/multiplexed_connection.rs`): `req_packed_command` puts the packed
+//! command into the connection's channel (a bounded `mpsc`, cancel-safe:
+//! a message is queued whole or not at all), and one task per connection
+//! takes them in channel order and writes them. If the caller's future is
+//! gone by the time that task takes the message (`start_send` checks
+//! `output.is_closed()`), the command is skipped, never written; once
+//! written it runs on the node, and its reply is discarded. So a call that
+//! is dropped or times out is sent in order or never: either way nothing
+//! issued later can overtake it. A call that must reach the node (a
+//! release) must therefore be kept running, not dropped; the rounds that
+//! return at their majority keep their late calls running in the
+//! background (`Redlock::detach`).
 //!
 //! Every call is bounded: waiting for (or opening) the connection by the
 //! connect timeout, the command by the caller's timeout. Nothing is retried
@@ -108,7 +123,9 @@ impl Node {
 
     /// Sends one command and waits at most `command_timeout` for its reply.
     /// If the future is dropped (or times out) after the command was queued,
-    /// the command is still sent, in order, before any later command.
+    /// the command is sent in order, before any later command, or not at
+    /// all (when the connection's task had not taken it yet); never after
+    /// a later one.
     pub async fn call(&self, cmd: &Cmd, limits: Limits, command_timeout: Duration) -> Raw {
         match self.query(cmd, limits, command_timeout).await {
             Ok(value) => from_value(value),

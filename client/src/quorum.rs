@@ -32,6 +32,108 @@ pub fn majority(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
+/// How many grants a semaphore with `permits` permits needs among `nodes`
+/// nodes: `floor(permits * nodes / (permits + 1)) + 1`, the least `q` with
+/// `(permits + 1) * q > permits * nodes`. A majority for one permit; all
+/// nodes once `permits >= nodes - 1`. `permits` 0 (refused before any
+/// round) is treated as 1.
+///
+/// # Why a majority is not enough
+///
+/// Each node lets at most L = `permits` tokens hold a permit at once. A
+/// client believes it holds a permit when q nodes granted it. Two majorities
+/// share a node, so for L = 1 a majority excludes a second holder; for
+/// L >= 2 it does not: with N = 3, L = 2, holders A on {1, 2}, B on {2, 3}
+/// and C on {1, 3} leave each node with 2 holders (within its limit), yet
+/// three clients hold one of two permits.
+///
+/// # Why this q is enough, and the least that is
+///
+/// Enough (pigeonhole): suppose L + 1 clients hold a permit at the same
+/// time, each granted by q nodes. That is (L + 1) * q (client, node) grants
+/// live at once, and each node carries at most L of them, so at most L * N
+/// in all. (L + 1) * q > L * N makes that impossible: at most L clients
+/// hold a permit at any moment.
+///
+/// Least: with q' = q - 1, (L + 1) * q' <= L * N, and L + 1 clients can
+/// each get q' nodes without any node exceeding L: deal the (L + 1) * q'
+/// grants round-robin over the nodes (client i takes nodes i*q', ...,
+/// i*q' + q' - 1, mod N). Each node receives at most
+/// ceil((L + 1) * q' / N) <= L grants, and a client's q' <= N nodes are
+/// distinct. The unit tests check both directions by brute force.
+///
+/// The same q is needed wherever a permit must still be counted: to extend
+/// it (a permit renewed on fewer than q nodes no longer bounds the holders)
+/// and to confirm a release. The fencing round stays a majority: its
+/// argument (every later grant quorum, at least a majority, meets our FENCE
+/// majority in a node that will not grant a token at or below T) does not
+/// depend on the permit count.
+pub fn semaphore_quorum(nodes: usize, permits: u32) -> usize {
+    let l = u64::from(permits.max(1));
+    let n = nodes as u64;
+    let q = l * n / (l + 1) + 1;
+    usize::try_from(q).unwrap_or(nodes).min(nodes.max(1))
+}
+
+/// What a grant asks the nodes for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// The plain lock (`LOCK.ACQUIRE`): one holder.
+    #[default]
+    Exclusive,
+    /// A read hold of a read-write lock (`LOCK.SHARED`): many readers.
+    Read,
+    /// A write hold of a read-write lock (`LOCK.EXCLUSIVE`): alone, no
+    /// readers.
+    Write,
+    /// One of `permits` permits of a semaphore (`LOCK.SEMAPHORE`).
+    Permit { permits: u32 },
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "exclusive",
+            Mode::Read => "read",
+            Mode::Write => "write",
+            Mode::Permit { .. } => "permit",
+        }
+    }
+
+    /// The quorum its grants (and extensions, and releases) need.
+    ///
+    /// Read and write: a majority. A reader's majority and a writer's
+    /// majority share a node, and that node does not let a writer hold
+    /// together with anyone; two writers' majorities likewise. Readers
+    /// among themselves need no exclusion. A semaphore: see
+    /// [`semaphore_quorum`].
+    pub fn quorum(self) -> Quorum {
+        match self {
+            Mode::Exclusive | Mode::Read | Mode::Write => Quorum::Majority,
+            Mode::Permit { permits } => Quorum::Permits(permits),
+        }
+    }
+}
+
+/// How many yes answers a round needs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Quorum {
+    /// N/2 + 1: plain, reentrant, read and write locks, every fencing round.
+    #[default]
+    Majority,
+    /// A semaphore with this many permits: [`semaphore_quorum`].
+    Permits(u32),
+}
+
+impl Quorum {
+    pub fn need(self, nodes: usize) -> usize {
+        match self {
+            Quorum::Majority => majority(nodes),
+            Quorum::Permits(permits) => semaphore_quorum(nodes, permits),
+        }
+    }
+}
+
 /// The allowance for clock drift between this client and the nodes.
 pub fn drift(ttl: Duration) -> Duration {
     ttl * DRIFT_PERCENT / 100 + DRIFT_FIXED
@@ -168,9 +270,9 @@ pub fn quarantine_left_ms(detail: &str) -> Option<u64> {
 
 /// The highest fencing token among the granting nodes: the floor the
 /// fencing round raises every node to. `None` when nobody granted.
-pub fn fence_floor(answers: &[Answer]) -> Option<u64> {
+pub fn fence_floor<'a>(answers: impl IntoIterator<Item = &'a Answer>) -> Option<u64> {
     answers
-        .iter()
+        .into_iter()
         .filter_map(|a| match a {
             Answer::Yes(token) => Some(*token),
             _ => None,
@@ -182,6 +284,9 @@ pub fn fence_floor(answers: &[Answer]) -> Option<u64> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tally {
     pub nodes: usize,
+    /// What "enough yes answers" means in this round (a majority unless it
+    /// is a semaphore's grant, extension or release).
+    pub quorum: Quorum,
     pub yes: usize,
     pub no: usize,
     pub quarantined: usize,
@@ -190,14 +295,24 @@ pub struct Tally {
     pub unreachable: usize,
     pub timed_out: usize,
     pub failed: usize,
-    /// The first error text, to show what "other errors" were.
-    pub first_failure: Option<String>,
+    /// The first error text, to show what "other errors" were. A boxed
+    /// `str` (16 bytes, not a `String`'s 24) keeps the errors that carry a
+    /// tally small, now that it also carries its quorum.
+    pub first_failure: Option<Box<str>>,
 }
 
 impl Tally {
     pub fn of(answers: &[Answer]) -> Tally {
-        let mut tally = Tally { nodes: answers.len(), ..Tally::default() };
+        Tally::of_partial(answers.iter().map(Some))
+    }
+
+    /// The counts of a round that may not have heard from every node yet
+    /// (`None`: still pending).
+    pub fn of_partial<'a>(answers: impl IntoIterator<Item = Option<&'a Answer>>) -> Tally {
+        let mut tally = Tally::default();
         for answer in answers {
+            tally.nodes += 1;
+            let Some(answer) = answer else { continue };
             match answer {
                 Answer::Yes(_) => tally.yes += 1,
                 Answer::No => tally.no += 1,
@@ -209,19 +324,31 @@ impl Tally {
                 Answer::Unreachable(_) => tally.unreachable += 1,
                 Answer::Failed(why) => {
                     tally.failed += 1;
-                    tally.first_failure.get_or_insert_with(|| why.clone());
+                    tally.first_failure.get_or_insert_with(|| why.as_str().into());
                 }
             }
         }
-        debug_assert_eq!(
-            tally.yes + tally.no + tally.quarantined + tally.timed_out + tally.unreachable + tally.failed,
-            tally.nodes
-        );
         tally
     }
 
+    /// The nodes that had not answered yet when the round was decided: a
+    /// success returns at the majority, and these calls finish in the
+    /// background (see `Redlock::settle`). Always 0 in an error's counts:
+    /// a failed round waits for every answer.
+    pub fn pending(&self) -> usize {
+        let answered =
+            self.yes + self.no + self.quarantined + self.timed_out + self.unreachable + self.failed;
+        self.nodes.saturating_sub(answered)
+    }
+
     pub fn need(&self) -> usize {
-        majority(self.nodes)
+        self.quorum.need(self.nodes)
+    }
+
+    /// The same counts, judged against `quorum`.
+    pub fn with_quorum(mut self, quorum: Quorum) -> Tally {
+        self.quorum = quorum;
+        self
     }
 
     pub fn has_quorum(&self) -> bool {
@@ -231,7 +358,14 @@ impl Tally {
     /// `"2 of 5 granted (need 3); 3 quarantined (up to 1995 ms left)"`, with
     /// `yes` naming what a yes is and `no` what a no is in this round.
     pub fn describe(&self, yes: &str, no: &str) -> String {
-        let mut text = format!("{} of {} {yes} (need {})", self.yes, self.nodes, self.need());
+        // A quorum above the majority surprises: say where it comes from.
+        let why = match self.quorum {
+            Quorum::Permits(permits) if self.need() > majority(self.nodes) => {
+                format!(" for a {permits}-permit semaphore")
+            }
+            _ => String::new(),
+        };
+        let mut text = format!("{} of {} {yes} (need {}{why})", self.yes, self.nodes, self.need());
         let mut part = |count: usize, what: String| {
             if count > 0 {
                 text.push_str(&format!("; {count} {what}"));
@@ -255,14 +389,89 @@ impl Tally {
                 None => "other errors".to_string(),
             },
         );
+        part(self.pending(), "still in flight".to_string());
         text
+    }
+}
+
+/// The answers of one round as they come in, in node order, and whether
+/// they decide it yet.
+///
+/// A round is decided as soon as its quorum (a majority, or a semaphore's
+/// larger one) said yes (success), or so many said anything else that the
+/// quorum is out of reach (failure). The client
+/// returns at a success at once; on a failure it still waits for every
+/// answer (each bounded by its timeout), so that errors give exact counts
+/// and the undo knows which nodes granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    answers: Vec<Option<Answer>>,
+    quorum: Quorum,
+    yes: usize,
+    answered: usize,
+}
+
+impl Progress {
+    /// A round that needs a majority.
+    pub fn new(nodes: usize) -> Progress {
+        Progress::with_quorum(nodes, Quorum::Majority)
+    }
+
+    /// A round that needs `quorum` (a semaphore's, for its grant round).
+    pub fn with_quorum(nodes: usize, quorum: Quorum) -> Progress {
+        Progress { answers: vec![None; nodes], quorum, yes: 0, answered: 0 }
+    }
+
+    /// Records node `node`'s answer; a second answer for the same node, or
+    /// a node out of range, is ignored (it cannot happen: one call per node).
+    pub fn record(&mut self, node: usize, answer: Answer) {
+        if let Some(slot @ None) = self.answers.get_mut(node) {
+            if matches!(answer, Answer::Yes(_)) {
+                self.yes += 1;
+            }
+            self.answered += 1;
+            *slot = Some(answer);
+        }
+    }
+
+    /// `Some(true)` once the round's quorum (a majority unless a
+    /// semaphore's) said yes, `Some(false)` once it cannot be reached any
+    /// more, `None` while it still depends on the answers to come.
+    pub fn decided(&self) -> Option<bool> {
+        let need = self.quorum.need(self.answers.len());
+        let nodes = self.answers.len();
+        if self.yes >= need {
+            Some(true)
+        } else if self.yes + (nodes - self.answered) < need {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    /// Every node has answered (or timed out).
+    pub fn complete(&self) -> bool {
+        self.answered == self.answers.len()
+    }
+
+    pub fn answers(&self) -> &[Option<Answer>] {
+        &self.answers
+    }
+
+    /// The highest token among the yes answers so far (see [`fence_floor`]).
+    pub fn fence_floor(&self) -> Option<u64> {
+        fence_floor(self.answers.iter().flatten())
+    }
+
+    pub fn tally(&self) -> Tally {
+        Tally::of_partial(self.answers.iter().map(Option::as_ref)).with_quorum(self.quorum)
     }
 }
 
 /// How a grant round ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// A majority granted.
+    /// The round's quorum granted.
     Quorum,
     /// No majority, and the reason is another holder: either a majority
     /// said "held", or every node answered and only "held" stood in the way.
@@ -284,7 +493,7 @@ pub fn verdict(tally: &Tally) -> Verdict {
 
 /// The hold count to report after a reentrant exit: the largest count among
 /// the nodes that answered (conservative: "still held somewhere").
-pub fn holds_left(answers: &[Answer]) -> Option<u64> {
+pub fn holds_left<'a>(answers: impl IntoIterator<Item = &'a Answer>) -> Option<u64> {
     fence_floor(answers)
 }
 
@@ -308,6 +517,126 @@ mod tests {
         for n in 1..=NODES_MAX {
             assert!(2 * majority(n) > n, "n = {n}");
         }
+    }
+
+    #[test]
+    fn semaphore_quorum_table() {
+        // The README's table for five nodes.
+        let five: Vec<usize> = (1..=6).map(|permits| semaphore_quorum(5, permits)).collect();
+        assert_eq!(five, [3, 4, 4, 5, 5, 5]);
+        assert_eq!(semaphore_quorum(3, 1), 2);
+        assert_eq!(semaphore_quorum(3, 2), 3, "the counterexample's size needs all three");
+        assert_eq!(semaphore_quorum(7, 2), 5);
+        assert_eq!(semaphore_quorum(7, 3), 6);
+        assert_eq!(semaphore_quorum(1, 5), 1);
+        assert_eq!(semaphore_quorum(5, 0), 3, "0 permits counts as 1");
+        assert_eq!(semaphore_quorum(5, u32::MAX), 5, "no overflow, never above N");
+        for n in 1..=NODES_MAX {
+            assert_eq!(semaphore_quorum(n, 1), majority(n), "one permit is a plain lock, n = {n}");
+            for permits in 1..=40u32 {
+                let q = semaphore_quorum(n, permits);
+                let l = permits as usize;
+                // The least q with (L + 1) * q > L * N, capped at N.
+                assert!(q <= n && q >= majority(n), "n = {n}, permits = {permits}");
+                assert!((l + 1) * q > l * n, "enough: n = {n}, permits = {permits}");
+                assert!((l + 1) * (q - 1) <= l * n, "least: n = {n}, permits = {permits}");
+            }
+        }
+        assert_eq!(Mode::Permit { permits: 2 }.quorum().need(5), 4);
+        for mode in [Mode::Exclusive, Mode::Read, Mode::Write, Mode::Permit { permits: 1 }] {
+            assert_eq!(mode.quorum().need(5), 3, "{mode:?}");
+        }
+    }
+
+    /// Can `holders` clients each be granted by `size` distinct nodes out
+    /// of `nodes`, with no node granting more than `limit` of them at once?
+    /// Exhaustive search (clients' node sets in non-decreasing order, as
+    /// clients are interchangeable).
+    fn overbooked(nodes: usize, limit: usize, holders: usize, size: usize) -> bool {
+        let sets: Vec<u32> = (0u32..1 << nodes).filter(|s| s.count_ones() as usize == size).collect();
+        fn place(sets: &[u32], from: usize, left: usize, load: &mut [usize], limit: usize) -> bool {
+            if left == 0 {
+                return true;
+            }
+            for (i, set) in sets.iter().enumerate().skip(from) {
+                let nodes: Vec<usize> = (0..load.len()).filter(|b| set & (1 << b) != 0).collect();
+                if nodes.iter().all(|&b| load[b] < limit) {
+                    nodes.iter().for_each(|&b| load[b] += 1);
+                    let found = place(sets, i, left - 1, load, limit);
+                    nodes.iter().for_each(|&b| load[b] -= 1);
+                    if found {
+                        return true;
+                    }
+                }
+            }
+            false
+        }
+        place(&sets, 0, holders, &mut vec![0; nodes], limit)
+    }
+
+    #[test]
+    fn semaphore_quorum_is_enough_and_the_least_by_brute_force() {
+        // The counterexample: three nodes, two permits, majorities of two.
+        let (a, b, c) = (0b011u32, 0b110u32, 0b101u32);
+        for node in 0..3 {
+            let load = [a, b, c].iter().filter(|s| *s & (1 << node) != 0).count();
+            assert_eq!(load, 2, "node {node} is within its 2 permits");
+        }
+        assert!(overbooked(3, 2, 3, majority(3)), "a majority lets 3 clients hold 2 permits");
+        assert!(!overbooked(3, 2, 3, semaphore_quorum(3, 2)));
+
+        for nodes in 1..=6 {
+            for permits in 1..=5u32 {
+                let limit = permits as usize;
+                let q = semaphore_quorum(nodes, permits);
+                // L + 1 clients holding one permit each at once: impossible
+                // with q grants each, possible with q - 1.
+                assert!(
+                    !overbooked(nodes, limit, limit + 1, q),
+                    "q = {q} overbooked: nodes = {nodes}, permits = {permits}"
+                );
+                if q > 1 {
+                    assert!(
+                        overbooked(nodes, limit, limit + 1, q - 1),
+                        "q - 1 = {} is safe too: nodes = {nodes}, permits = {permits}",
+                        q - 1
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_semaphore_round_decides_at_its_quorum() {
+        use Answer::*;
+        let permits = Quorum::Permits(2);
+        let mut p = Progress::with_quorum(5, permits);
+        for node in 0..3 {
+            p.record(node, Yes(node as u64 + 1));
+        }
+        assert_eq!(p.decided(), None, "3 of 5 is a majority, not the 4 two permits need");
+        p.record(3, Unreachable("down".into()));
+        p.record(4, Unreachable("down".into()));
+        assert_eq!(p.decided(), Some(false));
+        let t = p.tally();
+        assert!(!t.has_quorum());
+        assert_eq!(verdict(&t), Verdict::NoQuorum);
+        assert_eq!(
+            t.describe("granted", "held by another owner"),
+            "3 of 5 granted (need 4 for a 2-permit semaphore); 2 unreachable"
+        );
+        // Out of reach as soon as two nodes cannot grant.
+        let mut p = Progress::with_quorum(5, permits);
+        p.record(0, No);
+        assert_eq!(p.decided(), None);
+        p.record(1, No);
+        assert_eq!(p.decided(), Some(false));
+        // A full house of "held" is contention.
+        let t = Tally::of(&[No, No, No, No, No]).with_quorum(permits);
+        assert_eq!(verdict(&t), Verdict::Contended);
+        // One permit: a majority, and the message says nothing more.
+        let t = Tally::of(&[Yes(1), Yes(2), No, No, No]).with_quorum(Quorum::Permits(1));
+        assert_eq!(t.describe("granted", "held"), "2 of 5 granted (need 3); 3 held");
     }
 
     #[test]
@@ -463,6 +792,56 @@ mod tests {
             t.describe("fenced", "not holding"),
             "1 of 3 fenced (need 2); 2 other errors (first: ERR a)"
         );
+    }
+
+    #[test]
+    fn progress_decides_at_the_majority_either_way() {
+        use Answer::*;
+        // Five nodes: three yes decide a success, whatever the other two say.
+        let mut p = Progress::new(5);
+        assert_eq!(p.decided(), None);
+        p.record(3, Yes(30));
+        p.record(0, No);
+        p.record(1, Yes(10));
+        assert_eq!(p.decided(), None, "2 yes, 1 no, 2 to come");
+        p.record(4, Yes(20));
+        assert_eq!(p.decided(), Some(true));
+        assert!(!p.complete());
+        assert_eq!(p.fence_floor(), Some(30));
+        let t = p.tally();
+        assert_eq!((t.nodes, t.yes, t.no, t.pending()), (5, 3, 1, 1));
+        assert!(t.has_quorum());
+        assert_eq!(
+            t.describe("released", "not holding"),
+            "3 of 5 released (need 3); 1 not holding; 1 still in flight"
+        );
+        p.record(2, TimedOut);
+        assert!(p.complete());
+        assert_eq!(p.tally().pending(), 0);
+
+        // Three answers other than yes out of five: a majority is out of reach.
+        let mut p = Progress::new(5);
+        p.record(0, Yes(1));
+        p.record(1, TimedOut);
+        p.record(2, Unreachable("down".into()));
+        assert_eq!(p.decided(), None);
+        p.record(3, Quarantined(None));
+        assert_eq!(p.decided(), Some(false));
+        assert_eq!(p.tally().pending(), 1);
+
+        // A repeated or out-of-range answer changes nothing.
+        let mut p = Progress::new(3);
+        p.record(0, Yes(5));
+        p.record(0, Yes(6));
+        p.record(7, Yes(7));
+        assert_eq!((p.tally().yes, p.tally().pending()), (1, 2));
+        assert_eq!(p.decided(), None);
+
+        // One node: its answer decides.
+        let mut p = Progress::new(1);
+        p.record(0, No);
+        assert_eq!(p.decided(), Some(false));
+        assert!(p.complete());
     }
 
     #[test]

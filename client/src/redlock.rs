@@ -1,16 +1,56 @@
 //! The Redlock protocol over N lock nodes: parallel rounds, majority,
 //! validity, the fencing round, release on all nodes.
+//!
+//! # Rounds return at the majority
+//!
+//! Every round sends its command to all N nodes at once. The grant round,
+//! the fencing round, extensions and a guard's release return as soon as
+//! their outcome is decided by a majority of yes answers (by the larger
+//! quorum of a semaphore with 2 or more permits, for its grant, extend and
+//! release rounds: see `quorum::semaphore_quorum`); the calls to the
+//! nodes that have not answered yet are not abandoned: they go on in one
+//! background task (each still bounded by its own timeouts, see
+//! [`Redlock::settle`]). A round that fails waits for every answer (again
+//! bounded by the per-node timeouts) before it returns, so that its error
+//! gives exact counts and the undo knows which nodes granted.
+//!
+//! Why returning early is safe:
+//! - Order per node. Each node has one multiplexed connection, which writes
+//!   commands in the order they were issued (see `node.rs`). A call still
+//!   in flight when its round returned was issued before anything the
+//!   caller does next, so a later FENCE, EXTEND or RELEASE on that node is
+//!   queued behind it and cannot overtake it. The late calls are kept
+//!   running rather than dropped: the redis crate skips a queued command
+//!   whose caller went away before its connection task took it, which
+//!   would still keep the order (sent in order, or never) but could lose a
+//!   release.
+//! - The fencing token. T is the highest token among the grants received
+//!   when the grant round was decided. Any majority that granted us
+//!   intersects the previous holder's FENCE majority, whose nodes will not
+//!   grant a token at or below the previous T; so our T is above it. Our
+//!   own FENCE majority then holds T for the next holder in the same way.
+//!   A node that grants after we returned only grants a token above its
+//!   own earlier ones; it changes nothing in that argument.
+//! - Late grants. A node may grant after the round returned (its reply is
+//!   late). It then holds our lock, as in standard Redlock, until our
+//!   release (which always goes to all N nodes, queued behind that grant)
+//!   or its TTL. A lock on a minority of nodes cannot be granted to anyone
+//!   else's majority, and is gone at the release.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, Value};
+use tokio::sync::Notify;
 
 use crate::error::{Error, Phase, Result};
 use crate::guard::Guard;
 use crate::node::{Limits, Node};
-use crate::quorum::{self, Answer, Raw, Tally, Verdict};
+use crate::quorum::{self, Answer, Mode, Progress, Quorum, Raw, Tally, Verdict};
 
 /// Timeouts. Every network call is bounded by one of them; nothing is
 /// retried behind the caller's back (retries are [`Redlock::acquire`]'s
@@ -112,6 +152,12 @@ pub struct Entered {
 }
 
 /// One node's view of a lock, from `LOCK.INFO`.
+///
+/// A plain or reentrant lock fills `holder`, `fence`, `ttl_ms` and
+/// `deadline_ms` with its one holder's. A read-write lock (`kind`
+/// "shared") or a semaphore has one entry per live holder in `holders`
+/// (`holds` is their count) and leaves those four empty; a semaphore also
+/// gives its `permits`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LockInfo {
     pub kind: String,
@@ -121,6 +167,21 @@ pub struct LockInfo {
     pub ttl_ms: i64,
     pub deadline_ms: i64,
     pub waiters: i64,
+    /// A semaphore's permit count.
+    pub permits: Option<i64>,
+    /// The holders of a read-write lock or semaphore.
+    pub holders: Vec<HolderInfo>,
+}
+
+/// One holder of a read-write lock or semaphore, from `LOCK.INFO`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HolderInfo {
+    pub holder: String,
+    /// "read", "write" or "permit".
+    pub mode: String,
+    pub fence: i64,
+    pub ttl_ms: i64,
+    pub deadline_ms: i64,
 }
 
 /// `LOCK.INFO` on one node: `Ok(None)` when no lock is held there.
@@ -132,13 +193,97 @@ pub struct NodeInfo {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    Plain,
+    /// A token-held grant: plain, read, write or permit. Undone, extended
+    /// and released by token on every node.
+    Lock(Mode),
+    /// `LOCK.ENTER` by owner; undone with `LOCK.EXIT`.
     Reentrant,
+}
+
+impl Kind {
+    fn quorum(self) -> Quorum {
+        match self {
+            Kind::Lock(mode) => mode.quorum(),
+            Kind::Reentrant => Quorum::Majority,
+        }
+    }
 }
 
 pub(crate) struct Inner {
     nodes: Vec<Node>,
     config: Config,
+    /// How many background tasks are running: calls left in flight by a
+    /// round that returned at its majority, and releases of dropped guards.
+    /// [`Redlock::settle`] waits for zero, woken by `idle`.
+    background: AtomicUsize,
+    idle: Notify,
+}
+
+impl Inner {
+    fn limits(&self) -> Limits {
+        Limits {
+            connect_timeout: self.config.connect_timeout,
+            reconnect_backoff: self.config.reconnect_backoff,
+        }
+    }
+}
+
+/// Counts one background task while alive (see [`Redlock::settle`]).
+pub(crate) struct Background(Arc<Inner>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if self.0.background.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// Which round a reply belongs to, in [`Redlock::grant`].
+const GRANT: usize = 0;
+const FENCE: usize = 1;
+
+/// One node's answer in one round.
+struct Reply {
+    round: usize,
+    node: usize,
+    answer: Answer,
+}
+
+/// One call of a round. It owns what it uses (the client and the command,
+/// shared by the round's calls), so that it can outlive the round: see
+/// [`Redlock::detach`]. Bounded by the node's timeouts.
+async fn call(
+    inner: Arc<Inner>,
+    round: usize,
+    node: usize,
+    cmd: Arc<Cmd>,
+    timeout: Duration,
+    classify: fn(&Raw) -> Answer,
+) -> Reply {
+    let answer = match inner.nodes.get(node) {
+        Some(target) => classify(&target.call(&cmd, inner.limits(), timeout).await),
+        None => Answer::Failed(format!("no node {node}")),
+    };
+    Reply { round, node, answer }
+}
+
+/// Takes replies from the calls in flight, recording each in its round,
+/// until `done` says so or no call is left. Every call ends by its own
+/// timeouts, so this wait is bounded too.
+async fn drive<F>(
+    flight: &mut FuturesUnordered<F>,
+    rounds: &mut [Progress],
+    done: impl Fn(&[Progress]) -> bool,
+) where
+    F: Future<Output = Reply>,
+{
+    while !done(rounds) {
+        let Some(reply) = flight.next().await else { return };
+        if let Some(round) = rounds.get_mut(reply.round) {
+            round.record(reply.node, reply.answer);
+        }
+    }
 }
 
 /// A client for N independent lock nodes. Cheap to clone (shared).
@@ -187,7 +332,8 @@ impl Redlock {
         if config.command_timeout.is_zero() || config.connect_timeout.is_zero() {
             return Err(Error::InvalidArgument("timeouts must be above zero".into()));
         }
-        let redlock = Redlock { inner: Arc::new(Inner { nodes: parsed, config }) };
+        let inner = Inner { nodes: parsed, config, background: AtomicUsize::new(0), idle: Notify::new() };
+        let redlock = Redlock { inner: Arc::new(inner) };
         let limits = redlock.limits();
         join_all(redlock.inner.nodes.iter().map(|n| n.warm_up(limits))).await;
         Ok(redlock)
@@ -202,37 +348,206 @@ impl Redlock {
         quorum::majority(self.inner.nodes.len())
     }
 
+    /// How many nodes must grant (and extend) a lock taken in `mode`: a
+    /// majority, except for a semaphore with 2 or more permits (see
+    /// [`quorum::semaphore_quorum`]: 4 of 5 nodes for 2 permits).
+    pub fn quorum(&self, mode: Mode) -> usize {
+        mode.quorum().need(self.inner.nodes.len())
+    }
+
     pub fn config(&self) -> Config {
         self.inner.config
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            connect_timeout: self.inner.config.connect_timeout,
-            reconnect_backoff: self.inner.config.reconnect_backoff,
+        self.inner.limits()
+    }
+
+    /// Waits until the work that earlier calls left running in the
+    /// background has ended: the calls to nodes that had not answered yet
+    /// when a round returned at its majority, and the releases of dropped
+    /// guards. Call it before the process exits, so that every node gets
+    /// its release (a lock left on a minority of nodes is harmless, but
+    /// stays there until its TTL).
+    ///
+    /// Bounded: it returns after `2 * (2 * connect_timeout +
+    /// command_timeout)` at the latest. One call takes at most `2 *
+    /// connect_timeout + command_timeout` (waiting for a connection that
+    /// another call is opening, opening one, the command), and a dropped
+    /// guard's release may first wait for an extension in flight.
+    pub async fn settle(&self) {
+        let config = self.inner.config;
+        let one_call = config.connect_timeout.saturating_mul(2).saturating_add(config.command_timeout);
+        let deadline = tokio::time::Instant::now() + one_call.saturating_mul(2);
+        loop {
+            // Registered before the count is read: a task that ends in
+            // between still wakes this one.
+            let idle = self.inner.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.inner.background.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return;
+            }
         }
+    }
+
+    /// Counts a background task until the returned value is dropped.
+    pub(crate) fn background(&self) -> Background {
+        self.inner.background.fetch_add(1, Ordering::AcqRel);
+        Background(self.inner.clone())
+    }
+
+    /// One call per node of `cmd` as round `round`, not started yet.
+    fn calls(
+        &self,
+        round: usize,
+        cmd: Cmd,
+        timeout: Duration,
+        classify: fn(&Raw) -> Answer,
+    ) -> impl Iterator<Item = impl Future<Output = Reply> + Send + 'static> + '_ {
+        let cmd = Arc::new(cmd);
+        (0..self.inner.nodes.len())
+            .map(move |node| call(self.inner.clone(), round, node, cmd.clone(), timeout, classify))
+    }
+
+    /// Lets the calls still in flight run to their end in one background
+    /// task, once their round is decided. They are not dropped: see the
+    /// module's comment (a dropped call may never be sent).
+    fn detach<F>(&self, mut flight: FuturesUnordered<F>)
+    where
+        F: Future<Output = Reply> + Send + 'static,
+    {
+        if flight.is_empty() {
+            return;
+        }
+        // Rounds run inside a Tokio runtime (the connections need one); if
+        // there were none, dropping is the only option, and a call already
+        // handed to its connection is still sent.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let background = self.background();
+        runtime.spawn(async move {
+            let _background = background;
+            // Bounded: each call ends by its own timeouts.
+            while flight.next().await.is_some() {}
+        });
+    }
+
+    /// Sends `cmd` to every node and returns once `quorum` said yes (the
+    /// other calls go on in the background) or, when it cannot be reached,
+    /// once every node answered or timed out.
+    async fn quorum_round(
+        &self,
+        cmd: Cmd,
+        quorum: Quorum,
+        timeout: Duration,
+        classify: fn(&Raw) -> Answer,
+    ) -> Progress {
+        let mut flight: FuturesUnordered<_> = self.calls(0, cmd, timeout, classify).collect();
+        let mut rounds = [Progress::with_quorum(self.inner.nodes.len(), quorum)];
+        drive(&mut flight, &mut rounds, |r| r[0].decided().is_some()).await;
+        if rounds[0].decided() == Some(true) {
+            self.detach(flight);
+        } else {
+            drive(&mut flight, &mut rounds, |_| false).await;
+        }
+        let [round] = rounds;
+        round
     }
 
     /// One attempt: `LOCK.ACQUIRE` on every node in parallel, then the
     /// fencing round. On any failure the partial grants are released on
     /// every node before this returns.
     pub async fn try_acquire(&self, resource: &str, ttl: Duration) -> Result<Guard> {
+        self.try_acquire_with(resource, Mode::Exclusive, ttl).await
+    }
+
+    /// One attempt to take `resource` in `mode`: the grant command of that
+    /// mode (`LOCK.ACQUIRE`, `LOCK.SHARED`, `LOCK.EXCLUSIVE` or
+    /// `LOCK.SEMAPHORE`) on every node in parallel, needing the mode's
+    /// quorum ([`Redlock::quorum`]), then the fencing round (a majority).
+    /// On any failure the partial grants are released on every node before
+    /// this returns. A read, write or permit guard extends and releases
+    /// like a plain one, with its mode's quorum.
+    ///
+    /// The fencing token strictly increases from one writer (or plain
+    /// holder) to the next, and is above every earlier holder's; readers
+    /// and permit holders that hold at the same time get distinct tokens.
+    pub async fn try_acquire_with(&self, resource: &str, mode: Mode, ttl: Duration) -> Result<Guard> {
         let ttl = check_ttl(ttl)?;
         check_name("resource", resource)?;
+        check_mode(mode)?;
         let token = quorum::token_from_bits(rand::random());
-        let (fencing_token, lease) = self.grant(Kind::Plain, resource, &token, ttl).await?;
-        Ok(Guard::new(self.clone(), resource.to_string(), token, fencing_token, lease))
+        let (fencing_token, lease) = self.grant(Kind::Lock(mode), resource, &token, ttl).await?;
+        Ok(Guard::new(self.clone(), resource.to_string(), token, mode, fencing_token, lease))
+    }
+
+    /// One attempt at a read hold of the read-write lock `resource`
+    /// (shared with other readers, never with a writer).
+    pub async fn try_read(&self, resource: &str, ttl: Duration) -> Result<Guard> {
+        self.try_acquire_with(resource, Mode::Read, ttl).await
+    }
+
+    /// One attempt at the write hold of the read-write lock `resource`
+    /// (alone: no reader, no other writer).
+    pub async fn try_write(&self, resource: &str, ttl: Duration) -> Result<Guard> {
+        self.try_acquire_with(resource, Mode::Write, ttl).await
+    }
+
+    /// One attempt at one of the `permits` permits of the semaphore
+    /// `resource`. Every client must name the same count (a node refuses
+    /// another one while the semaphore has holders). Needs
+    /// `floor(permits * N / (permits + 1)) + 1` nodes, more than a
+    /// majority from 2 permits on: see [`quorum::semaphore_quorum`].
+    pub async fn try_permit(&self, resource: &str, permits: u32, ttl: Duration) -> Result<Guard> {
+        self.try_acquire_with(resource, Mode::Permit { permits }, ttl).await
+    }
+
+    /// [`Redlock::try_read`], retried within `policy`.
+    pub async fn read(&self, resource: &str, ttl: Duration, policy: &RetryPolicy) -> Result<Guard> {
+        self.acquire_with(resource, Mode::Read, ttl, policy).await
+    }
+
+    /// [`Redlock::try_write`], retried within `policy`.
+    pub async fn write(&self, resource: &str, ttl: Duration, policy: &RetryPolicy) -> Result<Guard> {
+        self.acquire_with(resource, Mode::Write, ttl, policy).await
+    }
+
+    /// [`Redlock::try_permit`], retried within `policy`.
+    pub async fn permit(
+        &self,
+        resource: &str,
+        permits: u32,
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<Guard> {
+        self.acquire_with(resource, Mode::Permit { permits }, ttl, policy).await
     }
 
     /// [`Redlock::try_acquire`], retried after a random delay while the
     /// failure is retryable (held, no quorum, too slow), within `policy`.
     /// Returns the last attempt's error.
     pub async fn acquire(&self, resource: &str, ttl: Duration, policy: &RetryPolicy) -> Result<Guard> {
+        self.acquire_with(resource, Mode::Exclusive, ttl, policy).await
+    }
+
+    /// [`Redlock::try_acquire_with`], retried after a random delay while
+    /// the failure is retryable (held, no quorum, too slow), within
+    /// `policy`. Returns the last attempt's error.
+    pub async fn acquire_with(
+        &self,
+        resource: &str,
+        mode: Mode,
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<Guard> {
         let started = Instant::now();
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            let error = match self.try_acquire(resource, ttl).await {
+            let error = match self.try_acquire_with(resource, mode, ttl).await {
                 Ok(guard) => return Ok(guard),
                 Err(e) => e,
             };
@@ -251,30 +566,56 @@ impl Redlock {
         }
     }
 
-    /// `LOCK.RELEASE` on every node. `Ok` with the counts when a majority
-    /// released; `Err(NoQuorum)` otherwise (the lock had expired or been
-    /// taken on too many nodes, or they did not answer).
+    /// `LOCK.RELEASE` on every node, waiting for every answer (or its
+    /// timeout): exact counts, for tools like the CLI. `Ok` with the counts
+    /// when a majority released; `Err(NoQuorum)` otherwise (the lock had
+    /// expired or been taken on too many nodes, or they did not answer).
+    /// [`Guard::release`] returns at the majority instead.
     pub async fn release(&self, resource: &str, token: &str) -> Result<Tally> {
+        self.release_with(resource, token, Mode::Exclusive).await
+    }
+
+    /// [`Redlock::release`] of a lock taken in `mode`: `Ok` when the mode's
+    /// quorum released (for a semaphore, fewer than its quorum means the
+    /// permit was no longer counted on enough nodes to bound the holders).
+    pub async fn release_with(&self, resource: &str, token: &str, mode: Mode) -> Result<Tally> {
         check_name("token", token)?;
-        let tally = self.release_all(resource, token).await;
-        if tally.has_quorum() {
-            Ok(tally)
-        } else {
-            Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Release, tally })
-        }
+        check_mode(mode)?;
+        let tally = self.release_all(resource, token).await.with_quorum(mode.quorum());
+        released(resource, tally)
+    }
+
+    /// `LOCK.RELEASE` on every node, returning once `mode`'s quorum
+    /// released; the nodes that have not answered yet get theirs in the
+    /// background (counted as `pending`). A failure waits for every answer.
+    pub(crate) async fn release_quorum(&self, resource: &str, token: &str, mode: Mode) -> Result<Tally> {
+        let cmd = command("LOCK.RELEASE", resource, token, None);
+        let timeout = self.inner.config.command_timeout;
+        let round = self.quorum_round(cmd, mode.quorum(), timeout, quorum::classify_flag).await;
+        released(resource, round.tally())
     }
 
     /// `LOCK.EXTEND` on every node: held again for `ttl` when a majority
-    /// answered 1 within the new validity.
+    /// answered 1 within the new validity. Returns at that majority (the
+    /// other nodes' calls go on in the background, queued before any later
+    /// command to them).
     pub async fn extend(&self, resource: &str, token: &str, ttl: Duration) -> Result<Lease> {
+        self.extend_with(resource, token, Mode::Exclusive, ttl).await
+    }
+
+    /// [`Redlock::extend`] of a lock taken in `mode`, needing the mode's
+    /// quorum: a semaphore permit extended on fewer nodes than its grant
+    /// needed no longer bounds the number of holders.
+    pub async fn extend_with(&self, resource: &str, token: &str, mode: Mode, ttl: Duration) -> Result<Lease> {
         let ttl = check_ttl(ttl)?;
         check_name("token", token)?;
+        check_mode(mode)?;
         let start = Instant::now();
         let cmd = command("LOCK.EXTEND", resource, token, Some(ttl));
-        let answers =
-            self.round(&cmd, self.inner.config.command_timeout.min(ttl), quorum::classify_flag).await;
-        let tally = Tally::of(&answers);
-        if !tally.has_quorum() {
+        let timeout = self.inner.config.command_timeout.min(ttl);
+        let round = self.quorum_round(cmd, mode.quorum(), timeout, quorum::classify_flag).await;
+        if round.decided() != Some(true) {
+            let tally = round.tally();
             return Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Extend, tally });
         }
         let elapsed = start.elapsed();
@@ -307,7 +648,7 @@ impl Redlock {
         let cmd = command("LOCK.EXIT", resource, owner, None);
         let answers = self.round(&cmd, self.inner.config.command_timeout, quorum::classify_exit).await;
         let tally = Tally::of(&answers);
-        match quorum::holds_left(&answers) {
+        match quorum::holds_left(answers.iter()) {
             Some(left) if tally.has_quorum() => Ok(left),
             _ => Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Exit, tally }),
         }
@@ -336,66 +677,94 @@ impl Redlock {
 
     /// The grant round and the fencing round; undoes partial grants on
     /// failure. Returns the quorum's fencing token and the lease.
+    ///
+    /// The grant round needs the kind's quorum (a majority, or a
+    /// semaphore's larger one); the fencing round a majority, whatever the
+    /// kind: every later grant quorum is at least a majority, so it meets
+    /// our FENCE majority in a node that will not grant a token at or
+    /// below T.
+    ///
+    /// Each round returns as soon as its quorum said yes (see the module's
+    /// comment for why that is safe); the grant round's late calls keep
+    /// running while the fencing round runs, in the same set of calls in
+    /// flight, and both go on in the background after a success. On a
+    /// failure every call of both rounds is waited for (bounded by the
+    /// per-node timeouts) before the undo: exact counts, the grants known
+    /// node by node, and the undo queued after every grant call ended.
     async fn grant(&self, kind: Kind, resource: &str, token: &str, ttl: Duration) -> Result<(u64, Lease)> {
-        let (name, phase) = match kind {
-            Kind::Plain => ("LOCK.ACQUIRE", Phase::Acquire),
-            Kind::Reentrant => ("LOCK.ENTER", Phase::Enter),
+        let phase = match kind {
+            Kind::Lock(_) => Phase::Acquire,
+            Kind::Reentrant => Phase::Enter,
         };
         let start = Instant::now();
-        let cmd = command(name, resource, token, Some(ttl));
-        // Every per-node future finishes (answer or its own timeout) before
-        // join_all returns, so the undo below is queued after the acquire
-        // on each node's ordered connection.
-        let answers =
-            self.round(&cmd, self.inner.config.command_timeout.min(ttl), quorum::classify_grant).await;
-        let tally = Tally::of(&answers);
-        let failure = match quorum::verdict(&tally) {
-            Verdict::Quorum => None,
-            Verdict::Contended => Some(Error::Contended { resource: resource.to_string(), tally }),
-            Verdict::NoQuorum => Some(Error::NoQuorum { resource: resource.to_string(), phase, tally }),
-        };
-        if let Some(error) = failure {
-            self.undo(kind, resource, token, &answers).await;
-            return Err(error);
-        }
-        let floor = match quorum::fence_floor(&answers) {
-            Some(floor) => floor,
-            None => unreachable!("a quorum of grants has a highest token"),
+        let nodes = self.inner.nodes.len();
+        let timeout = self.inner.config.command_timeout;
+        let cmd = grant_command(kind, resource, token, ttl);
+        let mut flight: FuturesUnordered<_> =
+            self.calls(GRANT, cmd, timeout.min(ttl), quorum::classify_grant).collect();
+        let mut rounds = [Progress::with_quorum(nodes, kind.quorum()), Progress::new(nodes)];
+        drive(&mut flight, &mut rounds, |r| r[GRANT].decided().is_some()).await;
+
+        // T: the highest token of the grants received so far (a quorum).
+        let floor = match (rounds[GRANT].decided(), rounds[GRANT].fence_floor()) {
+            (Some(true), Some(floor)) => floor,
+            _ => {
+                drive(&mut flight, &mut rounds, |_| false).await;
+                let tally = rounds[GRANT].tally();
+                let error = match quorum::verdict(&tally) {
+                    Verdict::Contended => Error::Contended { resource: resource.to_string(), tally },
+                    // A quorum cannot have no highest token; if it ever did,
+                    // it fails like any other round short of a majority.
+                    Verdict::Quorum | Verdict::NoQuorum => {
+                        Error::NoQuorum { resource: resource.to_string(), phase, tally }
+                    }
+                };
+                self.undo(kind, resource, token, rounds[GRANT].answers()).await;
+                return Err(error);
+            }
         };
         let Some(left) = quorum::validity(ttl, start.elapsed()) else {
             let error = expired(resource, ttl, start.elapsed());
-            self.undo(kind, resource, token, &answers).await;
+            drive(&mut flight, &mut rounds, |_| false).await;
+            self.undo(kind, resource, token, rounds[GRANT].answers()).await;
             return Err(error);
         };
         // The fencing round: every node that holds our lock raises its
         // counter to the quorum's token, so the next holder's majority (which
-        // shares a node with this one) is granted a higher token.
+        // shares a node with this one) is granted a higher token. It goes to
+        // all N, also to nodes whose grant is still on its way: the FENCE is
+        // queued behind it on the node's connection.
         let mut fence = redis::cmd("LOCK.FENCE");
         fence.arg(resource).arg(token).arg(floor);
-        let fenced =
-            self.round(&fence, self.inner.config.command_timeout.min(left), quorum::classify_flag).await;
-        let fence_tally = Tally::of(&fenced);
+        flight.extend(self.calls(FENCE, fence, timeout.min(left), quorum::classify_flag));
+        drive(&mut flight, &mut rounds, |r| r[FENCE].decided().is_some()).await;
+        let fenced = rounds[FENCE].decided() == Some(true);
         let elapsed = start.elapsed();
-        let failure = if !fence_tally.has_quorum() {
-            Some(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Fence, tally: fence_tally })
-        } else if quorum::validity(ttl, elapsed).is_none() {
-            Some(expired(resource, ttl, elapsed))
-        } else {
-            None
-        };
-        if let Some(error) = failure {
-            self.undo(kind, resource, token, &answers).await;
-            return Err(error);
+        if fenced && quorum::validity(ttl, elapsed).is_some() {
+            self.detach(flight);
+            return Ok((floor, Lease::new(start, ttl)));
         }
-        Ok((floor, Lease::new(start, ttl)))
+        drive(&mut flight, &mut rounds, |_| false).await;
+        let error = if fenced {
+            expired(resource, ttl, elapsed)
+        } else {
+            Error::NoQuorum {
+                resource: resource.to_string(),
+                phase: Phase::Fence,
+                tally: rounds[FENCE].tally(),
+            }
+        };
+        self.undo(kind, resource, token, rounds[GRANT].answers()).await;
+        Err(error)
     }
 
-    /// Takes back a failed grant round.
-    async fn undo(&self, kind: Kind, resource: &str, token: &str, answers: &[Answer]) {
+    /// Takes back a failed grant round (`answers`: the grant round's, all
+    /// in).
+    async fn undo(&self, kind: Kind, resource: &str, token: &str, answers: &[Option<Answer>]) {
         match kind {
             // Release on all N, also where the grant's outcome is unknown: a
             // RELEASE by a token that does not hold the lock changes nothing.
-            Kind::Plain => {
+            Kind::Lock(_) => {
                 self.release_all(resource, token).await;
             }
             Kind::Reentrant => {
@@ -407,7 +776,7 @@ impl Redlock {
                     .nodes
                     .iter()
                     .zip(answers)
-                    .filter(|(_, answer)| matches!(answer, Answer::Yes(_)))
+                    .filter(|(_, answer)| matches!(answer, Some(Answer::Yes(_))))
                     .map(|(node, _)| node.call(&cmd, limits, timeout));
                 join_all(exits).await;
             }
@@ -420,8 +789,8 @@ impl Redlock {
         Tally::of(&answers)
     }
 
-    /// Sends `cmd` to every node at once; each node's call has its own
-    /// timeout. Answers are in node order.
+    /// Sends `cmd` to every node at once and waits for every answer; each
+    /// node's call has its own timeout. Answers are in node order.
     async fn round(&self, cmd: &Cmd, timeout: Duration, classify: fn(&Raw) -> Answer) -> Vec<Answer> {
         let limits = self.limits();
         let calls = self
@@ -433,6 +802,24 @@ impl Redlock {
     }
 }
 
+/// The grant command of `kind`: `LOCK.ACQUIRE`, `LOCK.SHARED`,
+/// `LOCK.EXCLUSIVE`, `LOCK.SEMAPHORE key token permits ttl` or `LOCK.ENTER`.
+fn grant_command(kind: Kind, resource: &str, token: &str, ttl: Duration) -> Cmd {
+    let ttl = Some(ttl);
+    match kind {
+        Kind::Lock(Mode::Exclusive) => command("LOCK.ACQUIRE", resource, token, ttl),
+        Kind::Lock(Mode::Read) => command("LOCK.SHARED", resource, token, ttl),
+        Kind::Lock(Mode::Write) => command("LOCK.EXCLUSIVE", resource, token, ttl),
+        Kind::Lock(Mode::Permit { permits }) => {
+            let mut cmd = redis::cmd("LOCK.SEMAPHORE");
+            cmd.arg(resource).arg(token).arg(permits);
+            cmd.arg(ttl.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)));
+            cmd
+        }
+        Kind::Reentrant => command("LOCK.ENTER", resource, token, ttl),
+    }
+}
+
 fn command(name: &str, resource: &str, token: &str, ttl: Option<Duration>) -> Cmd {
     let mut cmd = redis::cmd(name);
     cmd.arg(resource).arg(token);
@@ -440,6 +827,14 @@ fn command(name: &str, resource: &str, token: &str, ttl: Option<Duration>) -> Cm
         cmd.arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
     }
     cmd
+}
+
+fn released(resource: &str, tally: Tally) -> Result<Tally> {
+    if tally.has_quorum() {
+        Ok(tally)
+    } else {
+        Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Release, tally })
+    }
 }
 
 fn expired(resource: &str, ttl: Duration, elapsed: Duration) -> Error {
@@ -458,6 +853,17 @@ fn check_ttl(ttl: Duration) -> Result<Duration> {
         )));
     }
     Ok(whole)
+}
+
+/// A semaphore has at least one permit (the nodes refuse 0 too, but the
+/// quorum arithmetic needs it before any round).
+fn check_mode(mode: Mode) -> Result<()> {
+    match mode {
+        Mode::Permit { permits: 0 } => {
+            Err(Error::InvalidArgument("a semaphore needs at least 1 permit".into()))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn check_name(what: &str, value: &str) -> Result<()> {
@@ -502,8 +908,41 @@ fn parse_info(value: Value) -> std::result::Result<Option<LockInfo>, String> {
             "ttl-ms" => info.ttl_ms = int()?,
             "deadline-ms" => info.deadline_ms = int()?,
             "waiters" => info.waiters = int()?,
+            "permits" => info.permits = Some(int()?),
+            "holders" => info.holders = parse_holders(value)?,
             _ => {}
         }
     }
     Ok(Some(info))
+}
+
+/// The `holders` field of a shared lock's or semaphore's `LOCK.INFO`: an
+/// array of field/value arrays.
+fn parse_holders(value: &Value) -> std::result::Result<Vec<HolderInfo>, String> {
+    let Value::Array(entries) = value else {
+        return Err(format!("unexpected LOCK.INFO holders {value:?}"));
+    };
+    let mut holders = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(items) = entry else {
+            return Err(format!("unexpected LOCK.INFO holder {entry:?}"));
+        };
+        let mut holder = HolderInfo::default();
+        for pair in items.chunks(2) {
+            let [name, value] = pair else { return Err("LOCK.INFO holder has an odd length".into()) };
+            let name: String = redis::from_redis_value(name).map_err(|e| e.to_string())?;
+            let text = || redis::from_redis_value::<String>(value).map_err(|e| e.to_string());
+            let int = || redis::from_redis_value::<i64>(value).map_err(|e| e.to_string());
+            match name.as_str() {
+                "holder" => holder.holder = text()?,
+                "mode" => holder.mode = text()?,
+                "fence" => holder.fence = int()?,
+                "ttl-ms" => holder.ttl_ms = int()?,
+                "deadline-ms" => holder.deadline_ms = int()?,
+                _ => {}
+            }
+        }
+        holders.push(holder);
+    }
+    Ok(holders)
 }

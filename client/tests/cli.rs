@@ -243,11 +243,123 @@ fn help_documents_exit_codes_and_examples() {
         Duration::from_secs(10),
     );
     let help = text(&out.stdout);
-    for needle in ["Exit codes:", "75", "73", "69", "cron", "REDLOCK_FENCING_TOKEN", "exec"] {
+    for needle in [
+        "Exit codes:",
+        "75",
+        "73",
+        "69",
+        "cron",
+        "REDLOCK_FENCING_TOKEN",
+        "exec",
+        "--mode permit --permits 2",
+    ] {
         assert!(help.contains(needle), "--help lacks {needle}: {help}");
     }
     // No nodes given: a usage error.
     let mut bare = Command::new(BIN);
     bare.env_remove("REDLOCK_NODES").args(["info", "x"]);
     assert_eq!(run_bounded(bare, Duration::from_secs(10)).status.code(), Some(2));
+}
+
+/// `exec --mode permit --permits 2`: two commands run at once, a third is
+/// refused at once (73, saying that 4 of 5 nodes are needed) or, with
+/// `--wait`, runs once a permit is free.
+#[test]
+fn exec_with_two_permits_runs_two_commands_at_once() {
+    let servers = cluster(5);
+    let dir = scratch("permits");
+    let go = dir.join("go");
+    // Each holder marks that it runs, then waits (bounded: 20 s) for "go".
+    let holder_script = |name: &str| {
+        format!(
+            "touch {0}; i=0; while [ ! -e {1} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done",
+            dir.join(name).display(),
+            go.display()
+        )
+    };
+    let permit_exec = |extra: &[&str], script: &str| {
+        let mut exec = redlock(&servers);
+        exec.args(["exec", "--mode", "permit", "--permits", "2", "backups", "--ttl", "3000"]);
+        exec.args(extra).args(["--", "sh", "-c", script]);
+        exec.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    };
+    let first = permit_exec(&[], &holder_script("one"));
+    let second = permit_exec(&[], &holder_script("two"));
+    wait_until(Duration::from_secs(10), "both holders to run", || {
+        dir.join("one").exists() && dir.join("two").exists()
+    });
+    // Both hold a permit on every node (the rounds' late calls have had
+    // time: they are bounded by the 200 ms timeout).
+    wait_until(Duration::from_secs(2), "both permits on every node", || {
+        servers.iter().all(|s| info_int(&mut s.conn(), "backups", "holds") == Some(2))
+    });
+
+    // A third, without --wait: refused at once, and told why.
+    let mut third = redlock(&servers);
+    third.args(["exec", "--mode", "permit", "--permits", "2", "backups", "--", "true"]);
+    let out = run_bounded(third, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("(need 4 for a 2-permit semaphore)"), "{}", text(&out.stderr));
+
+    // A third with --wait: waits while both permits are taken, then runs.
+    let ran = dir.join("three");
+    let waiting = permit_exec(&["--wait", "15000"], &format!("touch {}", ran.display()));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!ran.exists(), "the third command ran while two held the permits");
+    std::fs::write(&go, b"").unwrap();
+    for child in [first, second, waiting] {
+        let out = {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let mut child = child;
+            while child.try_wait().unwrap().is_none() {
+                assert!(Instant::now() < deadline, "exec did not finish");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            child.wait_with_output().unwrap()
+        };
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    }
+    assert!(ran.exists(), "the waiting command ran");
+    for server in &servers {
+        assert_eq!(lock_info(&mut server.conn(), "backups"), None, "port {}", server.port);
+    }
+
+    // --mode permit needs --permits (a usage error), and acquire prints the
+    // mode and count, which release takes back.
+    let mut bad = redlock(&servers);
+    bad.args(["acquire", "--mode", "permit", "backups", "--ttl", "3000"]);
+    assert_eq!(run_bounded(bad, Duration::from_secs(10)).status.code(), Some(2));
+    let mut acquire = redlock(&servers);
+    acquire.args(["acquire", "--mode", "permit", "--permits", "2", "backups", "--ttl", "3000"]);
+    let out = run_bounded(acquire, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        (field(&stdout, "REDLOCK_MODE"), field(&stdout, "REDLOCK_PERMITS")),
+        ("permit".into(), "2".into())
+    );
+    let mut info = redlock(&servers);
+    info.args(["info", "backups"]);
+    let table = text(&run_bounded(info, Duration::from_secs(10)).stdout);
+    assert!(
+        table.lines().filter(|l| l.contains("semaphore/2") && l.contains("permit")).count() >= 3,
+        "{table}"
+    );
+    let mut release = redlock(&servers);
+    release.args([
+        "release",
+        "--mode",
+        "permit",
+        "--permits",
+        "2",
+        "backups",
+        "--token",
+        &field(&stdout, "REDLOCK_TOKEN"),
+    ]);
+    let out = run_bounded(release, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    for server in &servers {
+        assert_eq!(lock_info(&mut server.conn(), "backups"), None, "port {}", server.port);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -338,7 +338,8 @@ pub fn extend<'a>(current: Option<Group<'a>>, owner: &[u8], ttl_ms: i64, now_ms:
     Outcome { reply: extended, change: settle_change(group, found_expired || extended), found_expired }
 }
 
-/// LOCK.FENCE: if `owner` holds the group, raise the counter to `floor`.
+/// LOCK.FENCE: if `owner` holds the group, raise the counter to `floor`,
+/// and its own token to `floor` if lower (see `lock::fence`).
 pub fn fence<'a>(
     current: Option<Group<'a>>,
     owner: &[u8],
@@ -346,12 +347,19 @@ pub fn fence<'a>(
     now_ms: i64,
     fencer: &mut Fencer,
 ) -> Outcome<'a, bool> {
-    let (group, found_expired) = tidy(current, now_ms);
-    let holds = group.as_ref().is_some_and(|g| g.live_position(owner, now_ms).is_some());
-    if holds {
-        fencer.raise_to(floor);
-    }
-    Outcome { reply: holds, change: settle_change(group, found_expired), found_expired }
+    let (mut group, found_expired) = tidy(current, now_ms);
+    let at = group.as_ref().and_then(|g| g.live_position(owner, now_ms));
+    let held = at.and_then(|at| group.as_mut().and_then(|g| g.holders.get_mut(at)));
+    let (holds, raised) = match held {
+        Some(holder) => {
+            fencer.raise_to(floor);
+            let raised = floor > holder.fence;
+            holder.fence = holder.fence.max(floor);
+            (true, raised)
+        }
+        None => (false, false),
+    };
+    Outcome { reply: holds, change: settle_change(group, found_expired || raised), found_expired }
 }
 
 /// LOCK.CHECK: is `fence` a current, live grant of this group?
@@ -458,7 +466,9 @@ mod tests {
         assert!(extend(g.clone(), b"a", 5_000, 1).reply);
         assert_eq!(stored(&extend(g.clone(), b"a", 5_000, 1)).map(|g| g.holders[0].deadline_ms), Some(5_001));
         assert!(!fence(g.clone(), b"x", 9, 1, &mut f).reply);
-        assert!(fence(g, b"a", 5_000_000, 1, &mut f).reply);
+        let raised = fence(g, b"a", 5_000_000, 1, &mut f);
+        assert!(raised.reply);
+        assert_eq!(stored(&raised).map(|g| g.holders[0].fence), Some(5_000_000));
         assert!(f.next(1) > 5_000_000);
         assert!(!extend(None, b"a", 5, 1).reply, "never re-creates");
     }

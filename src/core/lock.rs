@@ -242,7 +242,10 @@ pub fn exit<'a>(
 }
 
 /// LOCK.FENCE: if `owner` holds the lock, raise the node's counter to at
-/// least `floor`.
+/// least `floor`, and the holder's own fencing token to `floor` if it is
+/// lower. The quorum client sends the quorum's token T as the floor; after
+/// it, this node answers T to the holder's retry and to LOCK.CHECK, like
+/// every other node of the quorum.
 pub fn fence<'a>(
     current: Option<Lock<'a>>,
     owner: &[u8],
@@ -254,7 +257,12 @@ pub fn fence<'a>(
     match held {
         Some(lock) if lock.owner == owner => {
             fencer.raise_to(floor);
-            Outcome { reply: true, step: keep_or_reap(found_expired), found_expired }
+            let step = if floor > lock.fence {
+                Step::Write(Lock { fence: floor, ..lock })
+            } else {
+                keep_or_reap(found_expired)
+            };
+            Outcome { reply: true, step, found_expired }
         }
         _ => Outcome { reply: false, step: keep_or_reap(found_expired), found_expired },
     }
@@ -425,7 +433,11 @@ mod tests {
         let lock = stored(&grant(None, b"a", 0, &mut f));
         assert!(!fence(lock, b"b", 5_000_000, 1, &mut f).reply);
         assert!(f.next(1) < 5_000_000);
-        assert!(fence(lock, b"a", 5_000_000, 1, &mut f).reply);
+        let raised = fence(lock, b"a", 5_000_000, 1, &mut f);
+        assert!(raised.reply);
+        assert_eq!(stored(&raised).map(|l| l.fence), Some(5_000_000), "the holder's token follows");
         assert!(f.next(1) > 5_000_000);
+        let lower = fence(stored(&raised), b"a", 7, 1, &mut f);
+        assert_eq!((lower.reply, lower.step), (true, Step::Keep), "a lower floor changes nothing");
     }
 }

@@ -11,7 +11,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use redlock_client::{Guard, Lost, Redlock, Watchdog};
+use redlock_client::{Guard, Lost, Mode, Redlock, Watchdog};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -19,6 +19,8 @@ use super::exit;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
+    /// The plain lock, a read or write hold, or a semaphore permit.
+    pub mode: Mode,
     pub ttl: Duration,
     pub wait: Duration,
     pub grace: Duration,
@@ -36,7 +38,7 @@ pub async fn run(redlock: &Redlock, resource: &str, command: &[OsString], option
         return exit::INVALID;
     };
     let policy = crate::retry_policy(options.wait);
-    let mut guard = match redlock.acquire(resource, options.ttl, &policy).await {
+    let mut guard = match redlock.acquire_with(resource, options.mode, options.ttl, &policy).await {
         Ok(guard) => guard,
         Err(e) => {
             eprintln!("redlock: not running {}: {e}", program.to_string_lossy());

@@ -5,6 +5,8 @@ use redlock_client::{Error, Phase};
 pub const OK: u8 = 0;
 /// A caller mistake (bad node URL, TTL below the drift allowance, ...).
 pub const INVALID: u8 = 1;
+/// A usage error (as clap's own: flags that do not go together).
+pub const USAGE: u8 = 2;
 /// Not enough nodes answered yes for reasons other than another holder
 /// (EX_UNAVAILABLE).
 pub const NO_QUORUM: u8 = 69;
