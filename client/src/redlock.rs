@@ -400,16 +400,23 @@ impl Redlock {
         Background(self.inner.clone())
     }
 
-    /// One call per node of `cmd` as round `round`, not started yet.
-    fn calls(
+    fn every_node(&self) -> Vec<usize> {
+        (0..self.inner.nodes.len()).collect()
+    }
+
+    /// One call of `cmd` as round `round` per node listed in `nodes` (all:
+    /// [`Redlock::every_node`]), each with its own timeout; not started yet.
+    fn calls_to(
         &self,
         round: usize,
         cmd: Cmd,
         timeout: Duration,
         classify: fn(&Raw) -> Answer,
+        nodes: Vec<usize>,
     ) -> impl Iterator<Item = impl Future<Output = Reply> + Send + 'static> + '_ {
         let cmd = Arc::new(cmd);
-        (0..self.inner.nodes.len())
+        nodes
+            .into_iter()
             .map(move |node| call(self.inner.clone(), round, node, cmd.clone(), timeout, classify))
     }
 
@@ -445,7 +452,8 @@ impl Redlock {
         timeout: Duration,
         classify: fn(&Raw) -> Answer,
     ) -> Progress {
-        let mut flight: FuturesUnordered<_> = self.calls(0, cmd, timeout, classify).collect();
+        let mut flight: FuturesUnordered<_> =
+            self.calls_to(0, cmd, timeout, classify, self.every_node()).collect();
         let mut rounds = [Progress::with_quorum(self.inner.nodes.len(), quorum)];
         drive(&mut flight, &mut rounds, |r| r[0].decided().is_some()).await;
         if rounds[0].decided() == Some(true) {
@@ -701,7 +709,7 @@ impl Redlock {
         let timeout = self.inner.config.command_timeout;
         let cmd = grant_command(kind, resource, token, ttl);
         let mut flight: FuturesUnordered<_> =
-            self.calls(GRANT, cmd, timeout.min(ttl), quorum::classify_grant).collect();
+            self.calls_to(GRANT, cmd, timeout.min(ttl), quorum::classify_grant, self.every_node()).collect();
         let mut rounds = [Progress::with_quorum(nodes, kind.quorum()), Progress::new(nodes)];
         drive(&mut flight, &mut rounds, |r| r[GRANT].decided().is_some()).await;
 
@@ -732,11 +740,24 @@ impl Redlock {
         // The fencing round: every node that holds our lock raises its
         // counter to the quorum's token, so the next holder's majority (which
         // shares a node with this one) is granted a higher token. It goes to
-        // all N, also to nodes whose grant is still on its way: the FENCE is
-        // queued behind it on the node's connection.
+        // the nodes whose grant is still on its way too: the FENCE is queued
+        // behind it on the node's connection. Two kinds of node need no
+        // FENCE, as it would change nothing there: one whose grant carried T
+        // itself (its counter is at T and it holds our lock: it counts as
+        // fenced; with one node, or when one node's token is the highest,
+        // that saves a command), and one that said "held" (it would answer 0).
+        let mut targets = Vec::with_capacity(nodes);
+        let grants = rounds[GRANT].answers().to_vec();
+        for (node, answer) in grants.iter().enumerate() {
+            match answer {
+                Some(Answer::Yes(t)) if *t == floor => rounds[FENCE].record(node, Answer::Yes(1)),
+                Some(Answer::No) => rounds[FENCE].record(node, Answer::No),
+                _ => targets.push(node),
+            }
+        }
         let mut fence = redis::cmd("LOCK.FENCE");
         fence.arg(resource).arg(token).arg(floor);
-        flight.extend(self.calls(FENCE, fence, timeout.min(left), quorum::classify_flag));
+        flight.extend(self.calls_to(FENCE, fence, timeout.min(left), quorum::classify_flag, targets));
         drive(&mut flight, &mut rounds, |r| r[FENCE].decided().is_some()).await;
         let fenced = rounds[FENCE].decided() == Some(true);
         let elapsed = start.elapsed();

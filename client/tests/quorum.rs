@@ -337,3 +337,44 @@ async fn reentrant_enter_and_exit_over_the_quorum() {
     assert!(again.fencing_token > first.fencing_token);
     assert_eq!(rl.exit("re", "owner-b").await.unwrap(), 0);
 }
+
+/// `calls` of LOCK.FENCE on one node (`INFO commandstats`).
+fn fence_calls(server: &Server) -> i64 {
+    let text: String = cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_lock.fence:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_grant_carried_the_quorum_token_gets_no_fence() {
+    // One node: its own token is always the quorum's, so no FENCE at all.
+    let single = cluster(1);
+    let rl = redlock(&single).await;
+    let mut last = 0;
+    for _ in 0..5 {
+        let guard = rl.try_acquire("one", SECOND).await.expect("acquire");
+        assert!(guard.fencing_token() > last);
+        last = guard.fencing_token();
+        guard.release().await.expect("release");
+    }
+    rl.settle().await;
+    assert_eq!(fence_calls(&single[0]), 0, "a single node needs no fencing round");
+    // Five nodes: at most the nodes below the quorum token are fenced, and
+    // the token is on a majority either way.
+    let servers = cluster(5);
+    let rl = redlock(&servers).await;
+    let guard = rl.try_acquire("five", SECOND).await.expect("acquire");
+    let t = guard.fencing_token() as i64;
+    rl.settle().await;
+    let fenced: i64 = servers.iter().map(fence_calls).sum();
+    assert!(fenced <= 4, "{fenced} FENCE calls");
+    let at_t = servers.iter().filter(|s| info_int(&mut s.conn(), "five", "fence") == Some(t)).count();
+    // The deciding majority stores T; a node that answered after the round
+    // had returned keeps its own token if that is higher.
+    assert!(at_t >= 3, "only {at_t} nodes store T for the holder");
+    guard.release().await.expect("release");
+    rl.settle().await;
+    assert_free(&all(&servers), "five");
+}
