@@ -916,24 +916,21 @@ fn parse_info(value: Value) -> std::result::Result<Option<LockInfo>, String> {
         other => return Err(format!("unexpected LOCK.INFO reply {other:?}")),
     };
     let mut info = LockInfo::default();
-    for pair in items.chunks(2) {
-        let [name, value] = pair else { return Err("LOCK.INFO reply has an odd length".into()) };
-        let name: String = redis::from_redis_value(name).map_err(|e| e.to_string())?;
-        let text = || redis::from_redis_value::<String>(value).map_err(|e| e.to_string());
-        let int = || redis::from_redis_value::<i64>(value).map_err(|e| e.to_string());
-        match name.as_str() {
-            "kind" => info.kind = text()?,
-            "holder" => info.holder = text()?,
-            "holds" => info.holds = int()?,
-            "fence" => info.fence = int()?,
-            "ttl-ms" => info.ttl_ms = int()?,
-            "deadline-ms" => info.deadline_ms = int()?,
-            "waiters" => info.waiters = int()?,
-            "permits" => info.permits = Some(int()?),
+    for_each_field(&items, "reply", |name, value| {
+        match name {
+            "kind" => info.kind = text(value)?,
+            "holder" => info.holder = text(value)?,
+            "holds" => info.holds = int(value)?,
+            "fence" => info.fence = int(value)?,
+            "ttl-ms" => info.ttl_ms = int(value)?,
+            "deadline-ms" => info.deadline_ms = int(value)?,
+            "waiters" => info.waiters = int(value)?,
+            "permits" => info.permits = Some(int(value)?),
             "holders" => info.holders = parse_holders(value)?,
             _ => {}
         }
-    }
+        Ok(())
+    })?;
     Ok(Some(info))
 }
 
@@ -949,21 +946,41 @@ fn parse_holders(value: &Value) -> std::result::Result<Vec<HolderInfo>, String> 
             return Err(format!("unexpected LOCK.INFO holder {entry:?}"));
         };
         let mut holder = HolderInfo::default();
-        for pair in items.chunks(2) {
-            let [name, value] = pair else { return Err("LOCK.INFO holder has an odd length".into()) };
-            let name: String = redis::from_redis_value(name).map_err(|e| e.to_string())?;
-            let text = || redis::from_redis_value::<String>(value).map_err(|e| e.to_string());
-            let int = || redis::from_redis_value::<i64>(value).map_err(|e| e.to_string());
-            match name.as_str() {
-                "holder" => holder.holder = text()?,
-                "mode" => holder.mode = text()?,
-                "fence" => holder.fence = int()?,
-                "ttl-ms" => holder.ttl_ms = int()?,
-                "deadline-ms" => holder.deadline_ms = int()?,
+        for_each_field(items, "holder", |name, value| {
+            match name {
+                "holder" => holder.holder = text(value)?,
+                "mode" => holder.mode = text(value)?,
+                "fence" => holder.fence = int(value)?,
+                "ttl-ms" => holder.ttl_ms = int(value)?,
+                "deadline-ms" => holder.deadline_ms = int(value)?,
                 _ => {}
             }
-        }
+            Ok(())
+        })?;
         holders.push(holder);
     }
     Ok(holders)
+}
+
+/// Calls `each` with every (field name, value) of a flat field/value array;
+/// unknown fields are the caller's to skip (newer modules may add some).
+fn for_each_field(
+    items: &[Value],
+    what: &str,
+    mut each: impl FnMut(&str, &Value) -> std::result::Result<(), String>,
+) -> std::result::Result<(), String> {
+    for pair in items.chunks(2) {
+        let [name, value] = pair else { return Err(format!("LOCK.INFO {what} has an odd length")) };
+        let name: String = redis::from_redis_value(name).map_err(|e| e.to_string())?;
+        each(&name, value)?;
+    }
+    Ok(())
+}
+
+fn text(value: &Value) -> std::result::Result<String, String> {
+    redis::from_redis_value(value).map_err(|e| e.to_string())
+}
+
+fn int(value: &Value) -> std::result::Result<i64, String> {
+    redis::from_redis_value(value).map_err(|e| e.to_string())
 }
