@@ -475,6 +475,9 @@ fn keys_are_declared_for_cluster_routing() {
         &["COMMAND", "GETKEYS", "LOCK.FENCE", "mykey", "t", "5"],
         &["COMMAND", "GETKEYS", "LOCK.INFO", "mykey"],
         &["COMMAND", "GETKEYS", "LOCK.CHECK", "mykey", "5"],
+        &["COMMAND", "GETKEYS", "LOCK.SHARED", "mykey", "t", "5"],
+        &["COMMAND", "GETKEYS", "LOCK.EXCLUSIVE", "mykey", "t", "5", "WAIT", "10"],
+        &["COMMAND", "GETKEYS", "LOCK.SEMAPHORE", "mykey", "t", "3", "5"],
     ] {
         let keys: Vec<String> = redis::from_redis_value(&call(&mut c, line).unwrap()).unwrap();
         assert_eq!(keys, ["mykey"], "{line:?}");
