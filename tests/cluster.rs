@@ -262,9 +262,12 @@ fn wrong_node_answers_moved_for_every_lock_command() {
     for (owner, keys) in keys.iter().enumerate() {
         let (key, slot) = &keys[0];
         let owner_addr = format!("127.0.0.1:{}", nodes[owner].port);
-        let calls: [&[&str]; 7] = [
+        let calls: [&[&str]; 10] = [
             &["LOCK.ACQUIRE", key, "t", "1000"],
             &["LOCK.ENTER", key, "t", "1000"],
+            &["LOCK.SHARED", key, "t", "1000"],
+            &["LOCK.EXCLUSIVE", key, "t", "1000"],
+            &["LOCK.SEMAPHORE", key, "t", "2", "1000"],
             &["LOCK.RELEASE", key, "t"],
             &["LOCK.EXTEND", key, "t", "1000"],
             &["LOCK.EXIT", key, "t"],
