@@ -8,6 +8,11 @@
 //! The plumbing matches the quorum client's, so that the comparison is about
 //! the protocol and the servers only: one multiplexed (ordered) connection
 //! per node, per-command and connect timeouts, a short reconnect backoff.
+//!
+//! The same plumbing also runs the second contrast, the semaphore a plain
+//! majority cannot bound: `LOCK.SEMAPHORE` on every module node, counted as
+//! held at a majority (not at floor(L*N/(L+1))+1 as the quorum client
+//! does), released with `LOCK.RELEASE`.
 
 use std::time::{Duration, Instant};
 
@@ -40,9 +45,20 @@ struct Node {
     slot: Mutex<Slot>,
 }
 
+/// What the contrast client sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recipe {
+    /// `SET key token NX PX ttl` over plain Redis, Lua compare-and-delete.
+    SetNx,
+    /// `LOCK.SEMAPHORE key token permits ttl` over module nodes, held at a
+    /// majority.
+    MajoritySemaphore { permits: u32 },
+}
+
 pub struct Classic {
     nodes: Vec<Node>,
     config: Config,
+    recipe: Recipe,
 }
 
 /// A lock held by the classic recipe: no fencing token.
@@ -105,13 +121,13 @@ impl Node {
 }
 
 impl Classic {
-    pub async fn connect(urls: &[String], config: Config) -> Classic {
+    pub async fn connect(urls: &[String], config: Config, recipe: Recipe) -> Classic {
         let nodes: Vec<Node> = urls
             .iter()
             .map(|url| Node { client: Client::open(url.as_str()).expect("node url"), slot: Mutex::default() })
             .collect();
         join_all(nodes.iter().map(|n| n.connection(&config))).await;
-        Classic { nodes, config }
+        Classic { nodes, config, recipe }
     }
 
     /// One attempt. `Err((definite, why))`: `definite` when every node
@@ -119,13 +135,28 @@ impl Classic {
     pub async fn try_acquire(&self, resource: &str, ttl: Duration) -> Result<ClassicLock, (bool, String)> {
         let token = quorum::token_from_bits(rand::random());
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(resource).arg(&token).arg("NX").arg("PX").arg(ttl_ms);
+        let cmd = match self.recipe {
+            Recipe::SetNx => {
+                let mut cmd = redis::cmd("SET");
+                cmd.arg(resource).arg(&token).arg("NX").arg("PX").arg(ttl_ms);
+                cmd
+            }
+            Recipe::MajoritySemaphore { permits } => {
+                let mut cmd = redis::cmd("LOCK.SEMAPHORE");
+                cmd.arg(resource).arg(&token).arg(permits).arg(ttl_ms);
+                cmd
+            }
+        };
         let start = Instant::now();
         let per_node = self.config.command_timeout.min(ttl);
         let replies = join_all(self.nodes.iter().map(|n| n.call(&cmd, &self.config, per_node))).await;
         let elapsed = start.elapsed();
-        let granted = replies.iter().filter(|r| matches!(r, Reply::Value(Value::Okay))).count();
+        let granted = replies
+            .iter()
+            .filter(|r| {
+                matches!(r, Reply::Value(Value::Okay)) || matches!(r, Reply::Value(Value::Int(t)) if *t > 0)
+            })
+            .count();
         let answered = replies.iter().filter(|r| matches!(r, Reply::Value(_))).count();
         let timed_out = replies.iter().filter(|r| matches!(r, Reply::TimedOut)).count();
         let unreachable = replies.iter().filter(|r| matches!(r, Reply::Unreachable)).count();
@@ -158,10 +189,21 @@ impl Classic {
         self.nodes.len()
     }
 
-    /// The compare-and-delete on every node; the number that deleted.
+    /// The compare-and-delete (or `LOCK.RELEASE`) on every node; the number
+    /// that deleted.
     pub async fn release_all(&self, resource: &str, token: &str) -> usize {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(UNLOCK).arg(1).arg(resource).arg(token);
+        let cmd = match self.recipe {
+            Recipe::SetNx => {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(UNLOCK).arg(1).arg(resource).arg(token);
+                cmd
+            }
+            Recipe::MajoritySemaphore { .. } => {
+                let mut cmd = redis::cmd("LOCK.RELEASE");
+                cmd.arg(resource).arg(token);
+                cmd
+            }
+        };
         let replies =
             join_all(self.nodes.iter().map(|n| n.call(&cmd, &self.config, self.config.command_timeout)))
                 .await;

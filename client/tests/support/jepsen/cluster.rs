@@ -10,18 +10,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::proxy::{Mode, Proxy};
-use crate::common::{cmd, replicate, Opts, Server};
+use crate::common::{cmd, lock_info, replicate, Opts, Server};
 use crate::support::start_all;
 
-/// The shim's clock file for one server: an offset in ms from real time.
+/// The shim's clock file for one server: an offset in ms from real time,
+/// and the rate (ppm) at which its monotonic clock runs fast, fixed when
+/// the server starts (see tests/shim/clockshim.c).
 pub struct ClockFile {
     dir: PathBuf,
     path: PathBuf,
     offset: AtomicI64,
+    rate_ppm: u32,
 }
 
 impl ClockFile {
-    pub fn new() -> ClockFile {
+    pub fn new(offset_ms: i64, rate_ppm: u32) -> ClockFile {
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "redis-lock-jepsen-clock-{}-{}",
@@ -30,8 +33,8 @@ impl ClockFile {
         ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create clock dir");
-        let file = ClockFile { path: dir.join("offset"), dir, offset: AtomicI64::new(0) };
-        file.set(0);
+        let file = ClockFile { path: dir.join("offset"), dir, offset: AtomicI64::new(0), rate_ppm };
+        file.set(offset_ms);
         file
     }
 
@@ -46,7 +49,7 @@ impl ClockFile {
     /// Written to a side file and renamed: the shim never reads half a number.
     pub fn set(&self, offset_ms: i64) {
         let tmp = self.dir.join("offset.tmp");
-        std::fs::write(&tmp, offset_ms.to_string()).expect("write clock offset");
+        std::fs::write(&tmp, format!("{offset_ms} {}", self.rate_ppm)).expect("write clock offset");
         std::fs::rename(&tmp, &self.path).expect("rename clock offset");
         self.offset.store(offset_ms, Ordering::SeqCst);
     }
@@ -67,8 +70,21 @@ pub struct Spec {
     pub quarantine_ms: u64,
     pub aof: bool,
     pub clock: bool,
+    /// Each master's wall clock offset at start, ms (under the shim); a
+    /// node not listed starts at 0.
+    pub clock_offsets: Vec<i64>,
+    /// Every node's monotonic clock runs this much fast (ppm; under the shim).
+    pub rate_ppm: u32,
+    /// More `loadmodule` arguments (`expiry-delay-ms`, ...).
+    pub module_args: Vec<(&'static str, String)>,
     /// This master gets a replica (for promotions).
     pub replica_of: Option<usize>,
+}
+
+impl Spec {
+    fn offset(&self, node: usize) -> i64 {
+        self.clock_offsets.get(node).copied().unwrap_or(0)
+    }
 }
 
 pub struct Member {
@@ -92,8 +108,13 @@ fn opts(spec: &Spec, clock: Option<&ClockFile>, replica: bool) -> Opts {
     let mut o = Opts::new().config("repl-diskless-sync-delay", "0");
     if spec.classic {
         o.without_module = true;
-    } else if spec.quarantine_ms > 0 {
-        o = o.module_arg("quarantine-ms", &spec.quarantine_ms.to_string());
+    } else {
+        if spec.quarantine_ms > 0 {
+            o = o.module_arg("quarantine-ms", &spec.quarantine_ms.to_string());
+        }
+        for (name, value) in &spec.module_args {
+            o = o.module_arg(name, value);
+        }
     }
     // A replica runs with AOF always: no start-up quarantine (it starts
     // empty), only the promotion quarantine.
@@ -104,6 +125,15 @@ fn opts(spec: &Spec, clock: Option<&ClockFile>, replica: bool) -> Opts {
         o = o.clock_file(clock.path());
     }
     o
+}
+
+/// Whether process `pid` runs (not gone, not a zombie waiting to be reaped).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
 }
 
 fn real_wall_ms() -> i64 {
@@ -130,8 +160,9 @@ impl Cluster {
         let for_start = spec.clone();
         let slots = tokio::task::spawn_blocking(move || {
             let spec = for_start;
-            let clocks: Vec<Option<ClockFile>> =
-                (0..spec.nodes).map(|_| spec.clock.then(ClockFile::new)).collect();
+            let clocks: Vec<Option<ClockFile>> = (0..spec.nodes)
+                .map(|i| spec.clock.then(|| ClockFile::new(spec.offset(i), spec.rate_ppm)))
+                .collect();
             let servers = start_all(clocks.iter().map(|c| opts(&spec, c.as_ref(), false)).collect());
             let mut slots: Vec<Slot> = servers
                 .into_iter()
@@ -154,8 +185,14 @@ impl Cluster {
                     }
                 }
             }
+            for (i, slot) in slots.iter().enumerate() {
+                if let Some(clock) = &slot.master.clock {
+                    wait_for_clock(&slot.master.server, clock.offset());
+                }
+                debug_assert_eq!(slot.master.clock.as_ref().map_or(0, ClockFile::offset), spec.offset(i));
+            }
             if let Some(i) = spec.replica_of {
-                let replica = Self::new_replica(&spec, &slots[i].master.server);
+                let replica = Self::new_replica(&spec, i, &slots[i].master.server);
                 slots[i].replica = Some(replica);
             }
             slots
@@ -169,8 +206,10 @@ impl Cluster {
         Cluster { spec, slots: Arc::new(Mutex::new(slots)), proxies }
     }
 
-    fn new_replica(spec: &Spec, master: &Server) -> Member {
-        let clock = spec.clock.then(ClockFile::new);
+    fn new_replica(spec: &Spec, node: usize, master: &Server) -> Member {
+        // The replica runs on its master's clock: after a promotion the
+        // clients' node keeps its place in the spread.
+        let clock = spec.clock.then(|| ClockFile::new(spec.offset(node), spec.rate_ppm));
         let server = Server::with(opts(spec, clock.as_ref(), true));
         replicate(&server, master);
         Member { server, clock }
@@ -272,8 +311,52 @@ impl Cluster {
     /// A new replica for master `i` (after a promotion), synced.
     pub async fn add_replica(&self, i: usize) {
         self.blocking(move |spec, slots| {
-            let replica = Self::new_replica(spec, &slots[i].master.server);
+            let replica = Self::new_replica(spec, i, &slots[i].master.server);
             slots[i].replica = Some(replica);
+        })
+        .await
+    }
+
+    /// The base clock offset of node `i` (where a fault's clock step returns).
+    pub fn base_offset(&self, i: usize) -> i64 {
+        self.spec.offset(i)
+    }
+
+    /// Servers whose process has died although no fault killed it (a crash:
+    /// a panic that aborted redis-server). Faults kill and restart under the
+    /// same lock, so a dead process seen here was not killed by one.
+    pub async fn dead(&self) -> Vec<String> {
+        self.blocking(|_, slots| {
+            let mut dead = Vec::new();
+            for (i, slot) in slots.iter().enumerate() {
+                let members = std::iter::once(("master", &slot.master))
+                    .chain(slot.replica.iter().map(|r| ("replica", r)));
+                for (role, member) in members {
+                    if !alive(member.server.pid()) {
+                        dead.push(format!(
+                            "node {i}'s {role} (port {}) died; log: {}",
+                            member.server.port,
+                            member.server.log()
+                        ));
+                    }
+                }
+            }
+            dead
+        })
+        .await
+    }
+
+    /// The holder of `key` on node `i`'s master now, asked directly (not
+    /// through the proxy); `None` when free.
+    pub async fn holder(&self, i: usize, key: &str) -> Option<String> {
+        let key = key.to_string();
+        self.blocking(move |_, slots| {
+            let mut c = slots[i].master.server.conn();
+            let fields = lock_info(&mut c, &key)?;
+            fields
+                .iter()
+                .find(|(name, _)| name == "holder")
+                .and_then(|(_, v)| redis::from_redis_value(v).ok())
         })
         .await
     }

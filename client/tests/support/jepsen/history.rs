@@ -35,12 +35,52 @@ pub enum Access {
     Rejected,
 }
 
+/// What a grant asked for (which holders it must exclude).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Want {
+    /// The plain lock (`try_acquire`, `LOCK.ACQUIRE`): alone.
+    Exclusive,
+    /// `LOCK.ENTER` (one op is one owner's whole session, from its first
+    /// entry to its last exit): alone between owners.
+    Reentrant,
+    /// A read hold of a read-write lock: shared with readers.
+    Read,
+    /// A write hold of a read-write lock: alone.
+    Write,
+    /// One of this many permits of a semaphore.
+    Permit(u32),
+}
+
+impl Want {
+    /// Holds the resource alone (no other holder of any mode at once).
+    pub fn alone(self) -> bool {
+        matches!(self, Want::Exclusive | Want::Reentrant | Want::Write)
+    }
+
+    /// Increments the resource's register (readers and permit holders,
+    /// which share, do not).
+    pub fn writes(self) -> bool {
+        self.alone()
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Want::Exclusive => "exclusive".into(),
+            Want::Reentrant => "reentrant".into(),
+            Want::Read => "read".into(),
+            Want::Write => "write".into(),
+            Want::Permit(permits) => format!("permit/{permits}"),
+        }
+    }
+}
+
 /// One acquisition attempt and, when it succeeded, what the client did
 /// under the lock.
 #[derive(Clone, Debug)]
 pub struct Op {
     pub client: usize,
     pub resource: String,
+    pub want: Want,
     pub invoke: Duration,
     pub complete: Duration,
     pub outcome: Outcome,
@@ -48,22 +88,70 @@ pub struct Op {
     pub token: Option<String>,
     /// The fencing token (this project only).
     pub fence: Option<u64>,
-    /// complete + validity_remaining at completion: the end of the lease.
+    /// The end of the lease: the last of `leases`.
     pub validity_end: Option<Duration>,
+    /// Every lease the holder knew of, in order: (when it learned of it,
+    /// until when the lock is valid). The grant's first, then extensions.
+    pub leases: Vec<(Duration, Duration)>,
+    /// When the last call that set the lock's TTL (the grant, an extension,
+    /// a re-entry) was sent: every node that granted it keeps the lock until
+    /// at least this + TTL.
+    pub renewed_invoke: Duration,
     pub cs_start: Option<Duration>,
     pub cs_end: Option<Duration>,
     pub read: Option<(Access, u64)>,
     pub write: Option<Access>,
+    /// When the write was made (accepted or not).
+    pub write_at: Option<Duration>,
     /// The write was skipped: too little validity left before it.
     pub aborted: bool,
     /// The holder was paused (a GC pause) past its validity before writing.
     pub paused: bool,
+    /// The holder crashed: it never released (its lock runs out).
+    pub abandoned: bool,
+    /// When the client learned that the lock was lost, and why.
+    pub lost: Option<(Duration, String)>,
     /// When the client started to release (it stopped using the resource).
     pub release: Option<Duration>,
     pub error: Option<String>,
 }
 
 impl Op {
+    /// An attempt of `client` on `resource`, invoked at `invoke`; the rest
+    /// is filled in as it completes.
+    pub fn new(client: usize, resource: &str, want: Want, invoke: Duration) -> Op {
+        Op {
+            client,
+            resource: resource.to_string(),
+            want,
+            invoke,
+            complete: invoke,
+            outcome: Outcome::Ok,
+            token: None,
+            fence: None,
+            validity_end: None,
+            leases: Vec::new(),
+            renewed_invoke: invoke,
+            cs_start: None,
+            cs_end: None,
+            read: None,
+            write: None,
+            write_at: None,
+            aborted: false,
+            paused: false,
+            abandoned: false,
+            lost: None,
+            release: None,
+            error: None,
+        }
+    }
+
+    /// Records a lease learned at `at`, valid until `until`.
+    pub fn lease(&mut self, at: Duration, until: Duration) {
+        self.leases.push((at, until));
+        self.validity_end = Some(self.validity_end.map_or(until, |end| end.max(until)));
+    }
+
     /// The window in which this holder may use the resource: from the
     /// grant to the end of its validity, or to its release if earlier.
     pub fn window(&self) -> Option<(Duration, Duration)> {
@@ -72,27 +160,66 @@ impl Op {
         Some((self.complete, end))
     }
 
+    /// Until when the holder knew itself valid at `at`: the latest lease it
+    /// had learned of by then.
+    pub fn valid_until_at(&self, at: Duration) -> Option<Duration> {
+        self.leases.iter().filter(|(learned, _)| *learned <= at).map(|(_, until)| *until).max()
+    }
+
+    /// The lock ran out without a release (a crash, or a pause past the
+    /// validity): lock-delay applies after it.
+    pub fn expired_unreleased(&self) -> bool {
+        match (self.validity_end, self.release) {
+            (Some(_), None) => true,
+            (Some(end), Some(release)) => release >= end,
+            _ => false,
+        }
+    }
+
     pub fn tsv(&self) -> String {
         let ms = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.3}", d.as_secs_f64() * 1e3));
         format!(
-            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
             self.client,
             self.resource,
+            self.want.name(),
             ms(Some(self.invoke)),
             ms(Some(self.complete)),
             self.outcome.name(),
             self.token.as_deref().unwrap_or("-"),
             self.fence.map_or("-".to_string(), |f| f.to_string()),
             ms(self.validity_end),
+            self.leases.len(),
             ms(self.cs_start),
             ms(self.cs_end),
             self.read.map_or("-".to_string(), |(a, v)| format!("{a:?}:{v}")),
-            self.write.map_or(if self.aborted { "aborted".into() } else { "-".into() }, |a| format!("{a:?}")),
-            if self.paused { "paused" } else { "-" },
+            self.write.map_or(if self.aborted { "aborted".into() } else { "-".into() }, |a| {
+                format!("{a:?}@{}", ms(self.write_at))
+            }),
+            match (self.paused, self.abandoned) {
+                (true, _) => "paused",
+                (_, true) => "abandoned",
+                _ => "-",
+            },
+            self.lost.as_ref().map_or("-".to_string(), |(at, why)| format!("{}:{why}", ms(Some(*at)))),
             ms(self.release),
             self.error.as_deref().unwrap_or("-"),
         )
     }
+}
+
+/// A violation found while the run went on, outside the history's ops
+/// (the misuse client's, a node that died, a lock left behind).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A malformed call or a foreign token's call was not refused.
+    Misuse,
+    /// A node's process died without a fault killing it.
+    NodeDied,
+    /// A lock stayed on a node after its holder's release had settled.
+    LeftBehind,
+    /// A probe's lock was not granted again within the liveness bound.
+    Liveness,
 }
 
 /// A fault: injected at `start`, healed at `end`.
@@ -109,6 +236,7 @@ pub struct Recorder {
     ops: Mutex<Vec<Op>>,
     events: Mutex<Vec<Event>>,
     notes: Mutex<Vec<String>>,
+    found: Mutex<Vec<(Found, Duration, String)>>,
 }
 
 impl Recorder {
@@ -118,6 +246,7 @@ impl Recorder {
             ops: Mutex::default(),
             events: Mutex::default(),
             notes: Mutex::default(),
+            found: Mutex::default(),
         }
     }
 
@@ -144,6 +273,16 @@ impl Recorder {
 
     pub fn note(&self, text: String) {
         self.notes.lock().unwrap_or_else(|p| p.into_inner()).push(text);
+    }
+
+    /// Records a violation seen during the run.
+    pub fn found(&self, what: Found, detail: String) {
+        let at = self.now();
+        self.found.lock().unwrap_or_else(|p| p.into_inner()).push((what, at, detail));
+    }
+
+    pub fn found_all(&self) -> Vec<(Found, Duration, String)> {
+        self.found.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub fn ops(&self) -> Vec<Op> {
@@ -175,12 +314,15 @@ impl Recorder {
 
     pub fn dump(&self) -> String {
         let mut text = String::from(
-            "# client\tresource\tinvoke_ms\tcomplete_ms\tresult\ttoken\tfence\tvalidity_end_ms\t\
-             cs_start_ms\tcs_end_ms\tread\twrite\tpaused\trelease_ms\terror\n",
+            "# client\tresource\twant\tinvoke_ms\tcomplete_ms\tresult\ttoken\tfence\tvalidity_end_ms\t\
+             leases\tcs_start_ms\tcs_end_ms\tread\twrite\tpaused\tlost\trelease_ms\terror\n",
         );
         for op in self.ops() {
             text.push_str(&op.tsv());
             text.push('\n');
+        }
+        for (what, at, detail) in self.found_all() {
+            let _ = writeln!(text, "# found {what:?} at {:.3}: {detail}", at.as_secs_f64() * 1e3);
         }
         for e in self.events() {
             let _ = writeln!(

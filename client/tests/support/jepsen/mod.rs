@@ -1,11 +1,18 @@
-//! The Jepsen-style safety suite's parts (used by `tests/jepsen.rs`):
-//! a TCP proxy for network faults, the classic Redlock for the contrast,
-//! the nodes and their faults, the clients, the history and its checker.
+//! The Jepsen-style safety suite's parts (used by `tests/jepsen.rs`): the
+//! nodes and their faults (`cluster`, `proxy`), the scenarios and the
+//! nemesis with its probes (`scenario`, `nemesis`), the clients (`worker`
+//! for the quorum client and the contrast recipes in `classic`, `onenode`
+//! for one node spoken to directly, `misuse`), the history and its checker.
 #![allow(dead_code)]
 
 pub mod checker;
 pub mod classic;
 pub mod cluster;
+pub mod conn;
 pub mod history;
+pub mod misuse;
+pub mod nemesis;
+pub mod onenode;
 pub mod proxy;
+pub mod scenario;
 pub mod worker;

@@ -8,11 +8,17 @@
 //!   they are either delivered late, in order (a partition shorter than
 //!   TCP's timeouts), or the connections are reset (a longer one);
 //! - take the node down: connections are cut and new ones refused;
+//! - delay requests or replies: each chunk read while the mode is on waits
+//!   that long before it is passed on, and the chunks after it on the same
+//!   connection wait behind it (TCP order is kept per connection; a new
+//!   connection opened after the delay is lifted is not held back, which is
+//!   how a second connection's command overtakes the first's);
 //! - retarget: new connections go to another upstream (a promoted replica),
 //!   existing ones are cut.
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -33,6 +39,30 @@ pub enum Mode {
     Partition,
     /// Connections are cut and new ones closed at once (as if refused).
     Down,
+    /// Each request chunk read in this mode reaches the node this late.
+    DelayRequests {
+        ms: u64,
+    },
+    /// Each reply chunk read in this mode reaches the client this late.
+    DelayReplies {
+        ms: u64,
+    },
+}
+
+impl Mode {
+    fn request_delay(self) -> Option<Duration> {
+        match self {
+            Mode::DelayRequests { ms } => Some(Duration::from_millis(ms)),
+            _ => None,
+        }
+    }
+
+    fn reply_delay(self) -> Option<Duration> {
+        match self {
+            Mode::DelayReplies { ms } => Some(Duration::from_millis(ms)),
+            _ => None,
+        }
+    }
 }
 
 struct Shared {
@@ -134,7 +164,10 @@ async fn passable(
         match current {
             Mode::Down => return false,
             Mode::Partition => {}
-            Mode::Pass | Mode::DropReplies { .. } => return true,
+            Mode::Pass
+            | Mode::DropReplies { .. }
+            | Mode::DelayRequests { .. }
+            | Mode::DelayReplies { .. } => return true,
         }
         tokio::select! {
             changed = mode.changed() => if changed.is_err() { return false },
@@ -151,6 +184,14 @@ async fn cut(mut cuts: watch::Receiver<u64>, generation: u64) {
         if cuts.changed().await.is_err() {
             return std::future::pending().await;
         }
+    }
+}
+
+/// Sleeps `delay`; false if the connection was cut meanwhile.
+async fn wait_uncut(delay: Duration, shared: &Shared, generation: u64) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(delay) => true,
+        _ = cut(shared.cuts.subscribe(), generation) => false,
     }
 }
 
@@ -177,6 +218,7 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
 
     let requests = {
         let (mut mode, mut cuts) = (shared.mode.subscribe(), shared.cuts.subscribe());
+        let for_delay = shared.clone();
         async move {
             let mut buf = vec![0u8; 16 * 1024];
             loop {
@@ -186,6 +228,12 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
                 };
                 if !passable(&mut mode, &mut cuts, generation).await {
                     return;
+                }
+                let delay = mode.borrow().request_delay();
+                if let Some(delay) = delay {
+                    if !wait_uncut(delay, &for_delay, generation).await {
+                        return;
+                    }
                 }
                 if server_write.write_all(&buf[..n]).await.is_err() {
                     return;
@@ -207,6 +255,11 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
                     return;
                 }
                 let current = *mode.borrow();
+                if let Some(delay) = current.reply_delay() {
+                    if !wait_uncut(delay, &shared, generation).await {
+                        return;
+                    }
+                }
                 if let Mode::DropReplies { permille } = current {
                     let roll = shared.rng.lock().unwrap_or_else(|p| p.into_inner()).gen_range(0..1000);
                     if roll < permille {

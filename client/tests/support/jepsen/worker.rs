@@ -1,24 +1,60 @@
 //! The clients: one lock implementation behind one interface (this
-//! project's quorum client, or the classic recipe), and the worker that
+//! project's quorum client, or a contrast recipe), and the worker that
 //! acquires, does a read-modify-write increment on the resource's register
 //! under the lock, releases, and records all of it.
+//!
+//! `Locker` is the only place that calls the quorum client's API: a change
+//! of the client's entry points touches this file only.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_client::{Config, Error, Guard, Redlock};
+use redlock_client::{Config, Error, Guard, Mode, Redlock, Status, Watchdog};
 use tokio::sync::oneshot;
 
-use super::classic::Classic;
-use super::history::{Access, Op, Outcome, Recorder, Registers};
+use super::classic::{Classic, Recipe};
+use super::history::{Access, Op, Outcome, Recorder, Registers, Want};
 
 /// A worker writes only with at least this much validity left; less, and
 /// it gives the write up (a careful client). A paused holder skips the
 /// check: the pause falls between the check and the write.
 pub const WRITE_MARGIN: Duration = Duration::from_millis(100);
+
+/// Under `Work::Long`, the workers with an id below this hold long.
+pub const LONG_WORKERS: usize = 2;
+
+/// Which lock implementation a run tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Impl {
+    /// This project: the quorum client over module nodes.
+    Module,
+    /// The classic Redlock over plain Redis (the contrast).
+    Classic,
+    /// A semaphore taken at a plain majority of module nodes (the contrast
+    /// for the semaphore quorum).
+    MajoritySemaphore,
+}
+
+impl Impl {
+    pub fn name(self) -> &'static str {
+        match self {
+            Impl::Module => "module",
+            Impl::Classic => "classic",
+            Impl::MajoritySemaphore => "majority-semaphore",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Impl::Module => "this project",
+            Impl::Classic => "classic Redlock",
+            Impl::MajoritySemaphore => "semaphore at a majority",
+        }
+    }
+}
 
 pub enum Locker {
     Module(Redlock),
@@ -33,23 +69,63 @@ pub struct Held {
 }
 
 impl Held {
+    /// Validity left now: the latest deadline (the watchdog's renewals move
+    /// it), zero once the guard reported the lock lost.
     pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        match &self.guard {
+            Some(guard) => guard.validity_remaining(),
+            None => self.deadline.saturating_duration_since(Instant::now()),
+        }
+    }
+}
+
+/// What a holder's guard says now.
+pub enum Standing {
+    /// Valid until this instant (a renewal may have moved it).
+    Valid {
+        deadline: Instant,
+        since: Instant,
+    },
+    Lost(String),
+}
+
+fn mode(want: Want) -> Mode {
+    match want {
+        Want::Exclusive | Want::Reentrant => Mode::Exclusive,
+        Want::Read => Mode::Read,
+        Want::Write => Mode::Write,
+        Want::Permit(permits) => Mode::Permit { permits },
     }
 }
 
 impl Locker {
-    pub async fn connect(classic: bool, urls: &[String], config: Config) -> Locker {
-        if classic {
-            Locker::Classic(Classic::connect(urls, config).await)
-        } else {
-            Locker::Module(Redlock::connect(urls, config).await.expect("connect"))
+    pub async fn connect(imp: Impl, urls: &[String], config: Config) -> Locker {
+        match imp {
+            Impl::Module => Locker::Module(Redlock::connect(urls, config).await.expect("connect")),
+            Impl::Classic => Locker::Classic(Classic::connect(urls, config, Recipe::SetNx).await),
+            Impl::MajoritySemaphore => {
+                // The permit count comes with each request; 2 is the only
+                // one the semaphore scenario uses.
+                Locker::Classic(
+                    Classic::connect(urls, config, Recipe::MajoritySemaphore { permits: 2 }).await,
+                )
+            }
         }
     }
 
-    pub async fn try_acquire(&self, resource: &str, ttl: Duration) -> Result<Held, (Outcome, String)> {
+    /// Extensions and the watchdog exist only in this project's client.
+    pub fn renews(&self) -> bool {
+        matches!(self, Locker::Module(_))
+    }
+
+    pub async fn try_acquire(
+        &self,
+        resource: &str,
+        want: Want,
+        ttl: Duration,
+    ) -> Result<Held, (Outcome, String)> {
         match self {
-            Locker::Module(redlock) => match redlock.try_acquire(resource, ttl).await {
+            Locker::Module(redlock) => match redlock.try_acquire_with(resource, mode(want), ttl).await {
                 Ok(guard) => Ok(Held {
                     token: guard.token().to_string(),
                     fence: Some(guard.fencing_token()),
@@ -72,6 +148,42 @@ impl Locker {
                 Ok(lock) => Ok(Held { token: lock.token, fence: None, deadline: lock.deadline, guard: None }),
                 Err((definite, why)) => Err((if definite { Outcome::Fail } else { Outcome::Unknown }, why)),
             },
+        }
+    }
+
+    /// Extends by hand: the new lease's (start, deadline), or why not.
+    pub async fn extend(&self, held: &mut Held, ttl: Duration) -> Result<(Instant, Instant), String> {
+        let Some(guard) = &held.guard else { return Err("this recipe cannot extend".into()) };
+        guard.extend(ttl).await.map_err(|e| e.to_string())?;
+        let lease = guard.lease();
+        held.deadline = lease.deadline;
+        Ok((lease.start, lease.deadline))
+    }
+
+    pub fn start_watchdog(&self, held: &mut Held) {
+        if let Some(guard) = &mut held.guard {
+            guard.start_watchdog(Watchdog::default());
+        }
+    }
+
+    /// The holder's standing now, as its guard sees it.
+    pub fn standing(&self, held: &Held) -> Standing {
+        match &held.guard {
+            Some(guard) => match guard.status() {
+                Status::Held { deadline, .. } => {
+                    if Instant::now() >= deadline {
+                        Standing::Lost("expired".into())
+                    } else {
+                        Standing::Valid { deadline, since: guard.lease().start }
+                    }
+                }
+                Status::Lost(reason) => Standing::Lost(reason.to_string()),
+                Status::Released => Standing::Lost("released".into()),
+            },
+            None if Instant::now() < held.deadline => {
+                Standing::Valid { deadline: held.deadline, since: held.deadline }
+            }
+            None => Standing::Lost("expired".into()),
         }
     }
 
@@ -106,6 +218,21 @@ impl Locker {
             }
         }
     }
+
+    /// A crashed holder: nothing is released, the lock runs out.
+    pub fn abandon(&self, held: Held) {
+        if let Some(guard) = held.guard {
+            let _ = guard.detach();
+        }
+    }
+
+    /// Waits (bounded) until the calls a round left running in the
+    /// background have ended (this project's client only).
+    pub async fn settle(&self) {
+        if let Locker::Module(redlock) = self {
+            redlock.settle().await;
+        }
+    }
 }
 
 /// A request to pause a worker inside its next critical section.
@@ -115,12 +242,25 @@ pub struct PauseRequest {
     pub done: oneshot::Sender<()>,
 }
 
+/// What the nemesis asks a worker to do with its next lock.
+pub enum Request {
+    /// Pause past the validity, then write without checking.
+    Pause(PauseRequest),
+    /// Crash: never release it (the worker goes on as a new client).
+    Crash(oneshot::Sender<Duration>),
+}
+
 pub struct Ctx {
     pub rec: Recorder,
     pub regs: Registers,
     pub ttl: Duration,
     pub stop: AtomicBool,
-    pub pauses: Mutex<Vec<Option<PauseRequest>>>,
+    pub requests: Mutex<Vec<Option<Request>>>,
+    /// Workers start no new attempt while set (a probe needs the nodes to
+    /// itself).
+    quiet: AtomicBool,
+    /// Workers between the start of an attempt and its end.
+    active: AtomicUsize,
 }
 
 impl Ctx {
@@ -130,25 +270,41 @@ impl Ctx {
             regs: Registers::new(fenced),
             ttl,
             stop: AtomicBool::new(false),
-            pauses: Mutex::new((0..workers).map(|_| None).collect()),
+            requests: Mutex::new((0..workers).map(|_| None).collect()),
+            quiet: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
         }
+    }
+
+    /// Holds the workers off: no new attempts, and waits (at most `within`)
+    /// until the ones under way have ended.
+    pub async fn hold_off(&self, within: Duration) {
+        self.quiet.store(true, Ordering::SeqCst);
+        let until = Instant::now() + within;
+        while self.active.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub fn resume(&self) {
+        self.quiet.store(false, Ordering::SeqCst);
     }
 
     pub fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
     }
 
-    fn take_pause(&self, worker: usize) -> Option<PauseRequest> {
-        self.pauses.lock().unwrap_or_else(|p| p.into_inner()).get_mut(worker).and_then(Option::take)
+    fn take_request(&self, worker: usize) -> Option<Request> {
+        self.requests.lock().unwrap_or_else(|p| p.into_inner()).get_mut(worker).and_then(Option::take)
     }
 
     /// Withdraws a request the worker has not taken; true if it was there.
-    pub fn withdraw_pause(&self, worker: usize) -> bool {
-        self.take_pause(worker).is_some()
+    pub fn withdraw(&self, worker: usize) -> bool {
+        self.take_request(worker).is_some()
     }
 
-    pub fn request_pause(&self, worker: usize, request: PauseRequest) {
-        if let Some(slot) = self.pauses.lock().unwrap_or_else(|p| p.into_inner()).get_mut(worker) {
+    pub fn request(&self, worker: usize, request: Request) {
+        if let Some(slot) = self.requests.lock().unwrap_or_else(|p| p.into_inner()).get_mut(worker) {
             *slot = Some(request);
         }
     }
@@ -160,6 +316,32 @@ pub struct Holding {
     pub op: Op,
 }
 
+/// What a workload resource is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Exclusive,
+    /// A read-write lock: a third of the attempts write, the rest read.
+    ReadWrite,
+    Semaphore(u32),
+}
+
+#[derive(Clone, Debug)]
+pub struct Resource {
+    pub name: String,
+    pub kind: Kind,
+}
+
+/// How long a worker holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// 1-8 ms: many grants, few holders caught by a fault.
+    Short,
+    /// For workers 0 and 1 (the others: short): 0.2-2.5 TTLs, kept alive
+    /// by the watchdog (worker 0) or by extending by hand (worker 1), so
+    /// that faults hit live holders.
+    Long,
+}
+
 pub struct Worker {
     pub id: usize,
     pub locker: Locker,
@@ -168,35 +350,27 @@ pub struct Worker {
 
 impl Worker {
     /// One attempt, recorded. `Err` with the reason when not granted.
-    pub async fn try_acquire(&self, resource: &str) -> Result<Holding, String> {
+    pub async fn try_acquire(&self, resource: &str, want: Want) -> Result<Holding, String> {
+        self.try_acquire_ttl(resource, want, self.ctx.ttl).await
+    }
+
+    pub async fn try_acquire_ttl(
+        &self,
+        resource: &str,
+        want: Want,
+        ttl: Duration,
+    ) -> Result<Holding, String> {
         let rec = &self.ctx.rec;
         let invoke = rec.now();
-        let result = self.locker.try_acquire(resource, self.ctx.ttl).await;
+        let result = self.locker.try_acquire(resource, want, ttl).await;
         let completed = Instant::now();
-        let complete = rec.at(completed);
-        let mut op = Op {
-            client: self.id,
-            resource: resource.to_string(),
-            invoke,
-            complete,
-            outcome: Outcome::Ok,
-            token: None,
-            fence: None,
-            validity_end: None,
-            cs_start: None,
-            cs_end: None,
-            read: None,
-            write: None,
-            aborted: false,
-            paused: false,
-            release: None,
-            error: None,
-        };
+        let mut op = Op::new(self.id, resource, want, invoke);
+        op.complete = rec.at(completed);
         match result {
             Ok(held) => {
                 op.token = Some(held.token.clone());
                 op.fence = held.fence;
-                op.validity_end = Some(complete + held.deadline.saturating_duration_since(completed));
+                op.lease(op.complete, op.complete + held.deadline.saturating_duration_since(completed));
                 Ok(Holding { held, op })
             }
             Err((outcome, why)) => {
@@ -225,12 +399,13 @@ impl Worker {
     pub async fn acquire_within(
         &self,
         resource: &str,
+        want: Want,
         within: Duration,
         rng: &mut StdRng,
     ) -> Option<Holding> {
         let until = Instant::now() + within;
         loop {
-            if let Ok(holding) = self.try_acquire(resource).await {
+            if let Ok(holding) = self.try_acquire(resource, want).await {
                 return Some(holding);
             }
             if Instant::now() >= until {
@@ -257,6 +432,7 @@ impl Worker {
         let at = self.ctx.rec.now();
         let accepted = self.ctx.regs.write(&h.op.resource, at, self.id, h.held.fence, base);
         h.op.write = Some(if accepted { Access::Accepted } else { Access::Rejected });
+        h.op.write_at = Some(at);
         h.op.cs_end = Some(self.ctx.rec.now());
         accepted
     }
@@ -282,45 +458,145 @@ impl Worker {
         self.ctx.rec.op(h.op);
     }
 
-    /// The workload: until stopped, pick a resource, try to acquire it, and
-    /// under the lock read the register, work 1-8 ms, write value + 1,
-    /// release. On request, pause (GC) inside the critical section past
-    /// the validity, then write without checking.
-    pub async fn run(self, resources: Vec<String>, seed: u64) {
-        let mut rng = StdRng::seed_from_u64(seed);
-        while !self.ctx.stopped() {
-            let resource = &resources[rng.gen_range(0..resources.len())];
-            let Ok(mut h) = self.try_acquire(resource).await else {
-                tokio::time::sleep(Duration::from_millis(rng.gen_range(20..80))).await;
-                continue;
-            };
-            if let Some(base) = self.read(&mut h) {
-                if let Some(pause) = self.ctx.take_pause(self.id) {
-                    let start = self.ctx.rec.now();
-                    h.op.paused = true;
-                    let until = h.held.deadline + pause.past_validity;
-                    tokio::time::sleep_until(until.into()).await;
-                    let accepted = self.write(&mut h, base);
-                    let end = self.ctx.rec.now();
-                    self.ctx.rec.event(
-                        "holder pause",
-                        format!(
-                            "client {} paused on '{resource}' until {} ms past its validity; stale write {}",
-                            self.id,
-                            pause.past_validity.as_millis(),
-                            if accepted { "accepted" } else { "rejected" }
-                        ),
-                        start,
-                        end,
-                    );
-                    let _ = pause.done.send(());
-                } else {
-                    tokio::time::sleep(Duration::from_millis(rng.gen_range(1..8))).await;
-                    self.careful_write(&mut h, base);
+    /// Crashes while holding: no release; the lock runs out by itself.
+    pub fn abandon(&self, mut h: Holding) -> Duration {
+        let now = self.ctx.rec.now();
+        h.op.abandoned = true;
+        if h.op.cs_start.is_some() && h.op.cs_end.is_none() {
+            h.op.cs_end = Some(now);
+        }
+        self.locker.abandon(h.held);
+        self.ctx.rec.op(h.op);
+        now
+    }
+
+    /// Holds for a long critical section, renewing; false if the lock was
+    /// lost (the worker then gives its write up).
+    async fn long_work(&self, h: &mut Holding, rng: &mut StdRng) -> bool {
+        let ttl = self.ctx.ttl;
+        let watchdog = self.id.is_multiple_of(2);
+        if watchdog {
+            self.locker.start_watchdog(&mut h.held);
+        }
+        let length = ttl.mul_f64(rng.gen_range(0.2..2.5));
+        let step = ttl / 10;
+        let started = Instant::now();
+        let mut known = h.held.deadline;
+        while started.elapsed() < length {
+            tokio::time::sleep(step).await;
+            if !watchdog && h.held.remaining() < ttl / 2 {
+                let invoke = self.ctx.rec.now();
+                match self.locker.extend(&mut h.held, ttl).await {
+                    Ok((_, deadline)) => {
+                        h.op.renewed_invoke = invoke;
+                        h.op.lease(self.ctx.rec.now(), self.ctx.rec.at(deadline));
+                        known = deadline;
+                    }
+                    Err(why) => {
+                        h.op.lost = Some((self.ctx.rec.now(), why));
+                        return false;
+                    }
                 }
             }
-            self.finish(h).await;
+            match self.locker.standing(&h.held) {
+                Standing::Valid { deadline, since } => {
+                    if deadline != known {
+                        // The watchdog renewed: learned now.
+                        h.op.renewed_invoke = self.ctx.rec.at(since);
+                        h.op.lease(self.ctx.rec.now(), self.ctx.rec.at(deadline));
+                        known = deadline;
+                    }
+                }
+                Standing::Lost(why) => {
+                    h.op.lost = Some((self.ctx.rec.now(), why));
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// The workload: until stopped, pick a resource, try to acquire it, and
+    /// under the lock read the register, work, write value + 1, release
+    /// (readers and permit holders only hold). On request, pause (GC)
+    /// inside the critical section past the validity, then write without
+    /// checking; or crash and never release.
+    pub async fn run(self, resources: Vec<Resource>, work: Work, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        while !self.ctx.stopped() {
+            if self.ctx.quiet.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            self.ctx.active.fetch_add(1, Ordering::SeqCst);
+            self.attempt(&resources, work, &mut rng).await;
+            self.ctx.active.fetch_sub(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(rng.gen_range(0..15))).await;
         }
+        self.locker.settle().await;
+    }
+
+    /// One attempt of the workload, and the critical section if granted.
+    async fn attempt(&self, resources: &[Resource], work: Work, rng: &mut StdRng) {
+        let resource = &resources[rng.gen_range(0..resources.len())];
+        let want = match resource.kind {
+            Kind::Exclusive => Want::Exclusive,
+            Kind::ReadWrite if rng.gen_range(0..3) == 0 => Want::Write,
+            Kind::ReadWrite => Want::Read,
+            Kind::Semaphore(permits) => Want::Permit(permits),
+        };
+        let Ok(mut h) = self.try_acquire(&resource.name, want).await else {
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(20..80))).await;
+            return;
+        };
+        let base = if want.writes() { self.read(&mut h) } else { None };
+        match self.ctx.take_request(self.id) {
+            Some(Request::Pause(pause)) => {
+                let start = self.ctx.rec.now();
+                h.op.paused = true;
+                let until = h.held.deadline + pause.past_validity;
+                tokio::time::sleep_until(until.into()).await;
+                let accepted = base.map(|base| self.write(&mut h, base));
+                let end = self.ctx.rec.now();
+                self.ctx.rec.event(
+                    "holder pause",
+                    format!(
+                        "client {} paused on '{}' until {} ms past its validity; stale write {}",
+                        self.id,
+                        resource.name,
+                        pause.past_validity.as_millis(),
+                        match accepted {
+                            Some(true) => "accepted",
+                            Some(false) => "rejected",
+                            None => "not made (no write under this mode)",
+                        }
+                    ),
+                    start,
+                    end,
+                );
+                let _ = pause.done.send(());
+            }
+            Some(Request::Crash(done)) => {
+                let at = self.abandon(h);
+                let _ = done.send(at);
+                return;
+            }
+            None => {
+                let kept = if work == Work::Long && self.id < LONG_WORKERS && self.locker.renews() {
+                    self.long_work(&mut h, rng).await
+                } else {
+                    tokio::time::sleep(Duration::from_millis(rng.gen_range(1..8))).await;
+                    true
+                };
+                match base {
+                    Some(base) if kept => {
+                        self.careful_write(&mut h, base);
+                    }
+                    Some(_) => h.op.aborted = true,
+                    None => {}
+                }
+            }
+        }
+        self.finish(h).await;
     }
 }

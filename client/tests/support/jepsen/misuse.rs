@@ -1,0 +1,172 @@
+//! The misuse client: during a run, under the same faults, it sends the
+//! nodes malformed calls and calls with tokens that hold nothing, on the
+//! workload's own resources and on a lock it holds itself. Each must be
+//! refused: a malformed call with an `ERR` reply, a foreign token's
+//! RELEASE / EXTEND / FENCE with 0, its EXIT with nil (or `WRONGTYPE` on
+//! another kind of lock). Anything else is recorded as a violation. That
+//! the refused calls changed nothing shows in the history (a freed or
+//! extended lock under a holder is an overlap); a node that dies of a call
+//! is found by the run's liveness check of the processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::conn::{command, Conn, Reply};
+use super::history::Found;
+use super::worker::Ctx;
+
+const CALL: Duration = Duration::from_millis(300);
+
+pub struct Misuse {
+    pub conns: Vec<Conn>,
+    pub ctx: Arc<Ctx>,
+    /// The workload's resources: foreign tokens are tried on them too.
+    pub resources: Vec<String>,
+    /// Calls answered (the others got no answer under the faults).
+    pub answered: usize,
+}
+
+/// Malformed calls on `key`: every one must answer `ERR`.
+fn malformed(key: &str) -> Vec<Vec<String>> {
+    let long = "x".repeat(257);
+    let lines: Vec<Vec<&str>> = vec![
+        vec!["LOCK.ACQUIRE", key, "m", "0"],
+        vec!["LOCK.ACQUIRE", key, "m", "-5"],
+        vec!["LOCK.ACQUIRE", key, "m", "+5"],
+        vec!["LOCK.ACQUIRE", key, "m", "07"],
+        vec!["LOCK.ACQUIRE", key, "m", "1.5"],
+        vec!["LOCK.ACQUIRE", key, "m", ""],
+        vec!["LOCK.ACQUIRE", key, "", "100"],
+        vec!["LOCK.ACQUIRE", key, &long, "100"],
+        vec!["LOCK.ACQUIRE", key, "m", "100", "WAIT", "-1"],
+        vec!["LOCK.ACQUIRE", key, "m", "100", "NX"],
+        vec!["LOCK.ACQUIRE", key, "m", "100", "WAIT", "1", "WAIT", "2"],
+        vec!["LOCK.ACQUIRE", key, "m", "99999999999"],
+        vec!["LOCK.EXTEND", key, "m", "0"],
+        vec!["LOCK.ENTER", key, "m", "-1"],
+        vec!["LOCK.EXIT", key, "m", "ID", "a|b"],
+        vec!["LOCK.SEMAPHORE", key, "m", "0", "100"],
+        vec!["LOCK.SEMAPHORE", key, "m", "2", "0"],
+        vec!["LOCK.SHARED", key, "m", "-1"],
+        vec!["LOCK.EXCLUSIVE", key, "m", ""],
+        vec!["LOCK.FENCE", key, "m", "-1"],
+        vec!["LOCK.FENCE", key, "m", "9223372036854775807"],
+        vec!["LOCK.CHECK", key, "-1"],
+        vec!["LOCK.RENEW", "m", "100"],
+        vec!["LOCK.RELEASE", key],
+        vec!["LOCK.INFO"],
+    ];
+    lines.into_iter().map(|l| l.into_iter().map(String::from).collect()).collect()
+}
+
+/// Calls by a token that holds nothing: (words, what it may answer).
+fn foreign(key: &str) -> Vec<Vec<String>> {
+    let lines: Vec<Vec<&str>> = vec![
+        vec!["LOCK.RELEASE", key, "intruder"],
+        vec!["LOCK.EXTEND", key, "intruder", "1000"],
+        vec!["LOCK.FENCE", key, "intruder", "1"],
+        vec!["LOCK.EXIT", key, "intruder"],
+        vec!["LOCK.EXIT", key, "intruder", "ID", "intruder-1"],
+        vec!["LOCK.CHECK", key, "1"],
+        vec!["LOCK.RENEW", "intruder", "1000", key],
+    ];
+    lines.into_iter().map(|l| l.into_iter().map(String::from).collect()).collect()
+}
+
+/// A foreign token's call is refused with 0, nil, an array of 0s
+/// (`LOCK.RENEW`), or WRONGTYPE (EXIT on another kind of lock).
+fn refused(reply: &Reply) -> bool {
+    match reply {
+        Reply::Int(0) | Reply::Nil => true,
+        Reply::Error(code, _) => code == "WRONGTYPE",
+        Reply::Other(redis::Value::Array(items)) => items.iter().all(|v| *v == redis::Value::Int(0)),
+        _ => false,
+    }
+}
+
+impl Misuse {
+    fn flag(&self, node: usize, words: &[String], reply: &Reply, wanted: &str) {
+        let shown: Vec<String> =
+            words.iter().map(|w| if w.len() > 20 { format!("{}...", &w[..20]) } else { w.clone() }).collect();
+        self.ctx.rec.found(
+            Found::Misuse,
+            format!("node {node}: {:?} answered {reply:?}, must be {wanted}", shown.join(" ")),
+        );
+    }
+
+    async fn send(&mut self, node: usize, words: &[String]) -> Reply {
+        let refs: Vec<&str> = words.iter().map(String::as_str).collect();
+        let reply = match self.conns.get_mut(node) {
+            Some(conn) => conn.call(&command(&refs), CALL).await,
+            None => Reply::Lost,
+        };
+        if reply != Reply::Lost {
+            self.answered += 1;
+        }
+        reply
+    }
+
+    async fn expect_error(&mut self, node: usize, words: Vec<String>) {
+        let reply = self.send(node, &words).await;
+        match &reply {
+            Reply::Lost => {}
+            Reply::Error(code, _) if code == "ERR" => {}
+            _ => self.flag(node, &words, &reply, "an ERR reply"),
+        }
+    }
+
+    async fn expect_refused(&mut self, node: usize, words: Vec<String>) {
+        let reply = self.send(node, &words).await;
+        if reply != Reply::Lost && !refused(&reply) {
+            self.flag(node, &words, &reply, "0, nil or WRONGTYPE");
+        }
+    }
+
+    /// Takes a lock of its own on `node` (plain or reentrant), then tries
+    /// every foreign call on it while it is surely held.
+    async fn own_lock(&mut self, node: usize, rng: &mut StdRng) {
+        let reentrant = rng.gen_bool(0.5);
+        let key = format!("misuse-own-{}", if reentrant { "r" } else { "p" });
+        let ttl = (self.ctx.ttl.as_millis() as u64).to_string();
+        let grant = if reentrant { "LOCK.ENTER" } else { "LOCK.ACQUIRE" };
+        let words: Vec<String> = [grant, &key, "owner", &ttl].iter().map(|s| s.to_string()).collect();
+        let Reply::Int(_) = self.send(node, &words).await else { return };
+        for words in foreign(&key) {
+            self.expect_refused(node, words).await;
+        }
+        let free = if reentrant { "LOCK.EXIT" } else { "LOCK.RELEASE" };
+        let words: Vec<String> = [free, &key, "owner"].iter().map(|s| s.to_string()).collect();
+        let _ = self.send(node, &words).await;
+    }
+
+    pub async fn run(mut self, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        while !self.ctx.stopped() {
+            let node = rng.gen_range(0..self.conns.len());
+            match rng.gen_range(0..3) {
+                0 => {
+                    let key = if rng.gen_bool(0.5) {
+                        "misuse-bad".to_string()
+                    } else {
+                        self.resources[rng.gen_range(0..self.resources.len())].clone()
+                    };
+                    let calls = malformed(&key);
+                    let words = calls[rng.gen_range(0..calls.len())].clone();
+                    self.expect_error(node, words).await;
+                }
+                1 => {
+                    let key = self.resources[rng.gen_range(0..self.resources.len())].clone();
+                    let calls = foreign(&key);
+                    let words = calls[rng.gen_range(0..calls.len())].clone();
+                    self.expect_refused(node, words).await;
+                }
+                _ => self.own_lock(node, &mut rng).await,
+            }
+            tokio::time::sleep(Duration::from_millis(rng.gen_range(5..30))).await;
+        }
+        self.ctx.rec.note(format!("misuse client: {} calls answered", self.answered));
+    }
+}

@@ -1,0 +1,783 @@
+//! The nemesis of one run: the faults it injects (seeded: the same seed
+//! gives the same choices of fault, node, duration and gap) and the probes,
+//! each a deterministic arrangement of a known failure, with extra clients
+//! P1, P2 and P3 that are not part of the workload.
+//!
+//! A probe is built to show a bug as a violation in the history, not to
+//! pass by luck of timing: where a fault makes a node forget or expire a
+//! lock early, the second client keeps trying until the first holder's
+//! validity ends (a quarantine too short by any amount, or a lease too long
+//! by any amount, shows as an overlap). A probe whose arrangement did not
+//! come about (a client not granted where it had to be) is repeated, and
+//! reported as inconclusive after 3 tries, which fails the run.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::Rng;
+use tokio::sync::oneshot;
+
+use super::cluster::Cluster;
+use super::conn::{command, Reply};
+use super::history::{Found, Want};
+use super::onenode::{OneNode, Role};
+use super::proxy::Mode;
+use super::scenario::{Fault, Probe, Scenario, VICTIM};
+use super::worker::{Ctx, Holding, Impl, PauseRequest, Request, Worker};
+
+/// How far the clock probe moves the victim's wall clock: far beyond the
+/// TTL, well within the module's `lock.clock-jump-tolerance-ms` (60 s).
+const CLOCK_PROBE_JUMP_MS: i64 = 10_000;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn accepted(yes: bool) -> &'static str {
+    if yes {
+        "accepted"
+    } else {
+        "rejected"
+    }
+}
+
+/// Everything a fault or a probe needs.
+pub struct Run<'a> {
+    pub scenario: &'static Scenario,
+    pub imp: Impl,
+    pub cluster: &'a Cluster,
+    pub ctx: &'a Arc<Ctx>,
+    /// The probe clients (quorum workloads).
+    pub probers: [&'a Worker; 3],
+    /// Workers that take pause and crash requests.
+    pub workers: Vec<usize>,
+    /// TTL + quarantine + lock-delay + longest hold + slack.
+    pub bound: Duration,
+    pub probe_count: usize,
+    pub probes: Vec<String>,
+    pub inconclusive: Vec<String>,
+    /// Ports of the processes already reported dead.
+    pub dead_seen: BTreeSet<String>,
+}
+
+impl Run<'_> {
+    pub fn now(&self) -> Duration {
+        self.ctx.rec.now()
+    }
+
+    fn event(&self, name: &str, detail: String, start: Duration) {
+        self.ctx.rec.event(name, detail, start, self.now());
+    }
+
+    fn ttl(&self) -> Duration {
+        self.ctx.ttl
+    }
+
+    /// Records every node process that died by itself since the last look.
+    pub async fn check_alive(&mut self) {
+        for dead in self.cluster.dead().await {
+            let port = dead.split(" died").next().unwrap_or_default().to_string();
+            if self.dead_seen.insert(port) {
+                self.ctx.rec.found(Found::NodeDied, dead);
+            }
+        }
+    }
+
+    pub async fn inject(&mut self, fault: Fault, rng: &mut StdRng) {
+        self.check_alive().await;
+        let nodes = self.cluster.proxies.len();
+        let node = rng.gen_range(0..nodes);
+        let hold = ms(rng.gen_range(300..1_500));
+        match fault {
+            Fault::HolderPause => {
+                let worker = self.workers[rng.gen_range(0..self.workers.len())];
+                let past_validity = ms(rng.gen_range(100..800));
+                let (done, finished) = oneshot::channel();
+                self.ctx.request(worker, Request::Pause(PauseRequest { past_validity, done }));
+                // The worker records the event itself, when it pauses.
+                if tokio::time::timeout(3 * self.ttl() + self.bound, finished).await.is_err() {
+                    self.ctx.withdraw(worker);
+                }
+            }
+            Fault::ClientCrash => {
+                let worker = self.workers[rng.gen_range(0..self.workers.len())];
+                let (done, crashed) = oneshot::channel();
+                self.ctx.request(worker, Request::Crash(done));
+                match tokio::time::timeout(3 * self.ttl() + self.bound, crashed).await {
+                    Ok(Ok(at)) => self.ctx.rec.event(
+                        fault.name(),
+                        format!("client {worker} crashed holding its lock (never released)"),
+                        at,
+                        at,
+                    ),
+                    _ => {
+                        self.ctx.withdraw(worker);
+                    }
+                }
+            }
+            Fault::KillRestart => {
+                let down = ms(rng.gen_range(0..200));
+                let start = self.now();
+                self.cluster.kill_restart(node, down).await;
+                let how = if self.scenario.aof { "AOF always" } else { "no persistence" };
+                self.event(fault.name(), format!("node {node}, down {} ms, {how}", down.as_millis()), start);
+            }
+            Fault::NodePause => {
+                let pause = ms(rng.gen_range(200..1_500));
+                let start = self.now();
+                self.cluster.signal(node, "STOP").await;
+                tokio::time::sleep(pause).await;
+                self.cluster.signal(node, "CONT").await;
+                self.event(fault.name(), format!("node {node} SIGSTOP for {} ms", pause.as_millis()), start);
+            }
+            Fault::LostReplies => {
+                let start = self.now();
+                let before = self.cluster.proxies[node].dropped();
+                self.cluster.set_mode(&[node], Mode::DropReplies { permille: 500 });
+                tokio::time::sleep(hold).await;
+                self.cluster.heal(&[node], false);
+                let lost = self.cluster.proxies[node].dropped() - before;
+                self.event(
+                    fault.name(),
+                    format!("node {node}: half its replies lost for {} ms ({lost} lost)", hold.as_millis()),
+                    start,
+                );
+            }
+            Fault::Partition => {
+                let other = (node + rng.gen_range(1..nodes.max(2))) % nodes;
+                let pair = [node, other];
+                let (mode, reset, how) = match rng.gen_range(0..3) {
+                    0 => (Mode::Down, true, "refused"),
+                    1 => (Mode::Partition, false, "held, delivered late"),
+                    _ => (Mode::Partition, true, "held, then reset"),
+                };
+                let start = self.now();
+                self.cluster.set_mode(&pair, mode);
+                tokio::time::sleep(hold).await;
+                self.cluster.heal(&pair, reset);
+                self.event(
+                    fault.name(),
+                    format!("nodes {node}, {other} cut off for {} ms ({how})", hold.as_millis()),
+                    start,
+                );
+            }
+            Fault::SlowNode => {
+                let delay = rng.gen_range(100..400);
+                let start = self.now();
+                self.cluster.set_mode(&[node], Mode::DelayRequests { ms: delay });
+                tokio::time::sleep(hold).await;
+                self.cluster.heal(&[node], false);
+                // Requests read during the fault are still on their way.
+                tokio::time::sleep(ms(delay)).await;
+                self.event(
+                    fault.name(),
+                    format!("node {node}: requests {delay} ms late for {} ms", hold.as_millis()),
+                    start,
+                );
+            }
+            Fault::ClockForward => {
+                let jump = rng.gen_range(2_000..20_000);
+                let base = self.cluster.base_offset(node);
+                let start = self.now();
+                self.cluster.set_clock(node, base + jump).await;
+                tokio::time::sleep(hold).await;
+                self.cluster.set_clock(node, base).await;
+                self.event(
+                    fault.name(),
+                    format!("node {node} wall clock +{jump} ms for {} ms, then back", hold.as_millis()),
+                    start,
+                );
+            }
+            Fault::ClockBackward => {
+                let jump = rng.gen_range(2_000..10_000);
+                let to = self.cluster.clock_offset(node) - jump;
+                let start = self.now();
+                self.cluster.set_clock(node, to).await;
+                self.event(fault.name(), format!("node {node} wall clock -{jump} ms (now {to} ms)"), start);
+            }
+            Fault::ClockSmall => {
+                let to = self.cluster.base_offset(node) + rng.gen_range(-200..=200);
+                let start = self.now();
+                self.cluster.set_clock(node, to).await;
+                self.event(fault.name(), format!("node {node} wall clock set to {to:+} ms"), start);
+            }
+            Fault::Promotion => {
+                if !self.cluster.has_replica(VICTIM) {
+                    self.cluster.add_replica(VICTIM).await;
+                }
+                let window = ms(rng.gen_range(100..600));
+                let start = self.now();
+                self.cluster.isolate_replica(VICTIM).await;
+                tokio::time::sleep(window).await;
+                self.cluster.fail_over(VICTIM).await;
+                self.event(
+                    fault.name(),
+                    format!(
+                        "node {VICTIM}: replica cut off, master granted {} ms more, died; replica promoted",
+                        window.as_millis()
+                    ),
+                    start,
+                );
+                self.cluster.add_replica(VICTIM).await;
+            }
+        }
+    }
+
+    /// Runs the probe until it is conclusive (at most 3 attempts).
+    pub async fn probe(&mut self, probe: Probe, rng: &mut StdRng) {
+        let mut why = String::new();
+        for _ in 0..3 {
+            self.probe_count += 1;
+            let resource = format!("probe-{}", self.probe_count);
+            let result = match probe {
+                Probe::HolderPause => self.probe_holder_pause(&resource, rng).await,
+                Probe::Restart | Probe::ClockForward | Probe::Promotion => {
+                    self.probe_bare_majority(probe, &resource, rng).await
+                }
+                Probe::Fencing => self.probe_fencing(&resource).await,
+                Probe::Drift | Probe::SlowReply => self.probe_lease_end(probe, &resource, rng).await,
+                Probe::Ordering => self.probe_ordering(&resource, rng).await,
+                Probe::RetriedExit => self.probe_retried_exit(&resource).await,
+                Probe::Abandon => self.probe_abandon(&resource).await,
+                Probe::Semaphore => self.probe_semaphore(&resource).await,
+            };
+            match result {
+                Ok(note) => {
+                    self.probes.push(note);
+                    return;
+                }
+                Err(reason) => {
+                    why = reason;
+                    tokio::time::sleep(ms(200)).await;
+                }
+            }
+        }
+        self.inconclusive.push(why);
+    }
+
+    /// Read, pause past the validity (P2 takes the lock and increments
+    /// meanwhile), then write the stale increment without checking.
+    async fn probe_holder_pause(&self, resource: &str, rng: &mut StdRng) -> Result<String, String> {
+        let [p1, p2, _] = self.probers;
+        let mut h1 = p1
+            .acquire_within(resource, Want::Exclusive, self.bound, rng)
+            .await
+            .ok_or("P1 was not granted")?;
+        let base1 = p1.read(&mut h1);
+        let start = self.now();
+        h1.op.paused = true;
+        let h2 = p2.acquire_within(resource, Want::Exclusive, self.ttl() + self.bound, rng).await;
+        let p2_wrote = match h2 {
+            Some(mut h2) => {
+                let wrote = match p2.read(&mut h2) {
+                    Some(base) => p2.careful_write(&mut h2, base),
+                    None => false,
+                };
+                p2.finish(h2).await;
+                wrote
+            }
+            None => false,
+        };
+        tokio::time::sleep_until((h1.held.deadline + ms(100)).into()).await;
+        let stale = match base1 {
+            Some(base) => p1.write(&mut h1, base),
+            None => false,
+        };
+        p1.finish(h1).await;
+        self.event(
+            "holder pause (probe)",
+            format!(
+                "P1 paused on '{resource}' past its validity; P2 incremented; P1's stale write {}",
+                accepted(stale)
+            ),
+            start,
+        );
+        if !p2_wrote {
+            return Err("holder-pause probe: P2 did not increment while P1 was paused".into());
+        }
+        Ok(format!("P2 incremented during P1's pause; P1's stale write was {}", accepted(stale)))
+    }
+
+    /// P2 tries (every 2-8 ms) from now until `until`, on the same
+    /// resource; each attempt is recorded. Returns (attempts, granted, the
+    /// first attempt's start).
+    async fn keep_trying(
+        &self,
+        p2: &Worker,
+        resource: &str,
+        want: Want,
+        until: Duration,
+        rng: &mut StdRng,
+    ) -> (usize, bool, Duration) {
+        let first = self.now();
+        let mut attempts = 0;
+        let mut granted = false;
+        while self.now() < until {
+            attempts += 1;
+            if let Ok(mut h2) = p2.try_acquire(resource, want).await {
+                granted = true;
+                if let Some(base) = p2.read(&mut h2) {
+                    p2.careful_write(&mut h2, base);
+                }
+                p2.finish(h2).await;
+            }
+            tokio::time::sleep(ms(rng.gen_range(2..8))).await;
+        }
+        (attempts, granted, first)
+    }
+
+    /// P1 holds on nodes 0-2 only (3 and 4 refuse while it acquires; a TTL
+    /// up to the quarantine); node 2 forgets (restart without data, clock
+    /// jump, promotion of a replica that missed the grant); P2 keeps trying
+    /// until P1's validity ends.
+    async fn probe_bare_majority(
+        &self,
+        probe: Probe,
+        resource: &str,
+        rng: &mut StdRng,
+    ) -> Result<String, String> {
+        let [p1, p2, _] = self.probers;
+        let cluster = self.cluster;
+        if probe == Probe::Promotion {
+            if !cluster.has_replica(VICTIM) {
+                cluster.add_replica(VICTIM).await;
+            }
+            cluster.isolate_replica(VICTIM).await;
+        }
+        // As long as the quarantine allows: the longer P1 holds, the longer
+        // P2 tries.
+        let ttl = match self.scenario.quarantine_ms {
+            0 => self.ttl(),
+            q => ms(q.saturating_sub(100)).max(self.ttl()),
+        };
+        let start = self.now();
+        cluster.set_mode(&[3, 4], Mode::Down);
+        // Retried: an earlier fault may still keep one of nodes 0-2 from
+        // granting (a quarantine after a restart).
+        let until = Instant::now() + self.bound;
+        let h1 = loop {
+            match p1.try_acquire_ttl(resource, Want::Exclusive, ttl).await {
+                Ok(h1) => break Ok(h1),
+                Err(why) if Instant::now() >= until => break Err(why),
+                Err(_) => tokio::time::sleep(ms(rng.gen_range(20..60))).await,
+            }
+        };
+        cluster.heal(&[3, 4], true);
+        self.event(
+            "nodes down (probe)",
+            format!("nodes 3, 4 refused connections while P1 acquired '{resource}'"),
+            start,
+        );
+        let mut h1 = match h1 {
+            Ok(h1) => h1,
+            Err(why) => {
+                if probe == Probe::Promotion {
+                    // The replica is cut off: promote it anyway (a fault
+                    // like any other), and give it a new replica.
+                    let start = self.now();
+                    cluster.fail_over(VICTIM).await;
+                    self.event(
+                        "promotion (probe aborted)",
+                        format!("node {VICTIM}'s replica promoted"),
+                        start,
+                    );
+                    cluster.add_replica(VICTIM).await;
+                }
+                return Err(format!("{probe:?} probe: P1 was not granted: {why}"));
+            }
+        };
+        // P1, a careful client, writes its increment at once, then holds
+        // to the end of its validity.
+        if let Some(base) = p1.read(&mut h1) {
+            p1.careful_write(&mut h1, base);
+        }
+        let start = self.now();
+        let what = match probe {
+            Probe::Restart => {
+                cluster.kill_restart(VICTIM, Duration::ZERO).await;
+                if self.scenario.aof {
+                    format!(
+                        "node {VICTIM} killed (-9) and restarted at once from its AOF (appendfsync always)"
+                    )
+                } else {
+                    format!("node {VICTIM} killed (-9) and restarted at once, without persistence")
+                }
+            }
+            Probe::ClockForward => {
+                let base = cluster.base_offset(VICTIM);
+                cluster.set_clock(VICTIM, base + CLOCK_PROBE_JUMP_MS).await;
+                format!("node {VICTIM}'s wall clock jumped {CLOCK_PROBE_JUMP_MS} ms forward")
+            }
+            Probe::Promotion => {
+                cluster.fail_over(VICTIM).await;
+                format!("node {VICTIM}'s master killed; its replica, cut off before P1's grant, promoted in its place")
+            }
+            _ => unreachable!(),
+        };
+        let validity_end = h1.op.validity_end.unwrap_or_default();
+        // P2's connections are fresh (the fault broke some): its attempts
+        // reach every node.
+        if !p2.reconnect().await {
+            self.ctx.rec.note(format!("{probe:?} probe: P2 could not reach every node"));
+        }
+        let (attempts, granted, first) =
+            self.keep_trying(p2, resource, Want::Exclusive, validity_end, rng).await;
+        let mut note = format!(
+            "P2 tried {attempts} times from {} ms before the end of P1's validity: {}",
+            validity_end.saturating_sub(first).as_millis(),
+            if granted { "GRANTED while P1 held" } else { "refused" }
+        );
+        p1.finish(h1).await;
+        if probe == Probe::ClockForward {
+            cluster.set_clock(VICTIM, cluster.base_offset(VICTIM)).await;
+        }
+        self.event(&format!("{probe:?} (probe)"), what.clone(), start);
+        if probe == Probe::Promotion {
+            cluster.add_replica(VICTIM).await;
+        }
+        // Liveness: P2 gets it once P1's lock has run out (and the
+        // quarantine ended).
+        if let Some(mut h2) = p2.acquire_within(resource, Want::Exclusive, self.bound, rng).await {
+            if let Some(base) = p2.read(&mut h2) {
+                p2.careful_write(&mut h2, base);
+            }
+            p2.finish(h2).await;
+        } else {
+            let _ = write!(note, "; P2 not granted within {} ms after", self.bound.as_millis());
+        }
+        if validity_end.saturating_sub(first) < ms(100) {
+            return Err(format!(
+                "{probe:?} probe: P2 began trying less than 100 ms before P1's validity ended ({note})"
+            ));
+        }
+        Ok(format!("{what}: {note}"))
+    }
+
+    /// Tries `want` on `resource` with `down` refusing connections, until
+    /// granted or `within` passed.
+    async fn acquire_with_down(
+        &self,
+        p: &Worker,
+        resource: &str,
+        want: Want,
+        ttl: Duration,
+        down: &[usize],
+        within: Duration,
+    ) -> Result<Holding, String> {
+        self.cluster.set_mode(down, Mode::Down);
+        let until = Instant::now() + within;
+        let result = loop {
+            match p.try_acquire_ttl(resource, want, ttl).await {
+                Ok(h) => break Ok(h),
+                Err(why) if Instant::now() >= until => break Err(why),
+                Err(_) => tokio::time::sleep(ms(30)).await,
+            }
+        };
+        self.cluster.heal(down, true);
+        result
+    }
+
+    /// Node clocks are seconds apart (node 4 fastest) and the workload is
+    /// held off (so that nothing else raises the nodes' counters meanwhile).
+    /// P1 takes the lock on nodes 2-4: its quorum token T comes from node
+    /// 4's clock, and the fencing round raises nodes 2 and 3 to T. P1's lock
+    /// runs out (the nodes' backstop expiry deletes the key, so nothing
+    /// reads T back from it), and P2 takes the lock on nodes 0-2, whose
+    /// clocks are behind T: only node 2's raised counter gives P2 a token
+    /// above T. Then the same again, with node 2 restarted from its AOF
+    /// before P2 asks: its counter must come back from the FENCE kept there.
+    async fn probe_fencing(&self, resource: &str) -> Result<String, String> {
+        let [p1, p2, _] = self.probers;
+        let start = self.now();
+        self.ctx.hold_off(self.bound).await;
+        let mut notes = Vec::new();
+        let mut result = Ok(());
+        for restart in [false, true] {
+            let resource = format!("{resource}{}", if restart { "-aof" } else { "" });
+            match self.fencing_step(p1, p2, &resource, restart).await {
+                Ok(note) => notes.push(note),
+                Err(why) => {
+                    result = Err(why);
+                    break;
+                }
+            }
+        }
+        self.ctx.resume();
+        self.event("fencing (probe)", notes.join("; "), start);
+        result.map(|()| notes.join("; "))
+    }
+
+    async fn fencing_step(
+        &self,
+        p1: &Worker,
+        p2: &Worker,
+        resource: &str,
+        restart: bool,
+    ) -> Result<String, String> {
+        let ttl = ms(400);
+        let h1 = self.acquire_with_down(p1, resource, Want::Exclusive, ttl, &[0, 1], self.bound).await;
+        let h1 = h1.map_err(|why| format!("fencing probe: P1 not granted on nodes 2-4: {why}"))?;
+        let (p1_at, t1) = (h1.op.complete, h1.held.fence);
+        // Ran out on every node, and the key is gone: a node's deadline is
+        // at most the grant's completion + TTL, and a tolerance of 0 puts
+        // the backstop expiry there.
+        let gone = self.ctx.rec.t0 + p1_at + ttl + ms(150);
+        p1.abandon(h1);
+        tokio::time::sleep_until(gone.into()).await;
+        if restart {
+            self.cluster.kill_restart(VICTIM, Duration::ZERO).await;
+        }
+        let h2 = self.acquire_with_down(p2, resource, Want::Exclusive, self.ttl(), &[3, 4], self.bound).await;
+        let h2 = h2.map_err(|why| format!("fencing probe: P2 not granted on nodes 0-2: {why}"))?;
+        let (p2_at, t2) = (h2.op.complete, h2.held.fence);
+        p2.finish(h2).await;
+        // P2 must come before node 2's own clock reaches node 4's at P1's
+        // grant: later, the clock alone would give a higher token.
+        let gap =
+            ms(u64::try_from(self.cluster.base_offset(4) - self.cluster.base_offset(VICTIM)).unwrap_or(0));
+        if p2_at.saturating_sub(p1_at) + ms(300) > gap {
+            return Err(format!(
+                "fencing probe: P2 granted {} ms after P1, too late to tell (node clocks {} ms apart)",
+                p2_at.saturating_sub(p1_at).as_millis(),
+                gap.as_millis()
+            ));
+        }
+        let how = if restart { format!(", node {VICTIM} restarted from its AOF") } else { String::new() };
+        Ok(format!("P1 on nodes 2-4: {t1:?}, ran out{how}; P2 on nodes 0-2: {t2:?}"))
+    }
+
+    /// P1 holds to the very end of its validity; P2 tries through its last
+    /// 150 ms. Drift: the nodes' clocks run fast, so their locks expire a
+    /// little early (within the drift budget). SlowReply: three nodes'
+    /// replies come 150 ms late, so P1's round is long (the lease counts
+    /// from its start).
+    async fn probe_lease_end(
+        &self,
+        probe: Probe,
+        resource: &str,
+        rng: &mut StdRng,
+    ) -> Result<String, String> {
+        let [p1, p2, _] = self.probers;
+        let slow = [0, 1, 2];
+        let start = self.now();
+        if probe == Probe::SlowReply {
+            self.cluster.set_mode(&slow, Mode::DelayReplies { ms: 150 });
+        }
+        let h1 = p1.acquire_within(resource, Want::Exclusive, self.bound, rng).await;
+        if probe == Probe::SlowReply {
+            self.cluster.heal(&slow, false);
+        }
+        let mut h1 = h1.ok_or_else(|| format!("{probe:?} probe: P1 not granted"))?;
+        let round = h1.op.complete.saturating_sub(h1.op.invoke);
+        if let Some(base) = p1.read(&mut h1) {
+            p1.careful_write(&mut h1, base);
+        }
+        let validity_end = h1.op.validity_end.unwrap_or_default();
+        tokio::time::sleep(validity_end.saturating_sub(self.now()).saturating_sub(ms(150))).await;
+        let (attempts, granted, first) =
+            self.keep_trying(p2, resource, Want::Exclusive, validity_end, rng).await;
+        p1.finish(h1).await;
+        let what = match probe {
+            Probe::Drift => format!("nodes' clocks {} ppm fast", self.scenario.rate_ppm),
+            _ => format!("nodes 0-2 replied 150 ms late; P1's round took {} ms", round.as_millis()),
+        };
+        self.event(&format!("{probe:?} (probe)"), what.clone(), start);
+        if probe == Probe::SlowReply && round < ms(140) {
+            return Err(format!("slow-reply probe: P1's round took only {} ms", round.as_millis()));
+        }
+        if validity_end.saturating_sub(first) < ms(40) {
+            return Err(format!(
+                "{probe:?} probe: P2 began trying only {} ms before P1's validity ended",
+                validity_end.saturating_sub(first).as_millis()
+            ));
+        }
+        Ok(format!(
+            "{what}; P2 tried {attempts} times in the last {} ms of P1's validity: {}",
+            validity_end.saturating_sub(first).as_millis(),
+            if granted { "GRANTED while P1 held" } else { "refused" }
+        ))
+    }
+
+    /// Node 4's requests are held 400 ms in its proxy. P1 acquires (the
+    /// round returns with nodes 0-3; the ACQUIRE to node 4 is still in the
+    /// proxy), the delay is lifted, P1 releases at once and waits for its
+    /// background calls: the RELEASE to node 4 must land after the ACQUIRE
+    /// (one ordered connection per node), so node 4 ends free.
+    async fn probe_ordering(&self, resource: &str, rng: &mut StdRng) -> Result<String, String> {
+        let [p1, _, _] = self.probers;
+        let delay = 400;
+        let start = self.now();
+        self.cluster.set_mode(&[4], Mode::DelayRequests { ms: delay });
+        let sent = Instant::now();
+        let h1 = p1.acquire_within(resource, Want::Exclusive, self.bound, rng).await;
+        self.cluster.heal(&[4], false);
+        let h1 = h1.ok_or("ordering probe: P1 not granted")?;
+        if h1.op.complete.saturating_sub(h1.op.invoke) > ms(delay / 2) {
+            p1.finish(h1).await;
+            return Err("ordering probe: P1's round waited for node 4".into());
+        }
+        let token = h1.held.token.clone();
+        p1.finish(h1).await;
+        p1.locker.settle().await;
+        tokio::time::sleep_until((sent + ms(delay + 300)).into()).await;
+        let holder = self.cluster.holder(4, resource).await;
+        let left = holder.as_deref() == Some(token.as_str());
+        if left {
+            self.ctx.rec.found(
+                Found::LeftBehind,
+                format!("node 4 still holds '{resource}' for P1 after its release settled (the release overtook the acquire)"),
+            );
+        }
+        self.event(
+            "ordering (probe)",
+            format!("node 4's requests {delay} ms late while P1 acquired and released"),
+            start,
+        );
+        Ok(format!("node 4 after P1's release: {}", if left { "STILL LOCKED by P1" } else { "free" }))
+    }
+
+    fn one_node(&self, id: usize) -> OneNode {
+        OneNode::new(id, Role::Reentrant, &self.cluster.urls()[0], self.ctx.clone())
+    }
+
+    /// One node: P enters twice; the reply to its first `EXIT ... ID` is
+    /// lost, so P sends it again with the same id; P then holds one entry
+    /// for another 300 ms while Q tries to enter every 10 ms.
+    async fn probe_retried_exit(&self, resource: &str) -> Result<String, String> {
+        let (mut p, mut q) = (self.one_node(900), self.one_node(901));
+        let ttl = (self.ttl().as_millis() as u64).to_string();
+        let start = self.now();
+        let mut s = p
+            .grant(resource, Want::Reentrant, false)
+            .await
+            .map_err(|()| "retried-exit probe: P not granted".to_string())?;
+        let invoke = self.now();
+        let again = p.conn.call(&command(&["LOCK.ENTER", resource, &s.owner, &ttl]), ms(300)).await;
+        if again != Reply::Int(s.op.fence.unwrap_or_default() as i64) {
+            p.release(s).await;
+            return Err(format!("retried-exit probe: P's second entry answered {again:?}"));
+        }
+        s.op.renewed_invoke = invoke;
+        s.op.lease(self.now(), invoke + self.ttl());
+        let exit = command(&["LOCK.EXIT", resource, &s.owner, "ID", "probe-exit-1"]);
+        self.cluster.set_mode(&[0], Mode::DropReplies { permille: 1000 });
+        let first = p.conn.call(&exit, ms(300)).await;
+        self.cluster.heal(&[0], false);
+        let retry = p.conn.call_until_answered(&exit, ms(300), 20).await;
+        // P counts its own holds: one left. Q tries meanwhile.
+        let until = self.now() + ms(300);
+        let mut q_granted = 0;
+        while self.now() < until {
+            if let Ok(qs) = q.grant(resource, Want::Reentrant, false).await {
+                q_granted += 1;
+                let owner = qs.owner.clone();
+                let _ = q.conn.call(&command(&["LOCK.EXIT", resource, &owner]), ms(300)).await;
+                let mut qs = qs;
+                qs.op.release = Some(self.now());
+                self.ctx.rec.op(qs.op);
+            }
+            tokio::time::sleep(ms(10)).await;
+        }
+        s.op.release = Some(self.now());
+        let last = command(&["LOCK.EXIT", resource, &s.owner, "ID", "probe-exit-2"]);
+        let _ = p.conn.call_until_answered(&last, ms(300), 20).await;
+        self.ctx.rec.op(s.op);
+        self.event("retried exit (probe)", format!("P's first EXIT reply lost ({first:?}), sent again: {retry:?}; Q granted {q_granted} times while P held"), start);
+        if first != Reply::Lost {
+            return Err(format!("retried-exit probe: the first EXIT's reply was not lost ({first:?})"));
+        }
+        Ok(format!("retried EXIT answered {retry:?}; Q granted {q_granted} times while P held one entry"))
+    }
+
+    /// One node: P takes a plain lock and crashes; Q waits for it (`WAIT`).
+    /// Q must be granted, but not before P's deadline plus the lock-delay.
+    async fn probe_abandon(&self, resource: &str) -> Result<String, String> {
+        let (mut p, mut q) = (self.one_node(902), self.one_node(903));
+        let start = self.now();
+        let s = p
+            .grant(resource, Want::Exclusive, false)
+            .await
+            .map_err(|()| "abandon probe: P not granted".to_string())?;
+        let mut abandoned = s.op;
+        abandoned.abandoned = true;
+        let free_at = abandoned.renewed_invoke + self.ttl() + self.scenario.lock_delay().unwrap_or_default();
+        self.ctx.rec.op(abandoned);
+        let wait = self.ttl() + self.scenario.lock_delay().unwrap_or_default() + ms(1_500);
+        let owner = format!("q-{resource}");
+        let ttl = (self.ttl().as_millis() as u64).to_string();
+        let wait_ms = (wait.as_millis() as u64).to_string();
+        let invoke = self.now();
+        let reply = q
+            .conn
+            .call(&command(&["LOCK.ACQUIRE", resource, &owner, &ttl, "WAIT", &wait_ms]), wait + ms(300))
+            .await;
+        let at = self.now();
+        let note = match reply {
+            Reply::Int(fence) if fence > 0 => {
+                let mut op = super::history::Op::new(903, resource, Want::Exclusive, invoke);
+                op.complete = at;
+                op.token = Some(owner.clone());
+                op.fence = Some(fence as u64);
+                op.lease(at, invoke + self.ttl());
+                op.release = Some(self.now());
+                let _ = q.conn.call(&command(&["LOCK.RELEASE", resource, &owner]), ms(300)).await;
+                self.ctx.rec.op(op);
+                format!(
+                    "Q granted {} ms after P's lock could free",
+                    at.as_millis() as i64 - free_at.as_millis() as i64
+                )
+            }
+            other => {
+                self.ctx.rec.found(
+                    Found::Liveness,
+                    format!("abandon probe: '{resource}' not granted to a waiter within {} ms of P's crash: {other:?}", wait.as_millis()),
+                );
+                format!("Q NOT granted: {other:?}")
+            }
+        };
+        self.event("abandon (probe)", format!("P crashed holding '{resource}'; {note}"), start);
+        Ok(note)
+    }
+
+    /// A semaphore of 2 permits; P1 asks with nodes 3, 4 down, P2 with 0, 1
+    /// down, P3 with 2, 4 down: each node then has at most 2 holders, so a
+    /// client that counts a plain majority holds with all three at once.
+    /// Taken at floor(L*N/(L+1))+1 = 4 nodes, none is granted.
+    async fn probe_semaphore(&self, resource: &str) -> Result<String, String> {
+        let want = Want::Permit(2);
+        let ttl = self.ttl();
+        let start = self.now();
+        let mut held = Vec::new();
+        let mut results = Vec::new();
+        for (p, down) in self.probers.iter().zip([[3, 4], [0, 1], [2, 4]]) {
+            match self.acquire_with_down(p, resource, want, ttl, &down, ms(300)).await {
+                Ok(h) => {
+                    results.push(format!("without {down:?}: granted"));
+                    held.push((p, h));
+                }
+                Err(_) => results.push(format!("without {down:?}: refused")),
+            }
+        }
+        // The holders keep their permits to the end of their validity.
+        let end = held.iter().map(|(_, h)| h.held.deadline).max();
+        if let Some(end) = end {
+            tokio::time::sleep_until(end.into()).await;
+        }
+        let granted = held.len();
+        for (p, h) in held {
+            p.finish(h).await;
+        }
+        self.event(
+            "semaphore (probe)",
+            format!("three clients on three different node triples: {}", results.join(", ")),
+            start,
+        );
+        if self.imp == Impl::MajoritySemaphore && granted < 3 {
+            return Err(format!("semaphore probe: only {granted} of 3 granted at a majority"));
+        }
+        Ok(format!("{granted} of 3 clients granted a permit of 2 ({})", results.join(", ")))
+    }
+}
