@@ -225,7 +225,7 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "one-node",
         faults: &[Fault::KillRestart, Fault::LostReplies, Fault::NodePause, Fault::ClientCrash],
-        probes: &[Probe::RetriedExit, Probe::Abandon],
+        probes: &[Probe::RetriedExit, Probe::Abandon, Probe::NodeRestart],
         nodes: 1,
         workload: Workload::OneNode,
         quarantine_ms: QUARANTINE_MS,
@@ -741,9 +741,42 @@ fn run_all(settings: &Settings) -> Vec<Report> {
             }));
         }
         let mut reports = Vec::new();
-        for job in jobs {
-            reports.push(job.await.expect("a run panicked"));
+        let mut panics = Vec::new();
+        for (job, (scenario, imp)) in jobs.into_iter().zip(settings.runs.iter()) {
+            match job.await {
+                Ok(report) => reports.push(report),
+                Err(e) => {
+                    // A harness action failed (a node that crashed cannot
+                    // be reached, ...): the run fails, with a verdict line.
+                    let why = match e.try_into_panic() {
+                        Ok(payload) => payload
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_default(),
+                        Err(e) => e.to_string(),
+                    };
+                    let crashed = if why.contains("REDIS BUG REPORT") { "a node crashed; " } else { "" };
+                    let short: String = why.chars().take(160).collect();
+                    let line = format!("{crashed}run panicked: {short}");
+                    if let Some(path) = &settings.verdict_file {
+                        let text = format!(
+                            "run\t{:.1}\t{}\t{}\t-\t{}\n",
+                            started.elapsed().as_secs_f64(),
+                            scenario.name,
+                            imp.name(),
+                            line.replace(['\t', '\n'], " ")
+                        );
+                        if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path)
+                        {
+                            let _ = file.write_all(text.as_bytes());
+                        }
+                    }
+                    panics.push(format!("{} / {}: {why}", scenario.name, imp.label()));
+                }
+            }
         }
+        assert!(panics.is_empty(), "runs panicked:\n{}", panics.join("\n"));
         reports
     })
 }

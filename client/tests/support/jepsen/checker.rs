@@ -20,8 +20,8 @@
 //!    valid (the latest lease it had learned of when it wrote has not
 //!    ended), except the deliberate writes of a paused holder;
 //! 5. lock-delay (when the nodes have `lock.expiry-delay-ms`): after a lock
-//!    ran out without a release, it is granted again no earlier than the
-//!    delay after its deadline on the nodes;
+//!    ran out without a release (its holder crashed), it is granted again
+//!    no earlier than the delay after its deadline on the nodes;
 //! 6. liveness: after each fault heals, every workload resource is granted
 //!    within `bound` (TTL + quarantine + lock-delay + slack), unless the
 //!    next fault starts first;

@@ -166,14 +166,12 @@ impl Op {
         self.leases.iter().filter(|(learned, _)| *learned <= at).map(|(_, until)| *until).max()
     }
 
-    /// The lock ran out without a release (a crash, or a pause past the
-    /// validity): lock-delay applies after it.
+    /// The lock ran out without a release (the holder crashed): lock-delay
+    /// applies after it. A release sent after the holder's own validity
+    /// does not count: that validity is a lower bound, and the release may
+    /// still have found the lock live on the node and freed it.
     pub fn expired_unreleased(&self) -> bool {
-        match (self.validity_end, self.release) {
-            (Some(_), None) => true,
-            (Some(end), Some(release)) => release >= end,
-            _ => false,
-        }
+        self.validity_end.is_some() && self.release.is_none()
     }
 
     pub fn tsv(&self) -> String {

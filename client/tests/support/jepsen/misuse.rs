@@ -62,7 +62,7 @@ fn malformed(key: &str) -> Vec<Vec<String>> {
     lines.into_iter().map(|l| l.into_iter().map(String::from).collect()).collect()
 }
 
-/// Calls by a token that holds nothing: (words, what it may answer).
+/// Calls by a token that holds nothing.
 fn foreign(key: &str) -> Vec<Vec<String>> {
     let lines: Vec<Vec<&str>> = vec![
         vec!["LOCK.RELEASE", key, "intruder"],
@@ -76,11 +76,14 @@ fn foreign(key: &str) -> Vec<Vec<String>> {
     lines.into_iter().map(|l| l.into_iter().map(String::from).collect()).collect()
 }
 
-/// A foreign token's call is refused with 0, nil, an array of 0s
-/// (`LOCK.RENEW`), or WRONGTYPE (EXIT on another kind of lock).
-fn refused(reply: &Reply) -> bool {
+/// A foreign token's call is refused with 0 (nil for `LOCK.EXIT`, whose 0
+/// means "freed"), an array of 0s (`LOCK.RENEW`), or WRONGTYPE (EXIT on
+/// another kind of lock).
+fn refused(words: &[String], reply: &Reply) -> bool {
+    let exit = words.first().is_some_and(|w| w == "LOCK.EXIT");
     match reply {
-        Reply::Int(0) | Reply::Nil => true,
+        Reply::Nil => true,
+        Reply::Int(0) => !exit,
         Reply::Error(code, _) => code == "WRONGTYPE",
         Reply::Other(redis::Value::Array(items)) => items.iter().all(|v| *v == redis::Value::Int(0)),
         _ => false,
@@ -120,7 +123,7 @@ impl Misuse {
 
     async fn expect_refused(&mut self, node: usize, words: Vec<String>) {
         let reply = self.send(node, &words).await;
-        if reply != Reply::Lost && !refused(&reply) {
+        if reply != Reply::Lost && !refused(&words, &reply) {
             self.flag(node, &words, &reply, "0, nil or WRONGTYPE");
         }
     }

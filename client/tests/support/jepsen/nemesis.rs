@@ -242,6 +242,7 @@ impl Run<'_> {
                 Probe::Ordering => self.probe_ordering(&resource, rng).await,
                 Probe::RetriedExit => self.probe_retried_exit(&resource).await,
                 Probe::Abandon => self.probe_abandon(&resource).await,
+                Probe::NodeRestart => self.probe_node_restart().await,
                 Probe::Semaphore => self.probe_semaphore(&resource).await,
             };
             match result {
@@ -270,6 +271,13 @@ impl Run<'_> {
         let start = self.now();
         h1.op.paused = true;
         let h2 = p2.acquire_within(resource, Want::Exclusive, self.ttl() + self.bound, rng).await;
+        if h2.is_none() {
+            // P1's lock must run out by itself while P1 is paused.
+            self.ctx.rec.found(
+                Found::Liveness,
+                format!("holder-pause probe: '{resource}' not granted to P2 within TTL + the liveness bound while P1 was paused"),
+            );
+        }
         let p2_wrote = match h2 {
             Some(mut h2) => {
                 let wrote = match p2.read(&mut h2) {
@@ -601,7 +609,7 @@ impl Run<'_> {
         ))
     }
 
-    /// Node 4's requests are held 400 ms in its proxy. P1 acquires (the
+    /// Node 4's acquires are held 400 ms in its proxy. P1 acquires (the
     /// round returns with nodes 0-3; the ACQUIRE to node 4 is still in the
     /// proxy), the delay is lifted, P1 releases at once and waits for its
     /// background calls: the RELEASE to node 4 must land after the ACQUIRE
@@ -610,7 +618,7 @@ impl Run<'_> {
         let [p1, _, _] = self.probers;
         let delay = 400;
         let start = self.now();
-        self.cluster.set_mode(&[4], Mode::DelayRequests { ms: delay });
+        self.cluster.set_mode(&[4], Mode::DelayAcquires { ms: delay });
         let sent = Instant::now();
         let h1 = p1.acquire_within(resource, Want::Exclusive, self.bound, rng).await;
         self.cluster.heal(&[4], false);
@@ -740,6 +748,18 @@ impl Run<'_> {
         };
         self.event("abandon (probe)", format!("P crashed holding '{resource}'; {note}"), start);
         Ok(note)
+    }
+
+    /// One node, restarted without persistence under the workload: it
+    /// forgets every lock and its counter, refuses grants for the
+    /// quarantine, then grants again with tokens above all before.
+    async fn probe_node_restart(&self) -> Result<String, String> {
+        tokio::time::sleep(ms(200)).await;
+        let start = self.now();
+        self.cluster.kill_restart(0, Duration::ZERO).await;
+        self.event("restart (probe)", "node 0 killed (-9) and restarted without persistence".into(), start);
+        tokio::time::sleep(ms(self.scenario.quarantine_ms) + ms(300)).await;
+        Ok("node 0 restarted without persistence under the workload".into())
     }
 
     /// A semaphore of 2 permits; P1 asks with nodes 3, 4 down, P2 with 0, 1

@@ -43,6 +43,13 @@ pub enum Mode {
     DelayRequests {
         ms: u64,
     },
+    /// Only request chunks that carry a `LOCK.ACQUIRE` are held back (and
+    /// what follows them on the same connection): a new connection's
+    /// handshake is not, so that a client that opens one per call is not
+    /// simply cut off.
+    DelayAcquires {
+        ms: u64,
+    },
     /// Each reply chunk read in this mode reaches the client this late.
     DelayReplies {
         ms: u64,
@@ -50,9 +57,12 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn request_delay(self) -> Option<Duration> {
+    fn request_delay(self, chunk: &[u8]) -> Option<Duration> {
         match self {
             Mode::DelayRequests { ms } => Some(Duration::from_millis(ms)),
+            Mode::DelayAcquires { ms } if chunk.windows(12).any(|w| w == b"LOCK.ACQUIRE") => {
+                Some(Duration::from_millis(ms))
+            }
             _ => None,
         }
     }
@@ -167,6 +177,7 @@ async fn passable(
             Mode::Pass
             | Mode::DropReplies { .. }
             | Mode::DelayRequests { .. }
+            | Mode::DelayAcquires { .. }
             | Mode::DelayReplies { .. } => return true,
         }
         tokio::select! {
@@ -229,7 +240,7 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
                 if !passable(&mut mode, &mut cuts, generation).await {
                     return;
                 }
-                let delay = mode.borrow().request_delay();
+                let delay = mode.borrow().request_delay(&buf[..n]);
                 if let Some(delay) = delay {
                     if !wait_uncut(delay, &for_delay, generation).await {
                         return;

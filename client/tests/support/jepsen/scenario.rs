@@ -90,6 +90,9 @@ pub enum Probe {
     RetriedExit,
     /// One node: P's lock is abandoned; Q waits for it (lock-delay applies).
     Abandon,
+    /// One node: kill -9 and restart without persistence while the workers
+    /// go on (their tokens after the quarantine must be above those before).
+    NodeRestart,
     /// Three clients each take a permit of a 2-permit semaphore on a
     /// different 3 of the 5 nodes (no node above 2 holders).
     Semaphore,
