@@ -756,9 +756,12 @@ fn run_all(settings: &Settings) -> Vec<Report> {
                             .unwrap_or_default(),
                         Err(e) => e.to_string(),
                     };
-                    let crashed = if why.contains("REDIS BUG REPORT") { "a node crashed; " } else { "" };
-                    let short: String = why.chars().take(160).collect();
-                    let line = format!("{crashed}run panicked: {short}");
+                    let line = if why.contains("REDIS BUG REPORT") {
+                        "node died (redis-server aborted, bug report in its log; the run panicked)"
+                            .to_string()
+                    } else {
+                        format!("run panicked: {}", why.chars().take(160).collect::<String>())
+                    };
                     if let Some(path) = &settings.verdict_file {
                         let text = format!(
                             "run\t{:.1}\t{}\t{}\t-\t{}\n",
