@@ -478,4 +478,69 @@ mod tests {
         );
         assert_eq!(key_only(&argv("LOCK.INFO k x")), Err(ArgError::Arity));
     }
+
+    #[test]
+    fn exit_options_are_named_exactly() {
+        // Two words that are not `ID x` are an unknown option, named.
+        assert_eq!(exit(&argv("LOCK.EXIT k o XX r")), Err(ArgError::UnknownOption("XX".into())));
+        assert_eq!(exit(&argv("LOCK.EXIT k o XX r extra")), Err(ArgError::UnknownOption("XX".into())));
+        // After a valid-length id, the extra word is the unknown one; after
+        // an over-long one, the option itself is refused.
+        let long = "r".repeat(REQUEST_ID_LEN_MAX + 1);
+        assert_eq!(
+            exit(&argv(&format!("LOCK.EXIT k o ID {long} extra"))),
+            Err(ArgError::UnknownOption("ID".into()))
+        );
+        let longest = "r".repeat(REQUEST_ID_LEN_MAX);
+        assert_eq!(
+            exit(&argv(&format!("LOCK.EXIT k o ID {longest} extra"))),
+            Err(ArgError::UnknownOption("extra".into()))
+        );
+    }
+
+    #[test]
+    fn limits_are_inclusive() {
+        let longest = "t".repeat(TOKEN_LEN_MAX);
+        assert_eq!(
+            owner(&argv(&format!("LOCK.RELEASE k {longest}"))).map(|o| o.owner.len()),
+            Ok(TOKEN_LEN_MAX)
+        );
+        let most = format!("LOCK.RENEW t 100{}", " k".repeat(RENEW_KEYS_MAX));
+        assert_eq!(renew(&argv(&most), LIMITS), Ok(Extend { owner: b"t", ttl_ms: 100 }));
+    }
+
+    #[test]
+    fn errors_read_as_documented() {
+        let cases: Vec<(ArgError, &str)> = vec![
+            (ArgError::Arity, "wrong number of arguments"),
+            (ArgError::NotInteger { what: "ttl-ms" }, "ttl-ms is not an integer or out of range"),
+            (
+                ArgError::OutOfRange {
+                    what: "ttl-ms",
+                    value: 0,
+                    min: 1,
+                    max: 5,
+                    config: Some("lock.max-ttl-ms"),
+                },
+                "ttl-ms 0 is out of range, must be 1..5 (lock.max-ttl-ms)",
+            ),
+            (
+                ArgError::OutOfRange { what: "permits", value: 0, min: 1, max: 5, config: None },
+                "permits 0 is out of range, must be 1..5",
+            ),
+            (ArgError::EmptyToken { what: "token" }, "token must not be empty"),
+            (
+                ArgError::TokenTooLong { what: "token", len: 300 },
+                "token is 300 bytes, longer than the limit of 256",
+            ),
+            (ArgError::UnknownOption("NX".into()), "unknown option 'NX'"),
+            (ArgError::DuplicateOption("WAIT"), "option WAIT given twice"),
+            (ArgError::MissingValue("WAIT"), "option WAIT needs a value"),
+            (ArgError::TooManyKeys { count: 1001, max: 1000 }, "1001 keys, more than the limit of 1000"),
+            (ArgError::BadRequestId, "request id must be 1 to 64 printable ASCII characters without '|'"),
+        ];
+        for (error, text) in cases {
+            assert_eq!(error.to_string(), text);
+        }
+    }
 }
