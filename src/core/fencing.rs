@@ -58,6 +58,16 @@ mod tests {
         assert_eq!(f.next(9), 9000);
     }
 
+    #[test]
+    fn last_is_the_latest_token_or_floor() {
+        let mut f = Fencer::new(0);
+        assert_eq!(f.last(), 0);
+        let t = f.next(7);
+        assert_eq!(f.last(), t);
+        f.raise_to(t + 40);
+        assert_eq!(f.last(), t + 40, "INFO shows the raised counter");
+    }
+
     proptest! {
         #[test]
         fn strictly_increasing(ops in proptest::collection::vec((0i64..1_000_000, any::<bool>(), 0u64..2_000_000_000), 1..200)) {

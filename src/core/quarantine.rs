@@ -103,4 +103,13 @@ mod tests {
         assert!(needed_at_start(false, "always"));
         assert!(needed_at_start(false, "no"));
     }
+
+    #[test]
+    fn reasons_read_as_documented() {
+        // INFO lock_quarantine_reason and the QUARANTINE error's words.
+        assert_eq!(Reason::Startup.name(), "startup");
+        assert_eq!(Reason::Promotion.name(), "promotion");
+        assert_eq!(Reason::Startup.describe(), "node restarted");
+        assert_eq!(Reason::Promotion.describe(), "replica promoted to master");
+    }
 }
