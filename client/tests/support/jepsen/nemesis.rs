@@ -86,6 +86,14 @@ impl Run<'_> {
         }
     }
 
+    /// Puts `nodes`' proxies in `mode` for `hold`, then heals them
+    /// (`reset`: cutting the connections open now).
+    async fn hold_mode(&self, nodes: &[usize], mode: Mode, hold: Duration, reset: bool) {
+        self.cluster.set_mode(nodes, mode);
+        tokio::time::sleep(hold).await;
+        self.cluster.heal(nodes, reset);
+    }
+
     pub async fn inject(&mut self, fault: Fault, rng: &mut StdRng) {
         self.check_alive().await;
         let nodes = self.cluster.proxies.len();
@@ -136,9 +144,7 @@ impl Run<'_> {
             Fault::LostReplies => {
                 let start = self.now();
                 let before = self.cluster.proxies[node].dropped();
-                self.cluster.set_mode(&[node], Mode::DropReplies { permille: 500 });
-                tokio::time::sleep(hold).await;
-                self.cluster.heal(&[node], false);
+                self.hold_mode(&[node], Mode::DropReplies { permille: 500 }, hold, false).await;
                 let lost = self.cluster.proxies[node].dropped() - before;
                 self.event(
                     fault.name(),
@@ -155,9 +161,7 @@ impl Run<'_> {
                     _ => (Mode::Partition, true, "held, then reset"),
                 };
                 let start = self.now();
-                self.cluster.set_mode(&pair, mode);
-                tokio::time::sleep(hold).await;
-                self.cluster.heal(&pair, reset);
+                self.hold_mode(&pair, mode, hold, reset).await;
                 self.event(
                     fault.name(),
                     format!("nodes {node}, {other} cut off for {} ms ({how})", hold.as_millis()),
@@ -167,9 +171,7 @@ impl Run<'_> {
             Fault::SlowNode => {
                 let delay = rng.gen_range(100..400);
                 let start = self.now();
-                self.cluster.set_mode(&[node], Mode::DelayRequests { ms: delay });
-                tokio::time::sleep(hold).await;
-                self.cluster.heal(&[node], false);
+                self.hold_mode(&[node], Mode::DelayRequests { ms: delay }, hold, false).await;
                 // Requests read during the fault are still on their way.
                 tokio::time::sleep(ms(delay)).await;
                 self.event(
