@@ -1,15 +1,19 @@
 //! Fair waiting (`WAIT timeout-ms`): a FIFO queue of blocked clients per lock
-//! key, and the hand-off of a freed lock to the head waiter in the same step.
+//! key, and the hand-off of a freed lock to the head waiters in the same
+//! step.
 //!
 //! A lock is freed in four ways, and each leads to [`settle`]:
 //! - by a command of this module (RELEASE, EXIT to 0, a write that finds it
-//!   expired): `commands::with_lock` calls `settle` right after its write;
-//! - by reaching its deadline: a timer armed at the holder's deadline while
-//!   the key has waiters (Redis' lazy expiry is not waited for);
-//! - by DEL/UNLINK/overwrite/Redis expiry/eviction: a keyspace event arms a
-//!   0 ms timer (writing inside a notification is unsafe on Redis 7.0);
-//! - by FLUSHDB/FLUSHALL: the flush event does the same for every key with
-//!   waiters in that database.
+//!   expired): the command calls `settle` right after its write;
+//! - by reaching its deadline: a timer armed at the next instant a holder
+//!   may leave, while the key has waiters (Redis' lazy expiry is not waited
+//!   for);
+//! - by DEL/UNLINK/overwrite/Redis expiry/eviction: a keyspace event asks
+//!   for a settle right after the command (a post-notification job on Redis
+//!   7.2+, a 0 ms timer on 7.0, where writing inside a notification is
+//!   unsafe);
+//! - by FLUSHDB/FLUSHALL/SWAPDB: the server event does the same for every
+//!   key with waiters in that database.
 //!
 //! Everything here runs on Redis' main thread; the mutexes only make the
 //! statics safe and are never held across a call into Redis that could call
@@ -20,12 +24,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::clock;
-use crate::commands::{self, Verdict, Write};
 use crate::config;
-use crate::core::lock::Admission;
-use crate::core::queue::{Full, KeyId, Queues, Waiter};
+use crate::core::fencing;
+use crate::core::lock::{self, Admission, Grant};
+use crate::core::queue::{Full, KeyId, Queues, Waiter, TOTAL_MAX};
 use crate::errors;
 use crate::ffi::{self, Call, Key, Reply, TimerId, WaitResult, WaiterHandle};
+use crate::keystate::{self, Failure};
 use crate::node;
 use crate::stats;
 
@@ -68,36 +73,40 @@ pub fn queued(key: &KeyId) -> usize {
     with_queues(|q| q.len(key))
 }
 
-/// Blocks the calling client at the tail of the key's queue. `deadline_ms`
-/// is the current holder's deadline, when the hand-off timer must fire.
-pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, deadline_ms: i64) -> Reply {
+/// Blocks the calling client at the tail of the key's queue. `next_free_ms`
+/// is when a holder may next leave: the hand-off timer fires then.
+pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, next_free_ms: i64) -> Reply {
     let per_key_max = usize::try_from(config::MAX_WAITERS.get()).unwrap_or(0);
-    let len = with_queues(|q| (q.len(&key), q.total()));
-    if len.0 >= per_key_max {
+    let (on_key, on_node) = with_queues(|q| (q.len(&key), q.total()));
+    if on_key >= per_key_max {
         stats::REJECTED.bump();
         return Reply::Error(errors::too_many_waiters(per_key_max));
     }
-    if len.1 >= crate::core::queue::TOTAL_MAX {
+    if on_node >= TOTAL_MAX {
         stats::REJECTED.bump();
-        return Reply::Error(errors::too_many_waiters_node(crate::core::queue::TOTAL_MAX));
+        return Reply::Error(errors::too_many_waiters_node(TOTAL_MAX));
+    }
+    // Deletions and overwrites of the key must now be seen.
+    if let Err(e) = ffi::watch_keys(call) {
+        redis_module::logging::log_warning(format!("lock: {e}"));
+        return Reply::Error(errors::cannot_block());
     }
     let Some(handle) = call.block() else {
         return Reply::Error(errors::cannot_block());
     };
     // WAIT 0 waits without bound.
     let timer = (timeout_ms > 0).then(|| call.start_waiter_timer(timeout_ms, handle));
-    let waiter =
-        Waiter { handle, request: waiter.request, owner: waiter.owner, ttl_ms: waiter.ttl_ms, timer };
+    let waiter = Waiter { handle, want: waiter.want, owner: waiter.owner, ttl_ms: waiter.ttl_ms, timer };
     match with_queues(|q| q.push(key.clone(), waiter, per_key_max)) {
         Ok(()) => {
             stats::WAITS_STARTED.bump();
-            arm(call, &key, deadline_ms);
+            arm(call, &key, next_free_ms);
         }
         Err(full) => {
             // Checked above; unreachable unless the bound changed under us.
             let line = match full {
                 Full::Key => errors::too_many_waiters(per_key_max),
-                Full::Node => errors::too_many_waiters_node(crate::core::queue::TOTAL_MAX),
+                Full::Node => errors::too_many_waiters_node(TOTAL_MAX),
             };
             if let Some(id) = timer {
                 call.stop_waiter_timer(id);
@@ -113,125 +122,109 @@ pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, de
 /// can be granted: one waiter for an exclusive lock, a run of readers for a
 /// shared lock, as many as there are free permits for a semaphore. A head
 /// that cannot be granted yet stops the run (FIFO across modes: a queued
-/// writer is not overtaken by readers behind it). Called with the key open
-/// for writing, after any write of this module to it, and by timers.
-/// Returns true if a waiter was handed the lock.
+/// writer is not overtaken by readers behind it).
+///
+/// The whole run is decided in one transaction over one read of the key and
+/// stored with one write (one replicated `HSET` for a run of readers): O(k)
+/// for k waiters served, whatever the number of holders or waiters.
+/// Called with the key open for writing, after any write of this module to
+/// it, and by timers. Returns true if a waiter was handed the lock.
 pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
     if !any_waiters() {
         return false;
     }
     let key_id = call.key_id();
-    let now = clock::now_ms();
-    let mut run = Run { pending: None, granted: Vec::new(), served: false };
+    if queued(&key_id) == 0 {
+        disarm(call, &key_id);
+        return false;
+    }
+    // No grant in quarantine (waiters cannot normally exist then: WAIT is
+    // refused in quarantine, and replicas have none); try again after it.
+    if let Some((_, left_ms)) = node::quarantine() {
+        arm(call, &key_id, clock::now_ms().saturating_add(left_ms));
+        return false;
+    }
+    let mut served: Vec<(WaiterHandle, u64)> = Vec::new();
+    let mut refused: Vec<(WaiterHandle, String)> = Vec::new();
+    let mut retry_at: Option<i64> = None;
     // Every round but the last takes the head waiter out of the queue, so
     // the loop ends within the queue's length (bounded by lock.max-waiters).
-    loop {
-        let head = with_queues(|q| q.peek(&key_id).map(|w| (w.request, w.owner.clone(), w.ttl_ms)));
-        let Some((request, owner, ttl_ms)) = head else {
-            disarm(call, &key_id);
-            break;
-        };
-        // No grant in quarantine (waiters cannot normally exist then: WAIT is
-        // refused in quarantine, and replicas have none); try again after it.
-        if let Some((_, left_ms)) = node::quarantine() {
-            arm(call, &key_id, now.saturating_add(left_ms));
-            break;
-        }
-        // The state to decide on: the grants of this run not yet stored, or
-        // the key.
-        let decision = match &run.pending {
-            Some(Write::StoreGroup { value, .. }) => match commands::decode(value) {
-                Some(current) => commands::decide(current, request, &owner, ttl_ms, now, Admission::Open),
-                None => break,
-            },
-            _ => match commands::read_silently(key) {
-                Ok(current) => commands::decide(current, request, &owner, ttl_ms, now, Admission::Open),
-                Err(()) => {
-                    // The key now holds something that is not a lock
-                    // (overwritten by SET or another type): nobody can be
-                    // granted it.
-                    fail_all(call, &key_id, &errors::not_a_lock());
-                    break;
+    let result = keystate::run(key, |txn| loop {
+        let head = with_queues(|q| q.peek(&key_id).map(|w| (w.want, w.ttl_ms, w.owner.clone())));
+        let Some((want, ttl_ms, owner)) = head else { break };
+        let grant = node::with_fencer(|f| lock::acquire(txn, want, owner, ttl_ms, Admission::Open, f));
+        let line = match grant {
+            Grant::Granted(fence) | Grant::Renewed(fence) => {
+                if let Some(head) = take_head(call, &key_id) {
+                    served.push((head, fence));
                 }
-            },
-        };
-        if decision.found_expired {
-            // Found expired by the deadline timer (the usual hand-off on
-            // expiry).
-            stats::EXPIRIES.bump();
-        }
-        match decision.verdict {
-            Verdict::Granted(fence) | Verdict::Renewed(fence) => {
-                let Some(head) = with_queues(|q| q.pop(&key_id)) else { break };
-                if let Some(id) = head.timer {
-                    call.stop_waiter_timer(id);
-                }
-                run.granted.push((head.handle, fence));
-                let group = matches!(decision.write, Write::StoreGroup { .. });
-                run.pending = Some(decision.write);
-                if !group {
-                    // A single-holder lock: nobody else can follow.
-                    run.store(call, key, now);
-                }
+                continue;
             }
-            // The key changed kind under the waiter, or the semaphore's size.
-            Verdict::Refused(line) => {
-                if let Some(head) = with_queues(|q| q.pop(&key_id)) {
-                    if let Some(id) = head.timer {
-                        call.stop_waiter_timer(id);
-                    }
-                    stats::WAITS_FAILED.bump();
-                    ffi::unblock(head.handle, WaitResult::Failed(line));
-                }
-            }
-            Verdict::Busy | Verdict::Quarantined => {
-                // Held: serve when a holder leaves. (Expired holders found on
-                // the way are removed by the decision's write.)
-                if !matches!(decision.write, Write::Keep) {
-                    run.pending = Some(decision.write);
-                }
-                match decision.retry_at_ms {
-                    Some(at) => arm(call, &key_id, at),
-                    // Held by nobody who leaves by itself (cannot happen:
-                    // every holder has a deadline); look again soon rather
-                    // than strand the queue.
-                    None => arm(call, &key_id, now.saturating_add(ttl_ms)),
-                }
+            Grant::Busy | Grant::Quarantined => {
+                // Held: serve when a holder may leave (every holder has a
+                // deadline; without one, look again after the waiter's TTL
+                // rather than strand the queue).
+                let now = txn.now_ms();
+                retry_at = Some(txn.next_free_at_ms().unwrap_or(now.saturating_add(ttl_ms)));
                 break;
             }
+            // The key changed kind under the waiter, or the semaphore's size.
+            Grant::WrongKind { found } => errors::wrong_kind(found.name(), want.kind.name()),
+            Grant::LimitMismatch { limit } => errors::limit_mismatch(limit, want.limit),
+            Grant::ModeMismatch { held } => errors::mode_mismatch(held),
+            Grant::TooManyHolds => errors::too_many_holds(crate::core::kind::HOLDS_MAX),
+        };
+        if let Some(head) = take_head(call, &key_id) {
+            refused.push((head, line));
         }
+    });
+    let stored = match result {
+        Ok((_, written)) => {
+            if written.found_expired {
+                // Found expired by the deadline timer (the usual hand-off on
+                // expiry).
+                stats::EXPIRIES.bump();
+            }
+            true
+        }
+        Err(Failure::NotALock) => {
+            // The key now holds something that is not a lock (overwritten by
+            // SET or another type): nobody can be granted it.
+            fail_all(call, &key_id, &errors::not_a_lock());
+            return false;
+        }
+        Err(Failure::WriteFailed) => false,
+    };
+    let any_served = stored && !served.is_empty();
+    for (handle, fence) in served {
+        let result = if stored {
+            stats::GRANTS.bump();
+            stats::WAITS_SERVED.bump();
+            WaitResult::Granted(fencing::to_reply(fence))
+        } else {
+            stats::WAITS_FAILED.bump();
+            WaitResult::Failed(errors::write_failed())
+        };
+        ffi::unblock(handle, result);
     }
-    run.store(call, key, now);
-    run.served
+    for (handle, line) in refused {
+        stats::WAITS_FAILED.bump();
+        ffi::unblock(handle, WaitResult::Failed(line));
+    }
+    match retry_at {
+        Some(at) => arm(call, &key_id, at),
+        None => disarm(call, &key_id),
+    }
+    any_served
 }
 
-/// The grants of one [`settle`] not yet stored. A run of readers or permits
-/// is stored (and replicated) once, with all its holders: writing the value
-/// once per waiter would cost O(n²) bytes here and in the replication
-/// stream for n queued readers.
-struct Run {
-    pending: Option<Write>,
-    granted: Vec<(WaiterHandle, u64)>,
-    served: bool,
-}
-
-impl Run {
-    /// Stores the pending value, then answers the waiters granted by it.
-    fn store(&mut self, call: &Call<'_>, key: &mut Key<'_>, now: i64) {
-        let stored = self.pending.take().is_none_or(|write| write.apply(call, key, now));
-        for (handle, fence) in self.granted.drain(..) {
-            let result = if stored {
-                stats::GRANTS.bump();
-                stats::WAITS_SERVED.bump();
-                self.served = true;
-                WaitResult::Granted(commands::clamp(fence))
-            } else {
-                stats::WAITS_FAILED.bump();
-                WaitResult::Failed(errors::write_failed())
-            };
-            ffi::unblock(handle, result);
-        }
+/// Takes the head waiter out of its queue and stops its timeout timer.
+fn take_head(call: &Call<'_>, key: &KeyId) -> Option<WaiterHandle> {
+    let head = with_queues(|q| q.pop(key))?;
+    if let Some(id) = head.timer {
+        call.stop_waiter_timer(id);
     }
+    Some(head.handle)
 }
 
 /// Answers every waiter of a key with an error and forgets the key.
@@ -268,24 +261,43 @@ fn disarm(call: &Call<'_>, key: &KeyId) {
     }
 }
 
-/// A hand-off timer fired (it is gone now): settle the key.
-pub fn on_timer(call: &Call<'_>, key: &KeyId) {
-    with_timers(|t| t.remove(key));
+/// A hand-off timer fired, or a post-notification job ran: settle the key.
+pub fn on_key_timer(call: &Call<'_>, key: &KeyId) {
+    // The timer that fired is gone; a job leaves the armed timer in place.
+    with_timers(|t| {
+        if t.get(key).is_some_and(|&(_, due)| due <= clock::now_ms()) {
+            t.remove(key);
+        }
+    });
     if let Some(mut open) = call.open_key(true) {
         let _ = settle(call, &mut open);
     }
 }
 
-/// A key with waiters was deleted, overwritten, expired or evicted.
-pub fn on_key_changed(call: &Call<'_>, key: KeyId) {
-    if queued(&key) > 0 {
-        arm(call, &key, i64::MIN);
+/// A keyspace event on a key (inside the notification: no writes here).
+pub fn on_key_changed(call: &Call<'_>) {
+    if !any_waiters() {
+        return;
+    }
+    let key = call.key_id();
+    if queued(&key) == 0 {
+        return;
+    }
+    if let Some(id) = call.after_notification(key.clone()) {
+        // A 0 ms timer (Redis 7.0): it replaces any later one.
+        let old = with_timers(|t| t.insert(key, (id, i64::MIN)));
+        if let Some((old_id, _)) = old {
+            call.stop_timer(old_id);
+        }
     }
 }
 
 /// FLUSHDB (`db`) or FLUSHALL (`db` = -1) ended, or `db` was swapped with
 /// another: every key with waiters there may have changed.
-pub fn on_flush(call: &Call<'_>, db: i32) {
+pub fn on_db_changed(call: &Call<'_>, db: i32) {
+    if !any_waiters() {
+        return;
+    }
     for key in with_queues(|q| q.keys_in(db)) {
         arm(call, &key, i64::MIN);
     }

@@ -141,7 +141,7 @@ pub fn semaphore<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<(u32, Acquire<
     };
     // The token first, so that errors come in argument order.
     token(owner, "token")?;
-    let max = i64::from(super::group::HOLDERS_MAX);
+    let max = i64::from(super::kind::HOLDERS_MAX);
     let permits = u32::try_from(bounded(permits, "permits", 1, max, None)?).unwrap_or(0);
     Ok((permits, grant(owner, ttl, options, limits)?))
 }
@@ -423,7 +423,7 @@ mod tests {
     fn semaphore_takes_a_bounded_permit_count() {
         let ok = semaphore(&argv("LOCK.SEMAPHORE k t 3 100 WAIT 5"), LIMITS);
         assert_eq!(ok, Ok((3, Acquire { owner: b"t", ttl_ms: 100, wait_ms: Some(5) })));
-        let max = i64::from(crate::core::group::HOLDERS_MAX);
+        let max = i64::from(crate::core::kind::HOLDERS_MAX);
         for (line, want) in [
             ("LOCK.SEMAPHORE k t 3", ArgError::Arity),
             (
