@@ -109,7 +109,7 @@ fn grant(call: &Call<'_>, request: args::Acquire<'_>, want: Want) -> Reply {
                 want,
                 owner: request.owner.to_vec(),
                 ttl_ms: request.ttl_ms,
-                timer: None,
+                timeout_at_ms: None,
             };
             // The hand-off timer must fire when a holder may leave.
             let now = clock::now_ms();
@@ -322,7 +322,7 @@ fn after_write(call: &Call<'_>, key: &mut Key<'_>, written: Written) {
         stats::EXPIRIES.bump();
     }
     let handed_off = handoff::settle(call, key);
-    if written.freed && !handed_off {
+    if written.freed && !handed_off && config::PUBLISH_FREED.load(std::sync::atomic::Ordering::Relaxed) {
         call.publish_freed(if written.found_expired { Freed::Expired } else { Freed::Released });
     }
 }

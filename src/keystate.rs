@@ -186,7 +186,7 @@ pub fn store(key: &mut Key<'_>, changes: &Changes<'_>, now_ms: i64) -> Result<Wr
         }
     } else {
         let edits = hashform::field_edits(changes);
-        let edited = edits.is_empty() || key.hash_edit(&edits.deletes, &edits.sets);
+        let edited = edits.is_empty() || key.hash_edit(edits.deletes(), edits.sets());
         edited && keep_backstop(key, changes.last_put_deadline_ms(), now_ms)
     };
     stored.then_some(written).ok_or(Failure::WriteFailed)
@@ -235,6 +235,7 @@ fn store_converted(
     let last_deadline = after.records().iter().map(|(_, h)| h.deadline_ms).max();
     let needed = last_deadline.map_or(0, |d| backstop_for(d, now_ms));
     let expire_at = old_expiry.unwrap_or(0).max(needed);
-    let stored = key.hash_edit(&[], &fields) && (expire_at <= 0 || key.set_expire_at(expire_at));
+    let sets = fields.iter().map(|(f, v)| (f.as_slice(), v.as_slice()));
+    let stored = key.hash_edit(std::iter::empty(), sets) && (expire_at <= 0 || key.set_expire_at(expire_at));
     stored.then_some(written).ok_or(Failure::WriteFailed)
 }

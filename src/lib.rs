@@ -216,8 +216,10 @@ mod module {
             ("clock_jump_tolerance_ms", Signed(config::CLOCK_JUMP_TOLERANCE_MS.get())),
             ("max_waiters", Signed(config::MAX_WAITERS.get())),
             ("expiry_delay_ms", Signed(config::EXPIRY_DELAY_MS.get())),
+            ("max_renew_keys", Signed(config::MAX_RENEW_KEYS.get())),
             ("quarantine_ms", Signed(config::QUARANTINE_MS.get())),
             ("failover_quarantine", Unsigned(u64::from(config::FAILOVER_QUARANTINE.load(Ordering::Relaxed)))),
+            ("publish_freed", Unsigned(u64::from(config::PUBLISH_FREED.load(Ordering::Relaxed)))),
             ("wall_clock_offset_ms", Signed(crate::clock::wall_offset_ms())),
         ]
     }
@@ -303,10 +305,12 @@ mod module {
                 [config::MAX_WAITERS.name(), &config::MAX_WAITERS, config::MAX_WAITERS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::QUARANTINE_MS.name(), &config::QUARANTINE_MS, config::QUARANTINE_MS.default, i64::MIN, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::EXPIRY_DELAY_MS.name(), &config::EXPIRY_DELAY_MS, config::EXPIRY_DELAY_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+                [config::MAX_RENEW_KEYS.name(), &config::MAX_RENEW_KEYS, config::MAX_RENEW_KEYS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
             bool: [
                 ["failover-quarantine", &config::FAILOVER_QUARANTINE, true, ConfigurationFlags::DEFAULT, None],
+                ["publish-freed", &config::PUBLISH_FREED, true, ConfigurationFlags::DEFAULT, None],
             ],
             enum: [],
             module_args_as_configuration: true,

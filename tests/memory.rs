@@ -233,5 +233,8 @@ fn a_held_lock_costs_about_as_much_as_set_nx_px() {
             "a one-holder {what} lock costs {cost} bytes, SET NX PX {set_cost}"
         );
     }
-    assert!(per_holder <= 3 * (TOKEN.len() as i64 + 4) + 64, "{per_holder} bytes per reader");
+    // The owner is stored twice (its record's field name, and its token's
+    // index entry) in a hash table (from 5 holders on: see
+    // codec::LISTPACK_HOLDERS_MAX), plus two table entries and the record.
+    assert!(per_holder <= 2 * (TOKEN.len() as i64 + 4) + 200, "{per_holder} bytes per reader");
 }

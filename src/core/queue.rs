@@ -22,8 +22,8 @@ pub struct Waiter<H> {
     pub want: Want,
     pub owner: Vec<u8>,
     pub ttl_ms: i64,
-    /// The adapter's timeout timer for this waiter, if it has a timeout.
-    pub timer: Option<u64>,
+    /// When the waiter gives up (module clock, ms), if it has a timeout.
+    pub timeout_at_ms: Option<i64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,6 +129,30 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         waiter
     }
 
+    /// Takes waiters from the head of a key's queue for as long as `take`
+    /// says so (it decides on the head, left in place until then): the
+    /// hand-off of a run of waiters, with one lookup of the key's queue.
+    pub fn serve(&mut self, key: &KeyId, mut take: impl FnMut(&Waiter<H>) -> bool) -> Vec<Waiter<H>> {
+        let mut taken = Vec::new();
+        let Some(queue) = self.by_key.get_mut(key) else { return taken };
+        while let Some(Some(head)) = queue.slots.front() {
+            if !take(head) {
+                break;
+            }
+            if let Some(waiter) = queue.slots.pop_front().flatten() {
+                queue.head_seq += 1;
+                queue.waiting -= 1;
+                self.where_is.remove(&waiter.handle);
+                taken.push(waiter);
+            }
+            queue.trim_front();
+        }
+        if queue.waiting == 0 {
+            self.by_key.remove(key);
+        }
+        taken
+    }
+
     /// Removes a waiter wherever it is (timeout, disconnect); returns its
     /// key and what it asked for.
     pub fn remove(&mut self, handle: H) -> Option<(KeyId, Waiter<H>)> {
@@ -192,7 +216,13 @@ mod tests {
     use proptest::prelude::*;
 
     fn w(handle: u32) -> Waiter<u32> {
-        Waiter { handle, want: Want::plain(), owner: handle.to_be_bytes().to_vec(), ttl_ms: 10, timer: None }
+        Waiter {
+            handle,
+            want: Want::plain(),
+            owner: handle.to_be_bytes().to_vec(),
+            ttl_ms: 10,
+            timeout_at_ms: None,
+        }
     }
 
     fn key(k: &str) -> KeyId {
@@ -232,6 +262,22 @@ mod tests {
         assert_eq!(q.remove(9_999).map(|(_, w)| w.handle), Some(9_999));
         assert_eq!(q.pop(&key("k")).map(|w| w.handle), Some(0));
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn serve_takes_a_run_from_the_head() {
+        let mut q = Queues::default();
+        for h in 0..6 {
+            q.push(key("k"), w(h), 10).unwrap();
+        }
+        q.remove(2).unwrap();
+        let taken: Vec<u32> = q.serve(&key("k"), |w| w.handle != 4).into_iter().map(|w| w.handle).collect();
+        assert_eq!(taken, vec![0, 1, 3], "in order, skipping the one that left, up to the first refused");
+        assert_eq!(q.peek(&key("k")).map(|w| w.handle), Some(4));
+        assert_eq!(q.len(&key("k")), 2);
+        assert_eq!(q.remove(5).map(|(_, w)| w.handle), Some(5), "the index still finds the rest");
+        assert_eq!(q.serve(&key("k"), |_| true).len(), 1);
+        assert!(q.is_empty() && !q.contains_key(&key("k")));
     }
 
     proptest! {

@@ -18,6 +18,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 
 use smallvec::SmallVec;
 
@@ -69,9 +70,30 @@ pub struct Remove<'o> {
 /// scanning the edit lists (a hand-off of a long run of readers).
 const SCAN_MAX: usize = 16;
 
-enum Edit {
+/// Where an owner's edit is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
     Put(usize),
-    Removed,
+    Removed(usize),
+}
+
+/// Finds edits by owner without copying owners: a keyed hash of the owner
+/// leads to the slots with that hash, which are then compared byte for
+/// byte. One hash per lookup, no allocation per edit.
+struct Index {
+    keys: RandomState,
+    slots: HashMap<u64, SmallVec<[Slot; 1]>>,
+}
+
+impl Index {
+    fn hash(&self, owner: &[u8]) -> u64 {
+        self.keys.hash_one(owner)
+    }
+
+    fn add(&mut self, owner: &[u8], slot: Slot) {
+        let hash = self.hash(owner);
+        self.slots.entry(hash).or_default().push(slot);
+    }
 }
 
 /// The edits of one transaction, in order: at most one put per owner.
@@ -80,34 +102,61 @@ struct Edits<'o> {
     puts: SmallVec<[Put<'o>; 1]>,
     removes: SmallVec<[Remove<'o>; 1]>,
     /// Built once the lists pass [`SCAN_MAX`].
-    index: Option<HashMap<Vec<u8>, Edit>>,
+    index: Option<Index>,
 }
 
 impl<'o> Edits<'o> {
-    /// What this transaction did to `owner`: `Some(Some(put))`, removed
-    /// (`Some(None)`), or nothing (`None`: ask the stored lock).
-    fn find(&self, owner: &[u8]) -> Option<Option<&Put<'o>>> {
-        if let Some(index) = &self.index {
-            return match index.get(owner)? {
-                Edit::Put(at) => Some(self.puts.get(*at)),
-                Edit::Removed => Some(None),
-            };
+    fn owner_at(&self, slot: Slot) -> Option<&[u8]> {
+        match slot {
+            Slot::Put(at) => self.puts.get(at).map(|p| p.owner.as_ref()),
+            Slot::Removed(at) => self.removes.get(at).map(|r| r.owner.as_ref()),
         }
-        if let Some(put) = self.puts.iter().find(|p| p.owner.as_ref() == owner) {
-            return Some(Some(put));
-        }
-        self.removes.iter().any(|r| r.owner.as_ref() == owner).then_some(None)
     }
 
-    fn put(&mut self, put: Put<'o>) {
-        let existing = match &self.index {
-            Some(index) => match index.get(put.owner.as_ref()) {
-                Some(Edit::Put(at)) => Some(*at),
-                _ => None,
-            },
-            None => self.puts.iter().position(|p| p.owner == put.owner),
-        };
-        match existing.and_then(|at| self.puts.get_mut(at)) {
+    /// Where this transaction edited `owner`: its put (`Slot::Put`), its
+    /// removal, or nothing (`None`: ask the stored lock). A put wins over a
+    /// removal of the same owner (removed, then granted again).
+    fn find(&self, owner: &[u8]) -> Option<Slot> {
+        let mut found = None;
+        match &self.index {
+            Some(index) => {
+                for &slot in index.slots.get(&index.hash(owner)).into_iter().flatten() {
+                    if self.owner_at(slot) == Some(owner) {
+                        found = match (found, slot) {
+                            (Some(Slot::Put(at)), _) | (_, Slot::Put(at)) => Some(Slot::Put(at)),
+                            _ => Some(slot),
+                        };
+                    }
+                }
+            }
+            None => {
+                if let Some(at) = self.puts.iter().position(|p| p.owner.as_ref() == owner) {
+                    return Some(Slot::Put(at));
+                }
+                found = self.removes.iter().position(|r| r.owner.as_ref() == owner).map(Slot::Removed);
+            }
+        }
+        found
+    }
+
+    /// Whether this transaction already removed `owner`'s stored record.
+    fn find_removed(&self, owner: &[u8]) -> bool {
+        self.removes.iter().any(|r| r.owner.as_ref() == owner)
+    }
+
+    fn get(&self, slot: Slot) -> Option<&Put<'o>> {
+        match slot {
+            Slot::Put(at) => self.puts.get(at),
+            Slot::Removed(_) => None,
+        }
+    }
+
+    /// Stores `put`, over the put at `existing` if there is one.
+    fn put(&mut self, existing: Option<Slot>, put: Put<'o>) {
+        match existing.and_then(|slot| match slot {
+            Slot::Put(at) => self.puts.get_mut(at),
+            Slot::Removed(_) => None,
+        }) {
             // A second edit of the same record in this transaction keeps
             // what the first one replaced.
             Some(slot) => {
@@ -117,25 +166,29 @@ impl<'o> Edits<'o> {
             None => {
                 let at = self.puts.len();
                 if let Some(index) = &mut self.index {
-                    index.insert(put.owner.to_vec(), Edit::Put(at));
+                    index.add(&put.owner, Slot::Put(at));
                 }
                 self.puts.push(put);
+                self.index_if_large();
             }
         }
-        self.index_if_large();
     }
 
     /// Drops `owner`: its put, if this transaction made one, and its stored
     /// record, if it still has one (`stored_fence`).
-    fn remove(&mut self, owner: Cow<'o, [u8]>, stored_fence: Option<u64>) {
-        if let Some(at) = self.puts.iter().position(|p| p.owner == owner) {
+    fn remove(&mut self, owner: Cow<'o, [u8]>, existing: Option<Slot>, stored_fence: Option<u64>) {
+        if let Some(Slot::Put(at)) = existing {
             self.puts.remove(at);
+            // Positions after `at` moved: the map is rebuilt below.
+            self.index = None;
         }
         if let Some(fence) = stored_fence {
+            let at = self.removes.len();
+            if let Some(index) = &mut self.index {
+                index.add(&owner, Slot::Removed(at));
+            }
             self.removes.push(Remove { owner, fence });
         }
-        // Positions in `puts` may have moved: rebuild the map if one is due.
-        self.index = None;
         self.index_if_large();
     }
 
@@ -143,12 +196,12 @@ impl<'o> Edits<'o> {
         if self.index.is_some() || self.puts.len() + self.removes.len() <= SCAN_MAX {
             return;
         }
-        let mut index = HashMap::with_capacity(self.puts.len() + self.removes.len());
-        for r in &self.removes {
-            index.insert(r.owner.to_vec(), Edit::Removed);
+        let mut index = Index { keys: RandomState::new(), slots: HashMap::new() };
+        for (at, r) in self.removes.iter().enumerate() {
+            index.add(&r.owner, Slot::Removed(at));
         }
         for (at, p) in self.puts.iter().enumerate() {
-            index.insert(p.owner.to_vec(), Edit::Put(at));
+            index.add(&p.owner, Slot::Put(at));
         }
         self.index = Some(index);
     }
@@ -215,7 +268,7 @@ impl<'s, 'o, S: Stored + ?Sized> Txn<'s, 'o, S> {
     /// The record of `owner` as this transaction leaves it.
     pub fn hold(&self, owner: &[u8]) -> Option<Hold> {
         match self.edits.find(owner) {
-            Some(edit) => edit.map(|p| p.hold),
+            Some(slot) => self.edits.get(slot).map(|p| p.hold),
             None => self.stored.hold(owner),
         }
     }
@@ -246,7 +299,7 @@ impl<'s, 'o, S: Stored + ?Sized> Txn<'s, 'o, S> {
             if self.now_ms >= self.frees_at_ms(&hold) {
                 self.found_expired = true;
                 let fence = hold.fence;
-                self.edits.remove(Cow::Owned(owner), Some(fence));
+                self.edits.remove(Cow::Owned(owner), None, Some(fence));
                 self.count = self.count.saturating_sub(1);
             } else {
                 earliest = earliest.min(hold.deadline_ms);
@@ -264,12 +317,16 @@ impl<'s, 'o, S: Stored + ?Sized> Txn<'s, 'o, S> {
     /// Stores `hold` for `owner`: a new holder (shaped as `shape` if the
     /// lock is new) or a change of its record.
     pub fn put(&mut self, owner: Cow<'o, [u8]>, hold: Hold, shape: Shape) {
-        let before = self.hold(&owner);
-        let stored_fence = match self.edits.find(&owner) {
-            Some(_) => None,
-            None => self.stored.hold(&owner).map(|h| h.fence),
+        let existing = self.edits.find(&owner);
+        // What it replaces: this transaction's own edit, or the stored record.
+        let (present, stored_fence) = match existing {
+            Some(slot) => (self.edits.get(slot).is_some(), None),
+            None => match self.stored.hold(&owner) {
+                Some(stored) => (true, Some(stored.fence)),
+                None => (false, None),
+            },
         };
-        if before.is_none() {
+        if !present {
             if self.count == 0 && (self.shape != Some(shape) || self.mode != Some(hold.mode)) {
                 self.shape = Some(shape);
                 self.mode = Some(hold.mode);
@@ -286,17 +343,23 @@ impl<'s, 'o, S: Stored + ?Sized> Txn<'s, 'o, S> {
             self.header_changed = true;
         }
         let replaces_fence = stored_fence.filter(|&f| f != hold.fence);
-        self.edits.put(Put { owner, hold, replaces_fence });
+        self.edits.put(existing, Put { owner, hold, replaces_fence });
     }
 
     /// Deletes `owner`'s record.
     pub fn remove(&mut self, owner: Cow<'o, [u8]>) {
-        if self.hold(&owner).is_none() {
-            return;
-        }
-        let removed_before = self.edits.removes.iter().any(|r| r.owner == owner);
-        let stored_fence = if removed_before { None } else { self.stored.hold(&owner).map(|h| h.fence) };
-        self.edits.remove(owner, stored_fence);
+        let existing = self.edits.find(&owner);
+        let stored_fence = match existing {
+            // Granted in this transaction over a stored record it replaced.
+            Some(Slot::Put(_)) if self.edits.find_removed(&owner) => None,
+            Some(Slot::Put(_)) => self.stored.hold(&owner).map(|h| h.fence),
+            Some(Slot::Removed(_)) => return,
+            None => match self.stored.hold(&owner) {
+                Some(stored) => Some(stored.fence),
+                None => return,
+            },
+        };
+        self.edits.remove(owner, existing, stored_fence);
         self.count = self.count.saturating_sub(1);
     }
 

@@ -72,24 +72,24 @@ impl Call<'_> {
         }
     }
 
-    /// Calls the `wait_timeout` handler for `waiter` after `delay_ms`.
-    pub fn start_waiter_timer(&self, delay_ms: i64, waiter: WaiterHandle) -> TimerId {
-        // SAFETY: ctx is live; the data is the waiter's handle, an integer
-        // carried in the pointer, never dereferenced.
+    /// Calls the `wait_timeout` handler after `delay_ms` (one timer serves
+    /// every waiter's timeout: see `handoff.rs`).
+    pub fn start_timeout_timer(&self, delay_ms: i64) -> TimerId {
+        // SAFETY: ctx is live; the timer carries no data.
         unsafe {
             api(raw::RedisModule_CreateTimer)(
                 self.ctx,
                 delay_ms.max(0),
-                Some(waiter_timer_callback),
-                waiter as *mut c_void,
+                Some(timeout_timer_callback),
+                ptr::null_mut(),
             )
         }
     }
 
-    /// Stops a waiter's timeout timer (its data owns nothing).
-    pub fn stop_waiter_timer(&self, id: TimerId) {
+    /// Stops the timeout timer (its data owns nothing).
+    pub fn stop_timeout_timer(&self, id: TimerId) {
         let mut data: *mut c_void = ptr::null_mut();
-        // SAFETY: ctx is live; the returned data is a plain integer.
+        // SAFETY: ctx is live; the timer's data is null.
         unsafe {
             api(raw::RedisModule_StopTimer)(self.ctx, id, &mut data);
         }
@@ -154,10 +154,10 @@ extern "C" fn wait_timeout_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -
     raw::REDISMODULE_OK as c_int
 }
 
-extern "C" fn waiter_timer_callback(ctx: RawCtx, data: *mut c_void) {
+extern "C" fn timeout_timer_callback(ctx: RawCtx, _data: *mut c_void) {
     let call = Call::bare(ctx);
     if let Some(h) = handlers() {
-        let _ = catch_unwind(AssertUnwindSafe(|| (h.wait_timeout)(&call, data as WaiterHandle)));
+        let _ = catch_unwind(AssertUnwindSafe(|| (h.wait_timeout)(&call)));
     }
 }
 

@@ -144,8 +144,8 @@ pub struct Handlers {
     pub promoted: fn(),
     /// A key timer fired (the call works on its key).
     pub key_timer: fn(&Call<'_>, &KeyId),
-    /// A waiter's timeout timer fired.
-    pub wait_timeout: fn(&Call<'_>, WaiterHandle),
+    /// The waiters' timeout timer fired.
+    pub wait_timeout: fn(&Call<'_>),
     /// A waiter was `CLIENT UNBLOCK`ed.
     pub client_unblocked: fn(&Call<'_>, WaiterHandle),
     /// A waiter's client disconnected; true if it was still queued.
