@@ -584,3 +584,27 @@ fn random_readers_and_writers_never_overlap_a_writer() {
     });
     assert!(readers_together, "readers should have shared the lock at least once");
 }
+
+#[test]
+fn two_holders_fenced_to_one_token_stay_a_readable_lock() {
+    // Two nodes can issue the same number; the quorum client then raises two
+    // readers (or permit holders) of one node to the same token.
+    let s = Server::start();
+    let mut c = s.conn();
+    token_of(permit(&mut c, "sem", "a", 2, 10_000));
+    let b = token_of(permit(&mut c, "sem", "b", 2, 10_000));
+    let floor = (b + 1_000_000).to_string();
+    assert_eq!(int(&mut c, &["LOCK.FENCE", "sem", "a", &floor]), 1);
+    assert_eq!(int(&mut c, &["LOCK.FENCE", "sem", "b", &floor]), 1, "b holds: the counter is raised");
+    let listed = holders(&mut c, "sem");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(
+        listed.iter().filter(|h| h.2.to_string() == floor).count(),
+        1,
+        "tokens stay unique: {listed:?}"
+    );
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "sem", &floor]), 1);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "sem", "b"]), 1);
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "sem", &floor]), 1, "a still holds it");
+    assert!(token_of(permit(&mut c, "sem", "c", 2, 10_000)) > floor.parse().unwrap());
+}

@@ -206,7 +206,32 @@ pub fn decode_legacy_group(value: &[u8]) -> Option<Holders> {
     if !rest.is_empty() || (writers > 0 && records.len() > 1) {
         return None;
     }
+    unique_tokens(&mut records);
     Some(Holders::from_records(Shape { kind, limit }, records))
+}
+
+/// The previous release's LOCK.FENCE could raise two holders of one lock to
+/// the same token; this release keeps tokens unique among a lock's holders
+/// (its stored form indexes holders by token). A later holder whose token
+/// repeats an earlier one's takes the nearest free token below it, as if
+/// that FENCE had not raised it (LOCK.CHECK of the repeated token still
+/// answers 1 through the holder that keeps it).
+fn unique_tokens(records: &mut [(Vec<u8>, Hold)]) {
+    for at in 1..records.len() {
+        let repeats = |fence: u64, records: &[(Vec<u8>, Hold)]| {
+            records.iter().enumerate().any(|(i, (_, h))| i != at && h.fence == fence)
+        };
+        let Some(mut fence) = records.get(at).map(|(_, h)| h.fence) else { continue };
+        if !records.get(..at).is_some_and(|earlier| earlier.iter().any(|(_, h)| h.fence == fence)) {
+            continue;
+        }
+        while fence > 0 && repeats(fence, records) {
+            fence -= 1;
+        }
+        if let Some((_, hold)) = records.get_mut(at) {
+            hold.fence = fence;
+        }
+    }
 }
 
 /// A shared lock has no limit; a semaphore has 1..=HOLDERS_MAX permits.
@@ -444,6 +469,16 @@ mod tests {
         };
         assert_eq!((s.mode(), s.count()), (Some(Mode::Read), 2));
         assert!(matches!(decode_string(b"LK1|P|1|2|1|o"), Some(StringLock::Single(_))));
+    }
+
+    #[test]
+    fn repeated_tokens_in_the_previous_form_are_made_unique() {
+        let Some(StringLock::Legacy(g)) = decode_string(b"LK1|S|0|3|r|9|5|1|a|r|9|5|1|b|r|8|5|1|c|") else {
+            panic!()
+        };
+        let tokens: Vec<u64> =
+            ["a", "b", "c"].iter().filter_map(|o| g.hold(o.as_bytes())).map(|h| h.fence).collect();
+        assert_eq!(tokens, vec![9, 7, 8], "b repeated a's token: it takes the nearest free one below");
     }
 
     #[test]

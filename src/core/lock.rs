@@ -202,6 +202,12 @@ pub fn exit<'o, S: Stored + ?Sized>(
 /// lower. The quorum client sends the quorum's token T as the floor; after
 /// it, this node answers T to the holder's retry and to LOCK.CHECK, like
 /// every other node of the quorum.
+///
+/// Tokens stay unique among a lock's holders on one node: when another
+/// holder already carries `floor` (two nodes issued the same number and the
+/// quorum client raised two readers or permit holders to it), this one
+/// keeps its own token. LOCK.CHECK of `floor` still answers 1 while either
+/// holds it by that token.
 pub fn fence<'o, S: Stored + ?Sized>(
     txn: &mut Txn<'_, 'o, S>,
     owner: &'o [u8],
@@ -212,7 +218,8 @@ pub fn fence<'o, S: Stored + ?Sized>(
     match (txn.hold(owner), txn.shape()) {
         (Some(held), Some(shape)) if held.is_live(txn.now_ms()) => {
             fencer.raise_to(floor);
-            if floor > held.fence {
+            let taken = txn.owner_of(floor).is_some_and(|other| other.as_ref() != owner);
+            if floor > held.fence && !taken {
                 txn.put(Cow::Borrowed(owner), Hold { fence: floor, ..held }, shape);
             }
             true
@@ -534,6 +541,21 @@ mod tests {
         assert!(!is_current(&g, a, TTL), "a expired at TTL");
         assert!(is_current(&g, b, TTL));
         assert!(!is_current(&g, b + 1, 2));
+    }
+
+    #[test]
+    fn tokens_stay_unique_among_a_locks_holders() {
+        let mut f = Fencer::new(0);
+        let (_, g) = grant(&Holders::free(), Want::read(), b"a", 0, &mut f);
+        let (Grant::Granted(b), g) = grant(&g, Want::read(), b"b", 1, &mut f) else { panic!() };
+        let (raised, g, _) = run(&g, 2, 0, |t| fence(t, b"a", 9_000_000, &mut f));
+        assert!(raised);
+        let (raised, g, changes) = run(&g, 2, 0, |t| fence(t, b"b", 9_000_000, &mut f));
+        assert!(raised, "b holds: the counter is raised");
+        assert!(changes.is_empty(), "b keeps its own token, a already carries 9000000");
+        assert_eq!(g.hold(b"b").map(|h| h.fence), Some(b));
+        assert!(is_current(&g, 9_000_000, 3) && is_current(&g, b, 3));
+        assert!(f.next(3) > 9_000_000);
     }
 
     #[test]

@@ -273,6 +273,20 @@ impl<'s, 'o, S: Stored + ?Sized> Txn<'s, 'o, S> {
         }
     }
 
+    /// The owner whose record carries `fence`, as this transaction leaves
+    /// it.
+    pub fn owner_of(&self, fence: u64) -> Option<Cow<'_, [u8]>> {
+        if let Some(put) = self.edits.puts.iter().find(|p| p.hold.fence == fence) {
+            return Some(Cow::Borrowed(put.owner.as_ref()));
+        }
+        let owner = self.stored.owner_of(fence)?;
+        match self.edits.find(&owner) {
+            // Edited here: its record (if any) carries another token now.
+            Some(_) => None,
+            None => Some(Cow::Owned(owner)),
+        }
+    }
+
     /// When a holder that does not renew leaves: its deadline plus the
     /// lock-delay.
     pub fn frees_at_ms(&self, hold: &Hold) -> i64 {
