@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cmd, Server};
+use common::{cmd, int, Server};
 
 const CHANNEL: &str = "__lock@0__:job";
 
@@ -18,14 +18,6 @@ fn next_message(pubsub: &mut redis::PubSub<'_>, within: Duration) -> Option<Stri
         Err(e) if e.is_timeout() => None,
         Err(e) => panic!("pub/sub read failed: {e}"),
     }
-}
-
-fn int(c: &mut redis::Connection, words: &[&str]) -> i64 {
-    let mut command = cmd(words[0]);
-    for w in &words[1..] {
-        command.arg(*w);
-    }
-    command.query(c).unwrap()
 }
 
 #[test]

@@ -14,7 +14,7 @@ mod common;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{cmd, fast_sync, lock_info, replicate, Connection, Opts, Server, Value};
+use common::{cmd, fast_sync, int, lock_info, replicate, Connection, Opts, Server, Value};
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
@@ -52,14 +52,6 @@ impl Old {
             let _: () = cmd("SET").arg(key).arg(value).arg("PXAT").arg(backstop).query(c).unwrap();
         }
     }
-}
-
-fn int(c: &mut Connection, words: &[&str]) -> i64 {
-    let mut command = cmd(words[0]);
-    for w in &words[1..] {
-        command.arg(*w);
-    }
-    command.query(c).unwrap()
 }
 
 fn info_field(c: &mut Connection, key: &str, field: &str) -> Value {

@@ -164,14 +164,7 @@ pub fn decode_string(value: &[u8]) -> Option<StringLock<'_>> {
 /// `None` unless every field is in the form it wrote and the holders fit
 /// the kind's rules.
 pub fn decode_legacy_group(value: &[u8]) -> Option<Holders> {
-    let rest = value.strip_prefix(MAGIC)?;
-    let (kind, rest) = split_field(rest)?;
-    let kind = match kind {
-        [letter] => Kind::from_letter(*letter).filter(|k| !k.is_single())?,
-        _ => return None,
-    };
-    let (limit, rest) = split_field(rest)?;
-    let limit = u32::try_from(parse_decimal(limit)?).ok()?;
+    let (kind, limit, rest) = group_kind_and_limit(value.strip_prefix(MAGIC)?)?;
     let (count, mut rest) = split_field(rest)?;
     let count = u32::try_from(parse_decimal(count)?).ok()?;
     if !limit_fits(kind, limit)
@@ -234,6 +227,17 @@ fn unique_tokens(records: &mut [(Vec<u8>, Hold)]) {
     }
 }
 
+/// The `<S|M>|<limit>|` that starts both group forms, and what follows.
+fn group_kind_and_limit(rest: &[u8]) -> Option<(Kind, u32, &[u8])> {
+    let (kind, rest) = split_field(rest)?;
+    let kind = match kind {
+        [letter] => Kind::from_letter(*letter).filter(|k| !k.is_single())?,
+        _ => return None,
+    };
+    let (limit, rest) = split_field(rest)?;
+    Some((kind, u32::try_from(parse_decimal(limit)?).ok()?, rest))
+}
+
 /// A shared lock has no limit; a semaphore has 1..=HOLDERS_MAX permits.
 fn limit_fits(kind: Kind, limit: u32) -> bool {
     match kind {
@@ -282,14 +286,7 @@ pub fn encode_header(header: &Header, holders: u32) -> Text<HASH_HEADER_LEN_MAX>
 }
 
 pub fn decode_header(value: &[u8]) -> Option<Header> {
-    let rest = value.strip_prefix(HEADER_MAGIC)?;
-    let (kind, rest) = split_field(rest)?;
-    let kind = match kind {
-        [letter] => Kind::from_letter(*letter).filter(|k| !k.is_single())?,
-        _ => return None,
-    };
-    let (limit, rest) = split_field(rest)?;
-    let limit = u32::try_from(parse_decimal(limit)?).ok()?;
+    let (kind, limit, rest) = group_kind_and_limit(value.strip_prefix(HEADER_MAGIC)?)?;
     let (mode, rest) = split_field(rest)?;
     let mode = match mode {
         [letter] => Mode::from_letter(*letter).filter(|m| kind.allows(*m))?,
