@@ -108,9 +108,17 @@ impl Node {
     }
 
     async fn connection(&self, limits: Limits) -> Result<(MultiplexedConnection, u64), Raw> {
-        if let Some(open) = self.current(limits)? {
-            return Ok(open);
+        match self.current(limits)? {
+            Some(open) => Ok(open),
+            // Boxed: opening a connection is a large future (resolving,
+            // connecting, the handshake) and rare; inline, it would make
+            // every call's future as large, and a round moves each of them.
+            None => Box::pin(self.open(limits)).await,
         }
+    }
+
+    /// Opens the connection, or waits for another call that is opening it.
+    async fn open(&self, limits: Limits) -> Result<(MultiplexedConnection, u64), Raw> {
         // Bounded wait for another call's connect attempt, then look again.
         let _opening = timeout(limits.connect_timeout, self.opening.lock())
             .await

@@ -541,7 +541,7 @@ impl Redlock {
     /// released; the nodes that have not answered yet get theirs in the
     /// background (counted as `pending`). A failure waits for every answer.
     pub(crate) async fn release_quorum(&self, resource: &str, token: &str, mode: Mode) -> Result<Tally> {
-        let cmd = command("LOCK.RELEASE", resource, token, None);
+        let cmd = command("LOCK.RELEASE", resource, token, &[]);
         let round = self.every_node_round(cmd, mode.quorum(), self.inner.config.command_timeout).await;
         released(resource, round.tally())
     }
@@ -557,7 +557,7 @@ impl Redlock {
         check_name("token", token)?;
         check_mode(mode)?;
         let start = Instant::now();
-        let cmd = command("LOCK.EXTEND", resource, token, Some(ttl));
+        let cmd = command("LOCK.EXTEND", resource, token, &[millis(ttl)]);
         let timeout = self.inner.config.command_timeout.min(ttl);
         let round = self.every_node_round(cmd, mode.quorum(), timeout).await;
         if round.decided() != Some(true) {
@@ -591,7 +591,7 @@ impl Redlock {
     /// that answered). `Err(NoQuorum)` unless a majority answered.
     pub async fn exit(&self, resource: &str, owner: &str) -> Result<u64> {
         check_name("owner", owner)?;
-        let cmd = command("LOCK.EXIT", resource, owner, None);
+        let cmd = command("LOCK.EXIT", resource, owner, &[]);
         let answers = self.round(&cmd, self.inner.config.command_timeout, quorum::classify_exit).await;
         let tally = Tally::of(&answers);
         match quorum::holds_left(answers.iter()) {
@@ -744,7 +744,7 @@ impl Redlock {
                 self.release_all(resource, token).await;
             }
             Kind::Reentrant => {
-                let cmd = command("LOCK.EXIT", resource, token, None);
+                let cmd = command("LOCK.EXIT", resource, token, &[]);
                 let limits = self.limits();
                 let timeout = self.inner.config.command_timeout;
                 let exits = self
@@ -760,7 +760,7 @@ impl Redlock {
     }
 
     pub(crate) async fn release_all(&self, resource: &str, token: &str) -> Tally {
-        let cmd = command("LOCK.RELEASE", resource, token, None);
+        let cmd = command("LOCK.RELEASE", resource, token, &[]);
         let answers = self.round(&cmd, self.inner.config.command_timeout, quorum::classify_flag).await;
         Tally::of(&answers)
     }
@@ -780,36 +780,40 @@ impl Redlock {
 
 /// `LOCK.FENCE key token floor`.
 fn fence_command(resource: &str, token: &str, floor: u64) -> Cmd {
-    let mut cmd = redis::cmd("LOCK.FENCE");
-    cmd.arg(resource).arg(token).arg(floor);
-    cmd
+    command("LOCK.FENCE", resource, token, &[floor])
 }
 
 /// The grant command of `kind`: `LOCK.ACQUIRE`, `LOCK.SHARED`,
 /// `LOCK.EXCLUSIVE`, `LOCK.SEMAPHORE key token permits ttl` or `LOCK.ENTER`.
 fn grant_command(kind: Kind, resource: &str, token: &str, ttl: Duration) -> Cmd {
-    let ttl = Some(ttl);
+    let ttl = millis(ttl);
     match kind {
-        Kind::Lock(Mode::Exclusive) => command("LOCK.ACQUIRE", resource, token, ttl),
-        Kind::Lock(Mode::Read) => command("LOCK.SHARED", resource, token, ttl),
-        Kind::Lock(Mode::Write) => command("LOCK.EXCLUSIVE", resource, token, ttl),
+        Kind::Lock(Mode::Exclusive) => command("LOCK.ACQUIRE", resource, token, &[ttl]),
+        Kind::Lock(Mode::Read) => command("LOCK.SHARED", resource, token, &[ttl]),
+        Kind::Lock(Mode::Write) => command("LOCK.EXCLUSIVE", resource, token, &[ttl]),
         Kind::Lock(Mode::Permit { permits }) => {
-            let mut cmd = redis::cmd("LOCK.SEMAPHORE");
-            cmd.arg(resource).arg(token).arg(permits);
-            cmd.arg(ttl.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)));
-            cmd
+            command("LOCK.SEMAPHORE", resource, token, &[u64::from(permits), ttl])
         }
-        Kind::Reentrant => command("LOCK.ENTER", resource, token, ttl),
+        Kind::Reentrant => command("LOCK.ENTER", resource, token, &[ttl]),
     }
 }
 
-fn command(name: &str, resource: &str, token: &str, ttl: Option<Duration>) -> Cmd {
-    let mut cmd = redis::cmd(name);
-    cmd.arg(resource).arg(token);
-    if let Some(ttl) = ttl {
-        cmd.arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+/// `name key token [number ...]`, sized up front: a command is built for
+/// every round, and growing its buffers argument by argument showed in
+/// profiles.
+fn command(name: &str, resource: &str, token: &str, numbers: &[u64]) -> Cmd {
+    // 20 digits hold any u64.
+    let bytes = name.len() + resource.len() + token.len() + 20 * numbers.len();
+    let mut cmd = Cmd::with_capacity(3 + numbers.len(), bytes);
+    cmd.arg(name).arg(resource).arg(token);
+    for number in numbers {
+        cmd.arg(*number);
     }
     cmd
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn released(resource: &str, tally: Tally) -> Result<Tally> {
@@ -827,7 +831,7 @@ fn expired(resource: &str, ttl: Duration, elapsed: Duration) -> Error {
 /// Whole milliseconds (the nodes' unit), and long enough to outlast the
 /// drift allowance.
 fn check_ttl(ttl: Duration) -> Result<Duration> {
-    let whole = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+    let whole = Duration::from_millis(millis(ttl));
     if quorum::validity(whole, Duration::ZERO).is_none() {
         return Err(Error::InvalidArgument(format!(
             "ttl {} ms is not above the clock-drift allowance ({} ms)",

@@ -29,7 +29,7 @@
 function parseArgs(argv) {
   const out = { ports: [], n: 0, iterations: 2000, warmup: 200, ttlMs: 10000,
                 prefix: "bench:node", maxSeconds: 60, label: "", tasks: 1, shared: 0,
-                retryMinMs: 2, retryMaxMs: 10, fenced: false };
+                retryMinMs: 2, retryMaxMs: 10 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i], v = argv[i + 1];
     switch (a) {
