@@ -212,8 +212,11 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     // Set once connected: the connection's own setup is not delayed.
     slow.request_delay_ms.store(DELAY.as_millis() as u64, Ordering::SeqCst);
 
+    let fences = || fence_calls(&servers[4]);
+    let fences_before = fences();
     let started = Instant::now();
     let guard = rl.try_acquire("early", Mode::Exclusive, ms(10_000)).await.expect("4 fast nodes grant");
+    guard.fencing_token().await.expect("the fencing round on the fast nodes");
     let acquired = started.elapsed();
     assert!(acquired < ms(1_000), "acquire waited for the slow node: {acquired:?}");
     let left = guard.extend(ms(10_000)).await.expect("extend on the 4 fast nodes");
@@ -232,6 +235,7 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     let settled = started.elapsed();
     assert!(settled >= DELAY && settled < DELAY + ms(2_000), "settled after {settled:?}");
     assert_eq!(grants(), before.0 + 1, "the late ACQUIRE landed");
+    assert_eq!(fences(), fences_before + 1, "the late FENCE landed, behind it");
     assert_eq!(extensions(), before.2 + 1, "the late EXTEND landed, behind it");
     assert_eq!(releases(), before.1 + 1, "the RELEASE landed, behind them");
     assert_free(&all(&servers), "early");
@@ -252,6 +256,52 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     holder_guard.release().await.expect("release");
     rl.settle().await;
     assert_free(&all(&servers), "held");
+}
+
+/// Many tasks share one client (one ordered connection per node) while one
+/// node is 150 ms away: every round returns at the four fast nodes, and on
+/// the slow node each task's ACQUIRE, FENCE and RELEASE still land in the
+/// order they were issued, interleaved with the other tasks' on the same
+/// connection: every grant there is released, nothing stays locked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_on_one_connection_leave_nothing_locked_behind_a_slow_node() {
+    const TASKS: usize = 32;
+    const CYCLES: usize = 5;
+    let servers = cluster(5);
+    let slow = Proxy::start(servers[4].port).await;
+    let mut nodes = urls(&servers[..4]);
+    nodes.push(slow.url());
+    let config = redlock_client::Config { command_timeout: ms(5_000), ..test_config() };
+    let rl = Redlock::connect(nodes, config).await.unwrap();
+    let grants = || info_stat(&mut servers[4].conn(), "grants");
+    let releases = || info_stat(&mut servers[4].conn(), "releases");
+    let before = (grants(), releases());
+    slow.request_delay_ms.store(150, Ordering::SeqCst);
+
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let rl = rl.clone();
+        tasks.push(tokio::spawn(async move {
+            for cycle in 0..CYCLES {
+                let resource = format!("many-{task}");
+                let guard = rl.try_acquire(&resource, Mode::Exclusive, ms(10_000)).await.expect("acquire");
+                if cycle % 2 == 0 {
+                    guard.fencing_token().await.expect("fence");
+                }
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task).await.expect("tasks finish").expect("task ok");
+    }
+    rl.settle().await;
+    let cycles = (TASKS * CYCLES) as i64;
+    assert_eq!(grants() - before.0, cycles, "every ACQUIRE reached the slow node");
+    assert_eq!(releases() - before.1, cycles, "every RELEASE reached it after its ACQUIRE");
+    for task in 0..TASKS {
+        assert_free(&all(&servers), &format!("many-{task}"));
+    }
 }
 
 /// Three of five nodes restarted without persistence refuse grants for
