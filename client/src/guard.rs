@@ -494,6 +494,8 @@ mod tests {
     async fn renew(life: &Lifetime, ttl: Duration, calls: &RefCell<Vec<Instant>>, fail: bool) -> bool {
         let start = Instant::now();
         calls.borrow_mut().push(start);
+        // A watchdog past its bounds would renew forever: fail, not hang.
+        assert!(calls.borrow().len() <= 100, "renewing without end");
         tokio::time::sleep(RTT).await;
         if fail {
             let error = Error::InvalidArgument("the fake renewal failed".into());
@@ -620,6 +622,7 @@ mod tests {
         let result: Result<()> = policy
             .retry(|| {
                 attempts.borrow_mut().push(Instant::now());
+                assert!(attempts.borrow().len() <= 1_000, "retrying without end");
                 async {
                     tokio::time::sleep(ms(3)).await;
                     Err(Error::NoQuorum {
@@ -659,6 +662,8 @@ mod tests {
             let result: Result<()> = policy
                 .retry(|| {
                     *count.borrow_mut() += 1;
+                    // Retrying past the policy would go on forever: fail.
+                    assert!(*count.borrow() <= 100, "retrying without end");
                     std::future::ready(Err(error.clone()))
                 })
                 .await;

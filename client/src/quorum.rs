@@ -743,6 +743,15 @@ mod tests {
     }
 
     #[test]
+    fn modes_have_the_cli_names() {
+        // The CLI prints them (REDLOCK_MODE) and reads them back (--mode).
+        let names: Vec<&str> =
+            [Mode::Exclusive, Mode::Read, Mode::Write, Mode::Permit { permits: 3 }].map(Mode::name).to_vec();
+        assert_eq!(names, ["exclusive", "read", "write", "permit"]);
+        assert_eq!(Mode::default(), Mode::Exclusive);
+    }
+
+    #[test]
     fn drift_is_one_percent_plus_two_ms() {
         assert_eq!(drift(ms(10_000)), ms(102));
         assert_eq!(drift(ms(1_000)), ms(12));
@@ -888,6 +897,7 @@ mod tests {
         assert_eq!(classify_exit(&Raw::Int(0)), Answer::Yes(0));
         assert_eq!(classify_exit(&Raw::Int(3)), Answer::Yes(3));
         assert_eq!(classify_exit(&Raw::Nil), Answer::No);
+        assert!(matches!(classify_exit(&Raw::Int(-1)), Answer::Failed(_)), "no count wraps to 2^64 - 1");
     }
 
     #[test]
@@ -928,6 +938,10 @@ mod tests {
             Verdict::NoQuorum
         );
         assert_eq!(verdict(&tally(&[Yes(1)])), Verdict::Quorum, "a single node");
+        // All answered, fewer "held" than a majority, yet only "held" kept
+        // the grants short: contention (3 + 3 of 6, need 4).
+        assert_eq!(verdict(&tally(&[Yes(1), Yes(2), Yes(3), No, No, No])), Verdict::Contended);
+        assert_eq!(verdict(&Tally::default()), Verdict::NoQuorum, "no answer is no contention");
     }
 
     #[test]
@@ -998,6 +1012,15 @@ mod tests {
         p.record(0, No);
         assert_eq!(p.decided(), Some(false));
         assert!(p.complete());
+    }
+
+    #[test]
+    fn a_round_gives_up_its_answers_in_node_order() {
+        use Answer::*;
+        let mut p = Progress::new(3);
+        p.record(2, Yes(9));
+        p.record(0, No);
+        assert_eq!(p.into_answers(), vec![Some(No), None, Some(Yes(9))]);
     }
 
     #[test]
