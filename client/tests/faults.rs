@@ -190,6 +190,19 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
     assert_free(&all(&servers), "late");
 }
 
+/// Five servers, the fifth behind a [`Proxy`] (to delay its requests), and
+/// a client whose per-command timeout (5 s) is above the delays used, so
+/// that the fifth node's replies are late, not lost.
+async fn five_with_a_slow_fifth() -> (Vec<Server>, Proxy, Redlock) {
+    let servers = cluster(5);
+    let slow = Proxy::start(servers[4].port).await;
+    let mut nodes = urls(&servers[..4]);
+    nodes.push(slow.url());
+    let config = redlock_client::Config { command_timeout: ms(5_000), ..test_config() };
+    let rl = Redlock::connect(nodes, config).await.unwrap();
+    (servers, slow, rl)
+}
+
 /// One node out of five is 2 s away (its requests are delayed, in order)
 /// while the per-command timeout is 5 s: acquire, extend and release return
 /// at the majority, well before that node answers, instead of waiting for
@@ -199,12 +212,7 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     const DELAY: Duration = Duration::from_secs(2);
-    let servers = cluster(5);
-    let slow = Proxy::start(servers[4].port).await;
-    let mut nodes = urls(&servers[..4]);
-    nodes.push(slow.url());
-    let config = redlock_client::Config { command_timeout: ms(5_000), ..test_config() };
-    let rl = Redlock::connect(nodes, config).await.unwrap();
+    let (servers, slow, rl) = five_with_a_slow_fifth().await;
     let grants = || info_stat(&mut servers[4].conn(), "grants");
     let releases = || info_stat(&mut servers[4].conn(), "releases");
     let extensions = || info_stat(&mut servers[4].conn(), "extensions");
@@ -267,12 +275,7 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
 async fn many_tasks_on_one_connection_leave_nothing_locked_behind_a_slow_node() {
     const TASKS: usize = 32;
     const CYCLES: usize = 5;
-    let servers = cluster(5);
-    let slow = Proxy::start(servers[4].port).await;
-    let mut nodes = urls(&servers[..4]);
-    nodes.push(slow.url());
-    let config = redlock_client::Config { command_timeout: ms(5_000), ..test_config() };
-    let rl = Redlock::connect(nodes, config).await.unwrap();
+    let (servers, slow, rl) = five_with_a_slow_fifth().await;
     let grants = || info_stat(&mut servers[4].conn(), "grants");
     let releases = || info_stat(&mut servers[4].conn(), "releases");
     let before = (grants(), releases());
