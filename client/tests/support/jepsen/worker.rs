@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_client::{Config, Error, Guard, Redlock};
+use redlock_client::{Config, Error, Guard, Mode, Redlock};
 use tokio::sync::oneshot;
 
 use super::classic::Classic;
@@ -49,11 +49,11 @@ impl Locker {
 
     pub async fn try_acquire(&self, resource: &str, ttl: Duration) -> Result<Held, (Outcome, String)> {
         match self {
-            Locker::Module(redlock) => match redlock.try_acquire(resource, ttl).await {
-                Ok(guard) => Ok(Held {
+            Locker::Module(redlock) => match acquire_fenced(redlock, resource, ttl).await {
+                Ok((guard, fence)) => Ok(Held {
                     token: guard.token().to_string(),
-                    fence: Some(guard.fencing_token()),
-                    deadline: guard.lease().deadline,
+                    fence: Some(fence),
+                    deadline: guard.lease().deadline.into_std(),
                     guard: Some(guard),
                 }),
                 Err(error) => {
@@ -102,8 +102,21 @@ impl Locker {
                 classic.release_all(resource, &held.token).await;
             }
             (Locker::Module(redlock), None) => {
-                let _ = redlock.release(resource, &held.token).await;
+                let _ = redlock.release(resource, &held.token, Mode::Exclusive).await;
             }
+        }
+    }
+}
+
+/// One attempt with the fencing round (the quorum client runs it when the
+/// token is asked for); a fencing round that fails releases the lock.
+async fn acquire_fenced(redlock: &Redlock, resource: &str, ttl: Duration) -> Result<(Guard, u64), Error> {
+    let guard = redlock.try_acquire(resource, Mode::Exclusive, ttl).await?;
+    match guard.fencing_token().await {
+        Ok(fence) => Ok((guard, fence)),
+        Err(error) => {
+            let _ = guard.release().await;
+            Err(error)
         }
     }
 }
