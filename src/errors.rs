@@ -2,7 +2,7 @@
 //! its code (`ERR`, `WRONGTYPE`, ...) as Redis clients expect.
 
 use crate::core::args::ArgError;
-use crate::core::group::Mode;
+use crate::core::kind::Mode;
 use crate::core::quarantine::Reason;
 
 /// A malformed call: arity, integers, ranges, tokens, options.

@@ -1,37 +1,58 @@
 //! Fair waiting (`WAIT timeout-ms`): a FIFO queue of blocked clients per lock
-//! key, and the hand-off of a freed lock to the head waiter in the same step.
+//! key, and the hand-off of a freed lock to the head waiters in the same
+//! step.
 //!
 //! A lock is freed in four ways, and each leads to [`settle`]:
 //! - by a command of this module (RELEASE, EXIT to 0, a write that finds it
-//!   expired): `commands::with_lock` calls `settle` right after its write;
-//! - by reaching its deadline: a timer armed at the holder's deadline while
-//!   the key has waiters (Redis' lazy expiry is not waited for);
-//! - by DEL/UNLINK/overwrite/Redis expiry/eviction: a keyspace event arms a
-//!   0 ms timer (writing inside a notification is unsafe on Redis 7.0);
-//! - by FLUSHDB/FLUSHALL: the flush event does the same for every key with
-//!   waiters in that database.
+//!   expired): the command calls `settle` right after its write;
+//! - by reaching its deadline: a timer armed at the next instant a holder
+//!   may leave, while the key has waiters (Redis' lazy expiry is not waited
+//!   for);
+//! - by DEL/UNLINK/overwrite/Redis expiry/eviction: a keyspace event asks
+//!   for a settle right after the command (a post-notification job on Redis
+//!   7.2+, a 0 ms timer on 7.0, where writing inside a notification is
+//!   unsafe);
+//! - by FLUSHDB/FLUSHALL/SWAPDB: the server event does the same for every
+//!   key with waiters in that database.
 //!
 //! Everything here runs on Redis' main thread; the mutexes only make the
 //! statics safe and are never held across a call into Redis that could call
 //! back into this module.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::clock;
-use crate::commands::{self, Verdict, Write};
 use crate::config;
-use crate::core::lock::Admission;
-use crate::core::queue::{Full, KeyId, Queues, Waiter};
+use crate::core::fencing;
+use crate::core::lock::{self, Admission, Grant};
+use crate::core::queue::{Full, KeyId, Queues, Waiter, TOTAL_MAX};
 use crate::errors;
 use crate::ffi::{self, Call, Key, Reply, TimerId, WaitResult, WaiterHandle};
+use crate::keystate::{self, Failure};
 use crate::node;
 use crate::stats;
 
 static QUEUES: Mutex<Option<Queues<WaiterHandle>>> = Mutex::new(None);
 /// One timer per key with waiters: (timer id, due instant on the module clock).
 static TIMERS: Mutex<Option<HashMap<KeyId, (TimerId, i64)>>> = Mutex::new(None);
+/// Every waiter's timeout (module clock), earliest first, and the one timer
+/// that fires at the earliest: serving a waiter only drops its entry here,
+/// where a timer per waiter would cost a Redis timer created and stopped
+/// (about 1,500 instructions each, measured) for every waiter.
+static TIMEOUTS: Mutex<Timeouts> = Mutex::new(Timeouts { due: BTreeSet::new(), timer: None });
+
+struct Timeouts {
+    due: BTreeSet<(i64, WaiterHandle)>,
+    /// The armed timer and the instant it fires for.
+    timer: Option<(TimerId, i64)>,
+}
+
+fn with_timeouts<T>(f: impl FnOnce(&mut Timeouts) -> T) -> T {
+    let mut guard = TIMEOUTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(&mut guard)
+}
 /// Waiters on the node; read without locking on every keyspace event.
 static WAITING: AtomicUsize = AtomicUsize::new(0);
 
@@ -68,40 +89,45 @@ pub fn queued(key: &KeyId) -> usize {
     with_queues(|q| q.len(key))
 }
 
-/// Blocks the calling client at the tail of the key's queue. `deadline_ms`
-/// is the current holder's deadline, when the hand-off timer must fire.
-pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, deadline_ms: i64) -> Reply {
+/// Blocks the calling client at the tail of the key's queue. `next_free_ms`
+/// is when a holder may next leave: the hand-off timer fires then.
+pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, next_free_ms: i64) -> Reply {
     let per_key_max = usize::try_from(config::MAX_WAITERS.get()).unwrap_or(0);
-    let len = with_queues(|q| (q.len(&key), q.total()));
-    if len.0 >= per_key_max {
+    let (on_key, on_node) = with_queues(|q| (q.len(&key), q.total()));
+    if on_key >= per_key_max {
         stats::REJECTED.bump();
         return Reply::Error(errors::too_many_waiters(per_key_max));
     }
-    if len.1 >= crate::core::queue::TOTAL_MAX {
+    if on_node >= TOTAL_MAX {
         stats::REJECTED.bump();
-        return Reply::Error(errors::too_many_waiters_node(crate::core::queue::TOTAL_MAX));
+        return Reply::Error(errors::too_many_waiters_node(TOTAL_MAX));
+    }
+    // Deletions and overwrites of the key must now be seen.
+    if let Err(e) = ffi::watch_keys(call) {
+        redis_module::logging::log_warning(format!("lock: {e}"));
+        return Reply::Error(errors::cannot_block());
     }
     let Some(handle) = call.block() else {
         return Reply::Error(errors::cannot_block());
     };
     // WAIT 0 waits without bound.
-    let timer = (timeout_ms > 0).then(|| call.start_waiter_timer(timeout_ms, handle));
+    let timeout_at_ms = (timeout_ms > 0).then(|| clock::now_ms().saturating_add(timeout_ms));
     let waiter =
-        Waiter { handle, request: waiter.request, owner: waiter.owner, ttl_ms: waiter.ttl_ms, timer };
+        Waiter { handle, want: waiter.want, owner: waiter.owner, ttl_ms: waiter.ttl_ms, timeout_at_ms };
     match with_queues(|q| q.push(key.clone(), waiter, per_key_max)) {
         Ok(()) => {
             stats::WAITS_STARTED.bump();
-            arm(call, &key, deadline_ms);
+            if let Some(at) = timeout_at_ms {
+                add_timeout(call, at, handle);
+            }
+            arm(call, &key, next_free_ms);
         }
         Err(full) => {
             // Checked above; unreachable unless the bound changed under us.
             let line = match full {
                 Full::Key => errors::too_many_waiters(per_key_max),
-                Full::Node => errors::too_many_waiters_node(crate::core::queue::TOTAL_MAX),
+                Full::Node => errors::too_many_waiters_node(TOTAL_MAX),
             };
-            if let Some(id) = timer {
-                call.stop_waiter_timer(id);
-            }
             stats::WAITS_FAILED.bump();
             ffi::unblock(handle, WaitResult::Failed(line));
         }
@@ -113,133 +139,147 @@ pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, de
 /// can be granted: one waiter for an exclusive lock, a run of readers for a
 /// shared lock, as many as there are free permits for a semaphore. A head
 /// that cannot be granted yet stops the run (FIFO across modes: a queued
-/// writer is not overtaken by readers behind it). Called with the key open
-/// for writing, after any write of this module to it, and by timers.
-/// Returns true if a waiter was handed the lock.
+/// writer is not overtaken by readers behind it).
+///
+/// The whole run is decided in one transaction over one read of the key and
+/// stored with one write (one replicated `HSET` for a run of readers): O(k)
+/// for k waiters served, whatever the number of holders or waiters.
+/// Called with the key open for writing, after any write of this module to
+/// it, and by timers. Returns true if a waiter was handed the lock.
 pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
     if !any_waiters() {
         return false;
     }
     let key_id = call.key_id();
-    let now = clock::now_ms();
-    let mut run = Run { pending: None, granted: Vec::new(), served: false };
-    // Every round but the last takes the head waiter out of the queue, so
-    // the loop ends within the queue's length (bounded by lock.max-waiters).
-    loop {
-        let head = with_queues(|q| q.peek(&key_id).map(|w| (w.request, w.owner.clone(), w.ttl_ms)));
-        let Some((request, owner, ttl_ms)) = head else {
-            disarm(call, &key_id);
-            break;
-        };
-        // No grant in quarantine (waiters cannot normally exist then: WAIT is
-        // refused in quarantine, and replicas have none); try again after it.
-        if let Some((_, left_ms)) = node::quarantine() {
-            arm(call, &key_id, now.saturating_add(left_ms));
-            break;
-        }
-        // The state to decide on: the grants of this run not yet stored, or
-        // the key.
-        let decision = match &run.pending {
-            Some(Write::StoreGroup { value, .. }) => match commands::decode(value) {
-                Some(current) => commands::decide(current, request, &owner, ttl_ms, now, Admission::Open),
-                None => break,
-            },
-            _ => match commands::read_silently(key) {
-                Ok(current) => commands::decide(current, request, &owner, ttl_ms, now, Admission::Open),
-                Err(()) => {
-                    // The key now holds something that is not a lock
-                    // (overwritten by SET or another type): nobody can be
-                    // granted it.
-                    fail_all(call, &key_id, &errors::not_a_lock());
-                    break;
-                }
-            },
-        };
-        if decision.found_expired {
-            // Found expired by the deadline timer (the usual hand-off on
-            // expiry).
-            stats::EXPIRIES.bump();
-        }
-        match decision.verdict {
-            Verdict::Granted(fence) | Verdict::Renewed(fence) => {
-                let Some(head) = with_queues(|q| q.pop(&key_id)) else { break };
-                if let Some(id) = head.timer {
-                    call.stop_waiter_timer(id);
-                }
-                run.granted.push((head.handle, fence));
-                let group = matches!(decision.write, Write::StoreGroup { .. });
-                run.pending = Some(decision.write);
-                if !group {
-                    // A single-holder lock: nobody else can follow.
-                    run.store(call, key, now);
-                }
-            }
-            // The key changed kind under the waiter, or the semaphore's size.
-            Verdict::Refused(line) => {
-                if let Some(head) = with_queues(|q| q.pop(&key_id)) {
-                    if let Some(id) = head.timer {
-                        call.stop_waiter_timer(id);
-                    }
-                    stats::WAITS_FAILED.bump();
-                    ffi::unblock(head.handle, WaitResult::Failed(line));
-                }
-            }
-            Verdict::Busy | Verdict::Quarantined => {
-                // Held: serve when a holder leaves. (Expired holders found on
-                // the way are removed by the decision's write.)
-                if !matches!(decision.write, Write::Keep) {
-                    run.pending = Some(decision.write);
-                }
-                match decision.retry_at_ms {
-                    Some(at) => arm(call, &key_id, at),
-                    // Held by nobody who leaves by itself (cannot happen:
-                    // every holder has a deadline); look again soon rather
-                    // than strand the queue.
-                    None => arm(call, &key_id, now.saturating_add(ttl_ms)),
-                }
-                break;
-            }
-        }
+    if queued(&key_id) == 0 {
+        disarm(call, &key_id);
+        return false;
     }
-    run.store(call, key, now);
-    run.served
-}
-
-/// The grants of one [`settle`] not yet stored. A run of readers or permits
-/// is stored (and replicated) once, with all its holders: writing the value
-/// once per waiter would cost O(n²) bytes here and in the replication
-/// stream for n queued readers.
-struct Run {
-    pending: Option<Write>,
-    granted: Vec<(WaiterHandle, u64)>,
-    served: bool,
-}
-
-impl Run {
-    /// Stores the pending value, then answers the waiters granted by it.
-    fn store(&mut self, call: &Call<'_>, key: &mut Key<'_>, now: i64) {
-        let stored = self.pending.take().is_none_or(|write| write.apply(call, key, now));
-        for (handle, fence) in self.granted.drain(..) {
-            let result = if stored {
+    // No grant in quarantine (waiters cannot normally exist then: WAIT is
+    // refused in quarantine, and replicas have none); try again after it.
+    if let Some((_, left_ms)) = node::quarantine() {
+        arm(call, &key_id, clock::now_ms().saturating_add(left_ms));
+        return false;
+    }
+    // One outcome per waiter taken from the queue, in the same order:
+    // granted (its fencing token) or refused (an error line).
+    let mut outcomes: Vec<Result<u64, String>> = Vec::new();
+    let mut retry_at: Option<i64> = None;
+    // The run: waiters leave the head of the queue for as long as the head
+    // can be granted (or must be refused), decided on one transaction. The
+    // queue is bounded (lock.max-waiters), so the run is too.
+    let mut taken = Vec::new();
+    let result = keystate::run(key, |txn| {
+        taken = with_queues(|q| {
+            q.serve(&key_id, |head| {
+                let owner = head.owner.clone();
+                let grant = node::with_fencer(|f| {
+                    lock::acquire(txn, head.want, owner, head.ttl_ms, Admission::Open, f)
+                });
+                let outcome = match grant {
+                    Grant::Granted(fence) | Grant::Renewed(fence) => Ok(fence),
+                    Grant::Busy | Grant::Quarantined => {
+                        // Held: serve when a holder may leave (every holder
+                        // has a deadline; without one, look again after the
+                        // waiter's TTL rather than strand the queue).
+                        let now = txn.now_ms();
+                        retry_at = Some(txn.next_free_at_ms().unwrap_or(now.saturating_add(head.ttl_ms)));
+                        return false;
+                    }
+                    // The key changed kind under the waiter, or the
+                    // semaphore's size.
+                    Grant::WrongKind { found } => {
+                        Err(errors::wrong_kind(found.name(), head.want.kind.name()))
+                    }
+                    Grant::LimitMismatch { limit } => Err(errors::limit_mismatch(limit, head.want.limit)),
+                    Grant::ModeMismatch { held } => Err(errors::mode_mismatch(held)),
+                    Grant::TooManyHolds => Err(errors::too_many_holds(crate::core::kind::HOLDS_MAX)),
+                };
+                outcomes.push(outcome);
+                true
+            })
+        });
+    });
+    // Their timeouts no longer apply.
+    drop_timeouts(taken.iter().filter_map(|w| w.timeout_at_ms.map(|at| (at, w.handle))));
+    let stored = match result {
+        Ok((_, written)) => {
+            if written.found_expired {
+                // Found expired by the deadline timer (the usual hand-off on
+                // expiry).
+                stats::EXPIRIES.bump();
+            }
+            true
+        }
+        Err(Failure::NotALock) => {
+            // The key now holds something that is not a lock (overwritten by
+            // SET or another type): nobody can be granted it.
+            fail_all(call, &key_id, &errors::not_a_lock());
+            return false;
+        }
+        Err(Failure::WriteFailed) => false,
+    };
+    let mut any_served = false;
+    for (waiter, outcome) in taken.iter().zip(outcomes) {
+        let result = match outcome {
+            Ok(fence) if stored => {
                 stats::GRANTS.bump();
                 stats::WAITS_SERVED.bump();
-                self.served = true;
-                WaitResult::Granted(commands::clamp(fence))
-            } else {
+                any_served = true;
+                WaitResult::Granted(fencing::to_reply(fence))
+            }
+            Ok(_) => {
                 stats::WAITS_FAILED.bump();
                 WaitResult::Failed(errors::write_failed())
-            };
-            ffi::unblock(handle, result);
-        }
+            }
+            Err(line) => {
+                stats::WAITS_FAILED.bump();
+                WaitResult::Failed(line)
+            }
+        };
+        ffi::unblock(waiter.handle, result);
     }
+    match retry_at {
+        Some(at) => arm(call, &key_id, at),
+        None => disarm(call, &key_id),
+    }
+    any_served
+}
+
+/// Registers a waiter's timeout; the timeout timer fires no later than it.
+fn add_timeout(call: &Call<'_>, at_ms: i64, handle: WaiterHandle) {
+    let rearm = with_timeouts(|t| {
+        t.due.insert((at_ms, handle));
+        match t.timer {
+            Some((_, due)) if due <= at_ms => None,
+            other => Some(other.map(|(id, _)| id)),
+        }
+    });
+    if let Some(old) = rearm {
+        if let Some(id) = old {
+            call.stop_timeout_timer(id);
+        }
+        let id = call.start_timeout_timer(at_ms.saturating_sub(clock::now_ms()).saturating_add(1));
+        with_timeouts(|t| t.timer = Some((id, at_ms)));
+    }
+}
+
+/// Forgets the timeouts of waiters that left their queue otherwise. The
+/// timer stays armed: when it fires it finds nothing due and moves on to the
+/// next timeout (cheaper than re-arming on every hand-off).
+fn drop_timeouts(entries: impl Iterator<Item = (i64, WaiterHandle)>) {
+    with_timeouts(|t| {
+        for entry in entries {
+            t.due.remove(&entry);
+        }
+    });
 }
 
 /// Answers every waiter of a key with an error and forgets the key.
 fn fail_all(call: &Call<'_>, key_id: &KeyId, line: &str) {
-    for w in with_queues(|q| q.drain(key_id)) {
-        if let Some(id) = w.timer {
-            call.stop_waiter_timer(id);
-        }
+    let waiters = with_queues(|q| q.drain(key_id));
+    drop_timeouts(waiters.iter().filter_map(|w| w.timeout_at_ms.map(|at| (at, w.handle))));
+    for w in waiters {
         stats::WAITS_FAILED.bump();
         ffi::unblock(w.handle, WaitResult::Failed(line.to_owned()));
     }
@@ -268,44 +308,75 @@ fn disarm(call: &Call<'_>, key: &KeyId) {
     }
 }
 
-/// A hand-off timer fired (it is gone now): settle the key.
-pub fn on_timer(call: &Call<'_>, key: &KeyId) {
-    with_timers(|t| t.remove(key));
+/// A hand-off timer fired, or a post-notification job ran: settle the key.
+pub fn on_key_timer(call: &Call<'_>, key: &KeyId) {
+    // The timer that fired is gone; a job leaves the armed timer in place.
+    with_timers(|t| {
+        if t.get(key).is_some_and(|&(_, due)| due <= clock::now_ms()) {
+            t.remove(key);
+        }
+    });
     if let Some(mut open) = call.open_key(true) {
         let _ = settle(call, &mut open);
     }
 }
 
-/// A key with waiters was deleted, overwritten, expired or evicted.
-pub fn on_key_changed(call: &Call<'_>, key: KeyId) {
-    if queued(&key) > 0 {
-        arm(call, &key, i64::MIN);
+/// A keyspace event on a key (inside the notification: no writes here).
+pub fn on_key_changed(call: &Call<'_>) {
+    if !any_waiters() {
+        return;
+    }
+    let key = call.key_id();
+    if queued(&key) == 0 {
+        return;
+    }
+    if let Some(id) = call.after_notification(key.clone()) {
+        // A 0 ms timer (Redis 7.0): it replaces any later one.
+        let old = with_timers(|t| t.insert(key, (id, i64::MIN)));
+        if let Some((old_id, _)) = old {
+            call.stop_timer(old_id);
+        }
     }
 }
 
 /// FLUSHDB (`db`) or FLUSHALL (`db` = -1) ended, or `db` was swapped with
 /// another: every key with waiters there may have changed.
-pub fn on_flush(call: &Call<'_>, db: i32) {
+pub fn on_db_changed(call: &Call<'_>, db: i32) {
+    if !any_waiters() {
+        return;
+    }
     for key in with_queues(|q| q.keys_in(db)) {
         arm(call, &key, i64::MIN);
     }
 }
 
-/// A waiter's timeout timer fired (it is gone now): answer nil.
-pub fn on_wait_timeout(call: &Call<'_>, handle: WaiterHandle) {
-    if let Some((key, _)) = with_queues(|q| q.remove(handle)) {
-        stats::WAITS_TIMED_OUT.bump();
-        ffi::unblock(handle, WaitResult::TimedOut);
-        forget_if_idle(call, &key);
+/// The timeout timer fired (it is gone now): every waiter whose timeout
+/// passed gets nil and leaves its queue; the timer is armed for the next.
+pub fn on_wait_timeout(call: &Call<'_>) {
+    let now = clock::now_ms();
+    let (due, next) = with_timeouts(|t| {
+        t.timer = None;
+        let later = t.due.split_off(&(now.saturating_add(1), 0));
+        let due = std::mem::replace(&mut t.due, later);
+        (due, t.due.first().map(|&(at, _)| at))
+    });
+    for (_, handle) in due {
+        if let Some((key, _)) = with_queues(|q| q.remove(handle)) {
+            stats::WAITS_TIMED_OUT.bump();
+            ffi::unblock(handle, WaitResult::TimedOut);
+            forget_if_idle(call, &key);
+        }
+    }
+    if let Some(at) = next {
+        let id = call.start_timeout_timer(at.saturating_sub(now).saturating_add(1));
+        with_timeouts(|t| t.timer = Some((id, at)));
     }
 }
 
 /// `CLIENT UNBLOCK` of a waiter (Redis answers it nil): it leaves its queue.
 pub fn on_client_unblock(call: &Call<'_>, handle: WaiterHandle) {
     if let Some((key, waiter)) = with_queues(|q| q.remove(handle)) {
-        if let Some(id) = waiter.timer {
-            call.stop_waiter_timer(id);
-        }
+        drop_timeouts(waiter.timeout_at_ms.map(|at| (at, handle)).into_iter());
         stats::WAITS_TIMED_OUT.bump();
         forget_if_idle(call, &key);
     }
@@ -315,9 +386,7 @@ pub fn on_client_unblock(call: &Call<'_>, handle: WaiterHandle) {
 pub fn on_disconnect(call: &Call<'_>, handle: WaiterHandle) -> bool {
     match with_queues(|q| q.remove(handle)) {
         Some((key, waiter)) => {
-            if let Some(id) = waiter.timer {
-                call.stop_waiter_timer(id);
-            }
+            drop_timeouts(waiter.timeout_at_ms.map(|at| (at, handle)).into_iter());
             stats::WAITS_ABANDONED.bump();
             forget_if_idle(call, &key);
             true

@@ -1,14 +1,19 @@
 //! `lock`: a Redis module for distributed locks.
 //!
-//! Where things live:
-//! - `core/`: the pure lock logic (state machine, stored form, fencing
-//!   counter, argument parsing). No Redis import; unit- and property-tested.
-//! - `commands.rs`: one thin handler per command: parse, read key, run a
-//!   `core` transition, store + replicate + reply.
-//! - `ffi.rs`: every `unsafe` call into the Redis module API.
-//! - `clock.rs`: the module clock (wall time at load + monotonic time since).
-//! - `config.rs`, `stats.rs`, `errors.rs`: settings, INFO counters, replies.
-//! - this file: registration only.
+//! Where things live, each layer importing only the ones below it:
+//! - `commands.rs`: one thin handler per command: parse, run one `core`
+//!   transition through `keystate`, reply; `handoff.rs`: WAIT queues and
+//!   the hand-off of a freed lock to its waiters;
+//! - `keystate.rs`: read a lock key, run a transaction, store + replicate;
+//! - `node.rs`: node-wide state (fencing counter, quarantine);
+//! - `ffi/`: every `unsafe` call into the Redis module API (a leaf: the
+//!   callbacks it needs are handed to it here, in `init`);
+//! - `core/`: the pure lock logic (state machine, stored forms, fencing
+//!   counter, queues, argument parsing). No Redis import; unit- and
+//!   property-tested;
+//! - `clock.rs`, `config.rs`, `stats.rs`, `errors.rs`: the module clock,
+//!   settings, INFO counters, error replies;
+//! - this file: registration and wiring only.
 #![cfg_attr(
     not(test),
     deny(
@@ -28,6 +33,7 @@ pub mod core;
 pub mod errors;
 pub mod ffi;
 pub mod handoff;
+pub mod keystate;
 pub mod node;
 pub mod stats;
 
@@ -210,15 +216,16 @@ mod module {
             ("clock_jump_tolerance_ms", Signed(config::CLOCK_JUMP_TOLERANCE_MS.get())),
             ("max_waiters", Signed(config::MAX_WAITERS.get())),
             ("expiry_delay_ms", Signed(config::EXPIRY_DELAY_MS.get())),
+            ("max_renew_keys", Signed(config::MAX_RENEW_KEYS.get())),
             ("quarantine_ms", Signed(config::QUARANTINE_MS.get())),
             ("failover_quarantine", Unsigned(u64::from(config::FAILOVER_QUARANTINE.load(Ordering::Relaxed)))),
+            ("publish_freed", Unsigned(u64::from(config::PUBLISH_FREED.load(Ordering::Relaxed)))),
             ("wall_clock_offset_ms", Signed(crate::clock::wall_offset_ms())),
         ]
     }
 
-    /// Quarantines the node unless its persistence proves that no
-    /// acknowledged grant can have been lost (appendonly + appendfsync always).
-    fn start_up_quarantine(ctx: &Context) {
+    /// The persistence settings that decide the start-up quarantine.
+    fn persistence(ctx: &Context) -> (bool, String) {
         let setting = |name: &str| -> String {
             match ctx.call("CONFIG", &["GET", name][..]) {
                 Ok(redis_module::RedisValue::Array(items)) => match items.get(1) {
@@ -230,12 +237,20 @@ mod module {
                 _ => String::new(),
             }
         };
-        let appendonly = setting("appendonly").eq_ignore_ascii_case("yes");
-        let appendfsync = setting("appendfsync");
-        if crate::core::quarantine::needed_at_start(appendonly, &appendfsync) {
-            crate::node::start_quarantine(crate::core::quarantine::Reason::Startup);
-        } else {
-            ctx.log_notice("lock: appendonly yes + appendfsync always: no start-up quarantine needed");
+        (setting("appendonly").eq_ignore_ascii_case("yes"), setting("appendfsync"))
+    }
+
+    /// Where Redis calls the module back: the upper layers, handed to the
+    /// FFI so that it never imports them.
+    fn handlers() -> ffi::Handlers {
+        ffi::Handlers {
+            key_changed: crate::handoff::on_key_changed,
+            db_changed: crate::handoff::on_db_changed,
+            promoted: crate::node::on_promoted,
+            key_timer: crate::handoff::on_key_timer,
+            wait_timeout: crate::handoff::on_wait_timeout,
+            client_unblocked: crate::handoff::on_client_unblock,
+            disconnected: crate::handoff::on_disconnect,
         }
     }
 
@@ -256,8 +271,12 @@ mod module {
                 return Status::Err;
             }
         }
-        start_up_quarantine(ctx);
-        if let Err(e) = ffi::subscribe_events(ctx.ctx) {
+        let (appendonly, appendfsync) = persistence(ctx);
+        if !crate::node::quarantine_at_start(appendonly, &appendfsync) {
+            ctx.log_notice("lock: appendonly yes + appendfsync always: no start-up quarantine needed");
+        }
+        ffi::set_handlers(handlers());
+        if let Err(e) = ffi::subscribe_server_events(ctx.ctx) {
             ctx.log_warning(&format!("lock: {e}"));
             return Status::Err;
         }
@@ -286,10 +305,12 @@ mod module {
                 [config::MAX_WAITERS.name(), &config::MAX_WAITERS, config::MAX_WAITERS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::QUARANTINE_MS.name(), &config::QUARANTINE_MS, config::QUARANTINE_MS.default, i64::MIN, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::EXPIRY_DELAY_MS.name(), &config::EXPIRY_DELAY_MS, config::EXPIRY_DELAY_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+                [config::MAX_RENEW_KEYS.name(), &config::MAX_RENEW_KEYS, config::MAX_RENEW_KEYS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
             bool: [
                 ["failover-quarantine", &config::FAILOVER_QUARANTINE, true, ConfigurationFlags::DEFAULT, None],
+                ["publish-freed", &config::PUBLISH_FREED, true, ConfigurationFlags::DEFAULT, None],
             ],
             enum: [],
             module_args_as_configuration: true,

@@ -71,6 +71,17 @@ pub fn quarantine() -> Option<(Reason, i64)> {
     }
 }
 
+/// At module load: quarantines the node unless its persistence proves that
+/// no acknowledged grant can have been lost (`appendonly yes` with
+/// `appendfsync always`). Returns whether it did.
+pub fn quarantine_at_start(appendonly: bool, appendfsync: &str) -> bool {
+    let needed = quarantine::needed_at_start(appendonly, appendfsync);
+    if needed {
+        start_quarantine(Reason::Startup);
+    }
+    needed
+}
+
 /// This node was a replica and is now a master: asynchronous replication may
 /// have lost grants its old master acknowledged.
 pub fn on_promoted() {

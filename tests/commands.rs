@@ -270,6 +270,15 @@ fn check_answers_whether_a_token_is_the_current_grant() {
 fn renew_extends_many_locks_of_one_owner() {
     let s = Server::start();
     let mut c = s.conn();
+    // 100 keys per call by default; up to 1000 when configured.
+    let limit: Vec<String> = cmd("CONFIG").arg("GET").arg("lock.max-renew-keys").query(&mut c).unwrap();
+    assert_eq!(limit, ["lock.max-renew-keys", "100"]);
+    let hundred_and_one: Vec<String> = (0..101).map(|i| format!("job:{i}")).collect();
+    let e = err_text(cmd("LOCK.RENEW").arg("watchdog").arg(100).arg(&hundred_and_one).query(&mut c));
+    assert!(e.contains("101 keys, more than the limit of 100"), "{e}");
+    let _: () = cmd("CONFIG").arg("SET").arg("lock.max-renew-keys").arg(1000).query(&mut c).unwrap();
+    let e = err_text(cmd("CONFIG").arg("SET").arg("lock.max-renew-keys").arg(1001).query(&mut c));
+    assert!(e.contains("lock.max-renew-keys must be between 1 and 1000"), "{e}");
     let keys: Vec<String> = (0..1000).map(|i| format!("job:{i}")).collect();
     let mut pipe = redis::pipe();
     for k in &keys {

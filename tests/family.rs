@@ -39,8 +39,19 @@ fn int(c: &mut Connection, words: &[&str]) -> i64 {
     command.query(c).unwrap()
 }
 
+/// The key's stored bytes, whatever its form: the string of a plain or
+/// reentrant lock, or every field of a shared lock's or semaphore's hash.
 fn raw(c: &mut Connection, key: &str) -> Option<String> {
-    cmd("GET").arg(key).query(c).unwrap()
+    let kind: String = cmd("TYPE").arg(key).query(c).unwrap();
+    match kind.as_str() {
+        "none" => None,
+        "hash" => {
+            let mut fields: Vec<(String, String)> = cmd("HGETALL").arg(key).query(c).unwrap();
+            fields.sort();
+            Some(fields.iter().map(|(f, v)| format!("{f}={v}")).collect::<Vec<_>>().join(" "))
+        }
+        _ => cmd("GET").arg(key).query(c).unwrap(),
+    }
 }
 
 /// The holders listed by LOCK.INFO: (holder, mode, fence).
@@ -501,12 +512,13 @@ fn a_run_of_readers_is_handed_off_in_one_replicated_write() {
     wait_until(Duration::from_secs(5), "8 readers queued", || info_stat(&mut m, "waiters") == 8);
     let acked: i64 = cmd("WAIT").arg(1).arg(2_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
-    let sets_before = calls_of(&mut r, "set");
+    let writes_before = (calls_of(&mut r, "set"), calls_of(&mut r, "hset"));
     assert_eq!(int(&mut m, &["LOCK.RELEASE", "rw", "w"]), 1);
     let mut tokens: Vec<i64> = readers.into_iter().map(|h| h.join().unwrap()).collect();
     let acked: i64 = cmd("WAIT").arg(1).arg(2_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
-    assert_eq!(calls_of(&mut r, "set") - sets_before, 1, "one SET for the 8 readers");
+    let writes = (calls_of(&mut r, "set") - writes_before.0, calls_of(&mut r, "hset") - writes_before.1);
+    assert_eq!(writes, (0, 1), "one HSET (of the 8 readers' fields) for the 8 readers");
     let on_replica = holders(&mut r, "rw");
     assert_eq!(on_replica, holders(&mut m, "rw"));
     assert_eq!(on_replica.len(), 8);
@@ -571,4 +583,28 @@ fn random_readers_and_writers_never_overlap_a_writer() {
         windows.iter().filter(|w| !w.0).filter(|&&(_, f2, t2)| f2 < t && f < t2).count() > 1
     });
     assert!(readers_together, "readers should have shared the lock at least once");
+}
+
+#[test]
+fn two_holders_fenced_to_one_token_stay_a_readable_lock() {
+    // Two nodes can issue the same number; the quorum client then raises two
+    // readers (or permit holders) of one node to the same token.
+    let s = Server::start();
+    let mut c = s.conn();
+    token_of(permit(&mut c, "sem", "a", 2, 10_000));
+    let b = token_of(permit(&mut c, "sem", "b", 2, 10_000));
+    let floor = (b + 1_000_000).to_string();
+    assert_eq!(int(&mut c, &["LOCK.FENCE", "sem", "a", &floor]), 1);
+    assert_eq!(int(&mut c, &["LOCK.FENCE", "sem", "b", &floor]), 1, "b holds: the counter is raised");
+    let listed = holders(&mut c, "sem");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(
+        listed.iter().filter(|h| h.2.to_string() == floor).count(),
+        1,
+        "tokens stay unique: {listed:?}"
+    );
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "sem", &floor]), 1);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "sem", "b"]), 1);
+    assert_eq!(int(&mut c, &["LOCK.CHECK", "sem", &floor]), 1, "a still holds it");
+    assert!(token_of(permit(&mut c, "sem", "c", 2, 10_000)) > floor.parse().unwrap());
 }

@@ -205,19 +205,36 @@ fn a_held_lock_costs_about_as_much_as_set_nx_px() {
     eprintln!(
         "after renewal + 10 extensions: {rewritten_cost} bytes; reentrant lock with 5 holds: {reentrant_cost} bytes"
     );
+    for (what, cost) in [("renewed and extended", rewritten_cost), ("reentrant", reentrant_cost)] {
+        assert!(cost <= set_cost + OVERHEAD_MAX, "{what} lock costs {cost} bytes, SET NX PX {set_cost}");
+    }
+
+    // Shared locks and semaphores are a hash with a header and two fields per
+    // holder (its record, and its token for LOCK.CHECK): dearer for one
+    // holder, then a bounded cost per holder.
     let _: i64 = cmd("LOCK.SHARED").arg("share:lock").arg(TOKEN).arg(30_000).query(&mut c).unwrap();
     let shared_cost = memory_usage(&mut c, "share:lock");
     let _: i64 = cmd("LOCK.SEMAPHORE").arg("semap:lock").arg(TOKEN).arg(3).arg(30_000).query(&mut c).unwrap();
     let permit_cost = memory_usage(&mut c, "semap:lock");
-    eprintln!(
-        "read lock with one reader: {shared_cost} bytes; semaphore with one permit held: {permit_cost} bytes"
-    );
-    for (what, cost) in [
-        ("renewed and extended", rewritten_cost),
-        ("reentrant", reentrant_cost),
-        ("read", shared_cost),
-        ("semaphore", permit_cost),
-    ] {
-        assert!(cost <= set_cost + OVERHEAD_MAX, "{what} lock costs {cost} bytes, SET NX PX {set_cost}");
+    for i in 1..100 {
+        let reader = format!("{TOKEN}-{i:03}");
+        let _: i64 = cmd("LOCK.SHARED").arg("share:lock").arg(reader).arg(30_000).query(&mut c).unwrap();
     }
+    let hundred_cost = memory_usage(&mut c, "share:lock");
+    let per_holder = (hundred_cost - shared_cost) / 99;
+    eprintln!(
+        "read lock with one reader: {shared_cost} bytes; semaphore with one permit held: {permit_cost} bytes; \
+         100 readers: {hundred_cost} bytes ({per_holder} bytes per further reader with a {}-byte token)",
+        TOKEN.len() + 4
+    );
+    for (what, cost) in [("read", shared_cost), ("semaphore", permit_cost)] {
+        assert!(
+            cost <= set_cost * 5 / 2,
+            "a one-holder {what} lock costs {cost} bytes, SET NX PX {set_cost}"
+        );
+    }
+    // The owner is stored twice (its record's field name, and its token's
+    // index entry) in a hash table (from 5 holders on: see
+    // codec::LISTPACK_HOLDERS_MAX), plus two table entries and the record.
+    assert!(per_holder <= 2 * (TOKEN.len() as i64 + 4) + 200, "{per_holder} bytes per reader");
 }

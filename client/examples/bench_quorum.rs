@@ -1,27 +1,37 @@
-//! Uncontended acquire + release cycles over the first N of the given
-//! nodes, for the side-by-side benchmark against node-redlock and pottery
-//! (`scripts/bench-client`; the peers' drivers are in
+//! Acquire + release cycles of the quorum client over the first N of the
+//! given nodes, for the side-by-side benchmark against node-redlock and
+//! pottery (`scripts/bench-client`; the peers' drivers are in
 //! `scripts/bench-peers/`). Prints one JSON object, in the same shape as
 //! the peers' drivers:
 //!
 //! ```sh
 //! cargo run --release -p redlock-client --example bench_quorum -- \
-//!     --ports 7000,7001,7002,7003,7004 --n 5 --iterations 3000 --warmup 300
+//!     --ports 7000,7001,7002,7003,7004 --n 5 --iterations 3000 --warmup 300 [--fenced] \
+//!     [--tasks 64 [--shared 4]]
 //! ```
 //!
-//! One cycle is `try_acquire` (the LOCK.ACQUIRE round and the LOCK.FENCE
-//! round, each on all N nodes in parallel, each returning at its majority)
-//! and then `release` (LOCK.RELEASE on all N, returning at its majority). The acquire latency is `try_acquire` alone; ops/s counts
-//! whole cycles over the wall time of the measured cycles. Resources are
-//! `PREFIX:0` .. `PREFIX:15` in turn, so no cycle waits for another's
-//! release. One task, tokio current-thread runtime (as node is one thread).
+//! One cycle is an acquire (the grant round on all N nodes in parallel,
+//! returning at its majority; with `--fenced` also the fencing round, as a
+//! caller that reads the fencing token pays it) and then the guard's
+//! release (LOCK.RELEASE on all N, returning at its majority). The acquire
+//! latency is the acquire alone (with `--shared`: from the first attempt to
+//! the grant, retries included); cycles/s counts whole cycles over the wall
+//! time of the measured cycles.
+//!
+//! `--tasks T` runs T tasks at once on ONE `Redlock` (one connection per
+//! node, shared), each doing `iterations / T` cycles. Without `--shared`
+//! every task has its own 4 resources (never contended); with `--shared K`
+//! task i uses resource `i % K`, so T/K tasks contend for each, retrying
+//! after a random delay in `--retry-min-ms ..= --retry-max-ms` (the same
+//! delays the node-redlock driver uses). tokio current-thread runtime (as
+//! node is one thread).
 
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use redlock_client::{Config, Redlock};
+use redlock_client::{Config, Mode, Redlock, RetryPolicy};
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(about = "Acquire+release cycles of the quorum client; prints JSON")]
 struct Args {
     /// Comma-separated loopback ports of the masters.
@@ -30,10 +40,10 @@ struct Args {
     /// Use the first N ports.
     #[arg(long)]
     n: usize,
-    /// Measured cycles.
+    /// Measured cycles (over all tasks).
     #[arg(long, default_value_t = 2000)]
     iterations: usize,
-    /// Cycles run first and not measured (connections, caches).
+    /// Cycles run first and not measured (connections, caches), over all tasks.
     #[arg(long, default_value_t = 200)]
     warmup: usize,
     /// Lock TTL in ms.
@@ -52,6 +62,20 @@ struct Args {
     /// Per-command timeout in ms (the client's default is 250).
     #[arg(long, default_value_t = 250)]
     command_timeout_ms: u64,
+    /// Read the fencing token after each acquire (runs the fencing round).
+    #[arg(long)]
+    fenced: bool,
+    /// Tasks running cycles at once on one client.
+    #[arg(long, default_value_t = 1)]
+    tasks: usize,
+    /// Contended: the tasks share this many resources (0: each task has its own).
+    #[arg(long, default_value_t = 0)]
+    shared: usize,
+    /// Retry delay bounds when contended, in ms.
+    #[arg(long, default_value_t = 2)]
+    retry_min_ms: u64,
+    #[arg(long, default_value_t = 10)]
+    retry_max_ms: u64,
 }
 
 fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
@@ -70,6 +94,87 @@ fn json_num(x: f64) -> String {
     }
 }
 
+#[derive(Default)]
+struct Samples {
+    acquire: Vec<Duration>,
+    release: Vec<Duration>,
+    failures: usize,
+}
+
+/// One task's cycles: `cycles` acquire + release on `resources` in turn,
+/// stopping at `stop`. Not measured when `samples` is false.
+async fn cycles(
+    redlock: Redlock,
+    args: Args,
+    resources: Vec<String>,
+    cycles: usize,
+    stop: Instant,
+) -> Samples {
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let policy = if args.shared > 0 {
+        RetryPolicy::within(Duration::from_secs(30))
+            .with_delays(Duration::from_millis(args.retry_min_ms), Duration::from_millis(args.retry_max_ms))
+    } else {
+        RetryPolicy::attempts(1)
+    };
+    let mut out = Samples::default();
+    for i in 0..cycles {
+        if Instant::now() > stop {
+            break;
+        }
+        let resource = &resources[i % resources.len()];
+        let t0 = Instant::now();
+        let guard = match redlock.acquire(resource, Mode::Exclusive, ttl, &policy).await {
+            Ok(guard) => guard,
+            Err(e) => {
+                out.failures += 1;
+                eprintln!("bench_quorum: acquire {resource}: {e}");
+                continue;
+            }
+        };
+        if args.fenced {
+            if let Err(e) = guard.fencing_token().await {
+                out.failures += 1;
+                eprintln!("bench_quorum: fencing {resource}: {e}");
+            }
+        }
+        let t1 = Instant::now();
+        out.acquire.push(t1 - t0);
+        if let Err(e) = guard.release().await {
+            out.failures += 1;
+            eprintln!("bench_quorum: release {resource}: {e}");
+        }
+        out.release.push(t1.elapsed());
+    }
+    out
+}
+
+/// Runs `total` cycles split over the tasks; returns the samples and the
+/// wall time.
+async fn run(redlock: &Redlock, args: &Args, total: usize, max: Duration) -> (Samples, f64) {
+    let tasks = args.tasks.max(1);
+    let started = Instant::now();
+    let stop = started + max;
+    let mut handles = Vec::with_capacity(tasks);
+    for t in 0..tasks {
+        let resources: Vec<String> = if args.shared > 0 {
+            vec![format!("{}:shared:{}", args.prefix, t % args.shared)]
+        } else {
+            (0..4).map(|i| format!("{}:{t}:{i}", args.prefix)).collect()
+        };
+        let n = total / tasks + usize::from(t < total % tasks);
+        handles.push(tokio::spawn(cycles(redlock.clone(), args.clone(), resources, n, stop)));
+    }
+    let mut all = Samples::default();
+    for handle in handles {
+        let s = handle.await.expect("bench task");
+        all.acquire.extend(s.acquire);
+        all.release.extend(s.release);
+        all.failures += s.failures;
+    }
+    (all, started.elapsed().as_secs_f64())
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
@@ -80,61 +185,36 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let config =
         Config { command_timeout: Duration::from_millis(args.command_timeout_ms), ..Config::default() };
     let redlock = Redlock::connect(&nodes, config).await?;
-    let ttl = Duration::from_millis(args.ttl_ms);
-    let resources: Vec<String> = (0..16).map(|i| format!("{}:{i}", args.prefix)).collect();
 
-    for i in 0..args.warmup {
-        let guard = redlock.try_acquire(&resources[i % resources.len()], ttl).await?;
-        guard.release().await?;
+    let (warm, _) = run(&redlock, &args, args.warmup, Duration::from_secs(30)).await;
+    if warm.failures > 0 {
+        eprintln!("bench_quorum: {} failures in the warm-up", warm.failures);
     }
-
-    let deadline = Duration::from_secs_f64(args.max_seconds);
-    let mut acquire = Vec::with_capacity(args.iterations);
-    let mut release = Vec::with_capacity(args.iterations);
-    let mut failures = 0usize;
-    let started = Instant::now();
-    for i in 0..args.iterations {
-        if started.elapsed() > deadline {
-            break;
-        }
-        let resource = &resources[i % resources.len()];
-        let t0 = Instant::now();
-        let guard = match redlock.try_acquire(resource, ttl).await {
-            Ok(guard) => guard,
-            Err(e) => {
-                failures += 1;
-                eprintln!("bench_quorum: acquire {resource}: {e}");
-                continue;
-            }
-        };
-        let t1 = Instant::now();
-        acquire.push(t1 - t0);
-        if let Err(e) = guard.release().await {
-            failures += 1;
-            eprintln!("bench_quorum: release {resource}: {e}");
-        }
-        release.push(t1.elapsed());
-    }
-    let wall = started.elapsed().as_secs_f64();
+    let (mut samples, wall) =
+        run(&redlock, &args, args.iterations, Duration::from_secs_f64(args.max_seconds)).await;
     // Rounds return at their majority; let the slower nodes' calls (the
     // last releases) end before the process does (not measured).
     redlock.settle().await;
-    acquire.sort();
-    release.sort();
-    let done = acquire.len();
+    samples.acquire.sort();
+    samples.release.sort();
+    let done = samples.acquire.len();
     println!(
-        "{{\"client\":\"redlock-client\",\"label\":{:?},\"n\":{},\"iterations\":{},\"completed\":{},\"failures\":{},\
-         \"seconds\":{},\"ops_per_s\":{},\"acquire_p50_ms\":{},\"acquire_p99_ms\":{},\"release_p50_ms\":{}}}",
+        "{{\"client\":\"redlock-client\",\"label\":{:?},\"n\":{},\"tasks\":{},\"shared\":{},\"fenced\":{},\
+         \"iterations\":{},\"completed\":{},\"failures\":{},\"seconds\":{},\"ops_per_s\":{},\
+         \"acquire_p50_ms\":{},\"acquire_p99_ms\":{},\"release_p50_ms\":{}}}",
         args.label,
         args.n,
+        args.tasks,
+        args.shared,
+        args.fenced,
         args.iterations,
         done,
-        failures,
+        samples.failures,
         json_num(wall),
         json_num(done as f64 / wall),
-        json_num(percentile_ms(&acquire, 0.5)),
-        json_num(percentile_ms(&acquire, 0.99)),
-        json_num(percentile_ms(&release, 0.5)),
+        json_num(percentile_ms(&samples.acquire, 0.5)),
+        json_num(percentile_ms(&samples.acquire, 0.99)),
+        json_num(percentile_ms(&samples.release, 0.5)),
     );
     Ok(())
 }

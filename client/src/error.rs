@@ -13,7 +13,8 @@ use crate::quorum::Tally;
 pub enum Phase {
     /// `LOCK.ACQUIRE` on all nodes.
     Acquire,
-    /// `LOCK.FENCE` on all nodes, after a majority granted.
+    /// `LOCK.FENCE` on all nodes: the fencing round, run when the fencing
+    /// token is asked for (at once for a reentrant enter).
     Fence,
     /// `LOCK.EXTEND` on all nodes (by hand or by the watchdog).
     Extend,

@@ -1,17 +1,24 @@
-//! A held lock: its token, fencing token and validity, explicit extend and
-//! release, release on drop, and the watchdog that renews it and says at
-//! once when it is lost.
+//! A held lock: its token, its fencing token (asked for lazily), validity,
+//! explicit extend and release, release on drop, and the watchdog that
+//! renews it and says at once when it is lost.
+//!
+//! Time is tokio's clock (`tokio::time::Instant`, `sleep_until`): the
+//! lease, the deadline that [`Guard::lost`] waits for, and the watchdog's
+//! schedule. The part that decides when (the [`Lifetime`] of a lease and
+//! [`run_watchdog`]) does no I/O itself, so the tests below run it on
+//! tokio's paused clock with a fake renewal and assert exact instants.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tokio::sync::{watch, Mutex};
+use tokio::sync::{watch, Mutex, OnceCell};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::error::{Error, Lost, Result};
-use crate::quorum::{self, Mode, Tally};
-use crate::redlock::{Lease, Redlock};
+use crate::quorum::{self, Answer, Mode, Tally};
+use crate::redlock::{Granted, Lease, Redlock};
 
 /// Bounds of the automatic renewal: it stops after `renewals_max` renewals
 /// or once `duration_max` has passed since it started, whichever comes
@@ -44,13 +51,152 @@ pub enum Renewal {
 /// [`Guard::subscribe`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Status {
-    /// Held until `deadline` (on this process's monotonic clock), unless
-    /// renewed.
+    /// Held until `deadline` (on tokio's clock, this process's monotonic
+    /// clock), unless renewed.
     Held { deadline: Instant, renewal: Renewal },
     /// Lost: do not touch the protected resource any more.
     Lost(Lost),
     /// Released by [`Guard::release`] or on drop.
     Released,
+}
+
+/// The lease of a held lock and its status, with no I/O: what the guard,
+/// the watchdog and [`Guard::lost`] share.
+pub(crate) struct Lifetime {
+    lease: StdMutex<Lease>,
+    status: watch::Sender<Status>,
+}
+
+impl Lifetime {
+    pub(crate) fn new(lease: Lease) -> Lifetime {
+        let (status, _) = watch::channel(Status::Held { deadline: lease.deadline, renewal: Renewal::Off });
+        Lifetime { lease: StdMutex::new(lease), status }
+    }
+
+    pub(crate) fn lease(&self) -> Lease {
+        // Nothing panics while it is held; a poisoned value is still whole.
+        *self.lease.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn status(&self) -> Status {
+        self.status.borrow().clone()
+    }
+
+    /// A renewal (or extension) succeeded: held until the new deadline.
+    pub(crate) fn renewed(&self, lease: Lease) {
+        *self.lease.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = lease;
+        self.status.send_if_modified(|status| match status {
+            Status::Held { deadline, .. } => {
+                *deadline = lease.deadline;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    /// Marks a held lock lost (a lost or released one stays as it is).
+    pub(crate) fn mark_lost(&self, reason: Lost) {
+        self.status.send_if_modified(|status| match status {
+            Status::Held { .. } => {
+                *status = Status::Lost(reason);
+                true
+            }
+            _ => false,
+        });
+    }
+
+    fn set_renewal(&self, to: Renewal) {
+        self.status.send_if_modified(|status| match status {
+            Status::Held { renewal, .. } => {
+                *renewal = to;
+                true
+            }
+            _ => false,
+        });
+    }
+
+    fn released(&self) {
+        self.status.send_replace(Status::Released);
+    }
+
+    /// `Ok` while held within the validity; once the deadline has passed
+    /// the lock is marked lost, and that is the error.
+    fn check_held(&self, resource: &str) -> Result<()> {
+        let lost = |reason: Lost| Error::Lost { resource: resource.to_string(), reason };
+        match self.status() {
+            Status::Lost(reason) => Err(lost(reason)),
+            Status::Released => Err(Error::InvalidArgument("the lock was released".into())),
+            Status::Held { deadline, renewal } if Instant::now() >= deadline => {
+                let reason = expiry_reason(renewal);
+                self.mark_lost(reason.clone());
+                Err(lost(reason))
+            }
+            Status::Held { .. } => Ok(()),
+        }
+    }
+
+    /// Completes when the lock is lost (see [`Guard::lost`]).
+    fn lost(&self) -> impl Future<Output = Lost> + Send + 'static {
+        let mut rx = self.status.subscribe();
+        async move {
+            loop {
+                let status = rx.borrow_and_update().clone();
+                match status {
+                    Status::Lost(reason) => return reason,
+                    Status::Released => return std::future::pending().await,
+                    Status::Held { deadline, renewal } => {
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(deadline) => {
+                                if !rx.has_changed().unwrap_or(false) {
+                                    return expiry_reason(renewal);
+                                }
+                            }
+                            changed = rx.changed() => {
+                                if changed.is_err() {
+                                    return std::future::pending().await;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn expiry_reason(renewal: Renewal) -> Lost {
+    match renewal {
+        Renewal::Stopped { renewals } => Lost::WatchdogLimit { renewals },
+        Renewal::Off | Renewal::Running => Lost::Expired,
+    }
+}
+
+/// Renews the lease of `life` every ttl/3 (counted from the start of the
+/// last lease, on tokio's clock) by calling `renew` with the TTL, until a
+/// renewal fails (`renew` returns false; it has marked the lock lost, which
+/// wakes every [`Guard::lost`] future) or the bounds of `limits` are
+/// reached (then the renewal state says `Stopped`, and the loss is
+/// reported when the last validity ends).
+pub(crate) async fn run_watchdog<R, F>(life: &Lifetime, limits: Watchdog, mut renew: R)
+where
+    R: FnMut(Duration) -> F,
+    F: Future<Output = bool>,
+{
+    let started = Instant::now();
+    let mut renewals = 0u32;
+    loop {
+        let lease = life.lease();
+        let at = quorum::next_renewal(lease.start, lease.ttl);
+        if !quorum::renewal_allowed(renewals, limits.renewals_max, started, at, limits.duration_max) {
+            life.set_renewal(Renewal::Stopped { renewals });
+            return;
+        }
+        tokio::time::sleep_until(at).await;
+        if !renew(lease.ttl).await {
+            return;
+        }
+        renewals += 1;
+    }
 }
 
 pub(crate) struct Shared {
@@ -59,16 +205,33 @@ pub(crate) struct Shared {
     token: String,
     /// What was granted; its quorum is also the extensions' and release's.
     mode: Mode,
-    fencing_token: u64,
-    lease: StdMutex<Lease>,
-    status: watch::Sender<Status>,
+    /// The quorum token T: the highest token among the grants that decided
+    /// the grant round. Held with it once the fencing round confirmed it.
+    floor: u64,
+    /// The grant round's answers when it was decided, for the fencing round.
+    grants: Vec<Option<Answer>>,
+    /// T, once a fencing round confirmed it (run at most once at a time).
+    fenced: OnceCell<u64>,
+    life: Lifetime,
     /// Serializes extensions (by hand and by the watchdog) and the release.
     op: Mutex<()>,
 }
 
-/// A lock held on a majority. Dropping it releases the lock in the
+/// A lock held on a quorum of nodes. Dropping it releases the lock in the
 /// background (best effort; needs a Tokio runtime); call
 /// [`Guard::release`] to release it and learn the outcome.
+///
+/// # What a guard gives, with and without its fencing token
+///
+/// Every guard gives mutual exclusion within its validity: while it is
+/// held, no other exclusive holder (or writer, or permit beyond the
+/// count) holds the lock on a quorum. Each node's own tokens increase
+/// from one holder to the next on that node. What only
+/// [`Guard::fencing_token`] gives is one token for the whole quorum that
+/// is above every earlier fenced holder's: pass it to the protected
+/// resource, so that it refuses a holder that was paused past its
+/// validity and writes late. A guard that never asks for it has no such
+/// token, and its acquire cost one round trip instead of two.
 pub struct Guard {
     shared: Arc<Shared>,
     watchdog: Option<JoinHandle<()>>,
@@ -81,7 +244,8 @@ pub struct Guard {
 pub struct Detached {
     pub resource: String,
     pub token: String,
-    pub fencing_token: u64,
+    /// The quorum fencing token, if [`Guard::fencing_token`] was asked for.
+    pub fencing_token: Option<u64>,
     pub deadline: Instant,
 }
 
@@ -90,7 +254,7 @@ impl std::fmt::Debug for Guard {
         f.debug_struct("Guard")
             .field("resource", &self.shared.resource)
             .field("token", &self.shared.token)
-            .field("fencing_token", &self.shared.fencing_token)
+            .field("fencing_token", &self.shared.fenced.get())
             .field("status", &self.status())
             .finish()
     }
@@ -102,18 +266,17 @@ impl Guard {
         resource: String,
         token: String,
         mode: Mode,
-        fencing_token: u64,
-        lease: Lease,
+        granted: Granted,
     ) -> Guard {
-        let (status, _) = watch::channel(Status::Held { deadline: lease.deadline, renewal: Renewal::Off });
         let shared = Shared {
             redlock,
             resource,
             token,
             mode,
-            fencing_token,
-            lease: StdMutex::new(lease),
-            status,
+            floor: granted.floor,
+            grants: granted.grants,
+            fenced: OnceCell::new(),
+            life: Lifetime::new(granted.lease),
             op: Mutex::new(()),
         };
         Guard { shared: Arc::new(shared), watchdog: None, finished: false }
@@ -134,16 +297,28 @@ impl Guard {
         &self.shared.token
     }
 
-    /// The quorum's fencing token: strictly above every earlier holder's.
-    /// Pass it to the protected resource, which should refuse writes that
-    /// carry a lower one.
-    pub fn fencing_token(&self) -> u64 {
-        self.shared.fencing_token
+    /// The quorum's fencing token T: strictly above the token of every
+    /// fenced holder whose hold ended before this one began (two readers or
+    /// permit holders holding at once may share one, see
+    /// [`Redlock::try_acquire`]). Pass it to the protected resource, which
+    /// should refuse writes that carry a lower one.
+    ///
+    /// The first call runs the fencing round (`LOCK.FENCE key token T` on
+    /// the nodes that need it, returning at a majority of 1s); T counts
+    /// only when that majority answered within the validity. Later calls
+    /// (and calls while one is running) get the same T without a round.
+    /// Errors: [`Error::NoQuorum`] (phase `Fence`) when no majority
+    /// confirmed T: the guard is unchanged, and a later call tries again;
+    /// [`Error::Lost`] when the validity ran out first (the guard is then
+    /// lost).
+    pub async fn fencing_token(&self) -> Result<u64> {
+        let shared = &*self.shared;
+        shared.fenced.get_or_try_init(|| shared.fence()).await.copied()
     }
 
     /// The current lease (start of the last successful round, TTL, deadline).
     pub fn lease(&self) -> Lease {
-        self.shared.lease()
+        self.shared.life.lease()
     }
 
     /// Time left before the lock may be someone else's; zero once lost.
@@ -160,12 +335,12 @@ impl Guard {
     }
 
     pub fn status(&self) -> Status {
-        self.shared.status.borrow().clone()
+        self.shared.life.status()
     }
 
     /// Every change of status (renewed deadline, lost, released).
     pub fn subscribe(&self) -> watch::Receiver<Status> {
-        self.shared.status.subscribe()
+        self.shared.life.status.subscribe()
     }
 
     /// A future that completes when the lock is lost: a renewal failed on
@@ -173,36 +348,14 @@ impl Guard {
     /// at once if the lock is already lost, and never if the guard is
     /// released first. Independent of the guard's lifetime (`'static`).
     pub fn lost(&self) -> impl Future<Output = Lost> + Send + 'static {
-        let mut rx = self.shared.status.subscribe();
-        async move {
-            loop {
-                let status = rx.borrow_and_update().clone();
-                match status {
-                    Status::Lost(reason) => return reason,
-                    Status::Released => return std::future::pending().await,
-                    Status::Held { deadline, renewal } => {
-                        tokio::select! {
-                            _ = tokio::time::sleep_until(deadline.into()) => {
-                                if !rx.has_changed().unwrap_or(false) {
-                                    return expiry_reason(renewal);
-                                }
-                            }
-                            changed = rx.changed() => {
-                                if changed.is_err() {
-                                    return std::future::pending().await;
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        self.shared.life.lost()
     }
 
     /// `LOCK.EXTEND` on every node: held for `ttl` from the start of the
-    /// round when the mode's quorum (a majority, or a semaphore's) confirms. A failure means the lock is lost
-    /// (the guard's status says so and [`Guard::lost`] fires), as does
-    /// calling this after the validity ran out.
+    /// round when the mode's quorum (a majority, or a semaphore's) confirms.
+    /// A failure means the lock is lost (the guard's status says so and
+    /// [`Guard::lost`] fires), as does calling this after the validity ran
+    /// out.
     pub async fn extend(&self, ttl: Duration) -> Result<Duration> {
         self.shared.extend(ttl).await
     }
@@ -213,23 +366,21 @@ impl Guard {
         if let Some(old) = self.watchdog.take() {
             old.abort();
         }
-        self.shared.status.send_if_modified(|status| match status {
-            Status::Held { renewal, .. } => {
-                *renewal = Renewal::Running;
-                true
-            }
-            _ => false,
-        });
-        self.watchdog = Some(tokio::spawn(run_watchdog(self.shared.clone(), limits)));
+        self.shared.life.set_renewal(Renewal::Running);
+        let shared = self.shared.clone();
+        self.watchdog = Some(tokio::spawn(async move {
+            let shared = &*shared;
+            run_watchdog(&shared.life, limits, |ttl| async move { shared.extend(ttl).await.is_ok() }).await;
+        }));
     }
 
     /// `LOCK.RELEASE` on every node (also those that did not grant).
-    /// Returns once a majority confirmed; the other nodes' releases go on
-    /// in the background (`Tally::pending` counts them; call
+    /// Returns once the mode's quorum confirmed; the other nodes' releases
+    /// go on in the background (`Tally::pending` counts them; call
     /// [`Redlock::settle`] before the process exits so that they all get
-    /// there). `Err(NoQuorum)` when fewer than a majority confirmed (after
-    /// waiting for every node): the lock had expired or been taken on them,
-    /// so the work done under it may not have been exclusive.
+    /// there). `Err(NoQuorum)` when fewer confirmed (after waiting for
+    /// every node): the lock had expired or been taken on them, so the work
+    /// done under it may not have been exclusive.
     pub async fn release(mut self) -> Result<Tally> {
         self.finished = true;
         if let Some(watchdog) = self.watchdog.take() {
@@ -249,8 +400,8 @@ impl Guard {
         Detached {
             resource: self.shared.resource.clone(),
             token: self.shared.token.clone(),
-            fencing_token: self.shared.fencing_token,
-            deadline: self.shared.lease().deadline,
+            fencing_token: self.shared.fenced.get().copied(),
+            deadline: self.shared.life.lease().deadline,
         }
     }
 }
@@ -277,69 +428,30 @@ impl Drop for Guard {
     }
 }
 
-fn expiry_reason(renewal: Renewal) -> Lost {
-    match renewal {
-        Renewal::Stopped { renewals } => Lost::WatchdogLimit { renewals },
-        Renewal::Off | Renewal::Running => Lost::Expired,
-    }
-}
-
 impl Shared {
-    fn lease(&self) -> Lease {
-        *self.lease.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn mark_lost(&self, reason: Lost) {
-        self.status.send_if_modified(|status| match status {
-            Status::Held { .. } => {
-                *status = Status::Lost(reason);
-                true
-            }
-            _ => false,
-        });
-    }
-
-    fn lost_error(&self, reason: Lost) -> Error {
-        Error::Lost { resource: self.resource.clone(), reason }
-    }
-
-    /// `Ok` while held within the validity; marks the lock lost once the
-    /// deadline has passed.
-    fn check_held(&self) -> Result<()> {
-        let status = self.status.borrow().clone();
-        match status {
-            Status::Lost(reason) => Err(self.lost_error(reason)),
-            Status::Released => Err(Error::InvalidArgument("the lock was released".into())),
-            Status::Held { deadline, renewal } => {
-                if Instant::now() >= deadline {
-                    let reason = expiry_reason(renewal);
-                    self.mark_lost(reason.clone());
-                    Err(self.lost_error(reason))
-                } else {
-                    Ok(())
-                }
-            }
-        }
+    /// The fencing round for T (see [`Guard::fencing_token`]). Not under
+    /// `op`: it changes no lease, and an extension may run meanwhile; the
+    /// deadline it is held to is the one before the round, the earlier.
+    async fn fence(&self) -> Result<u64> {
+        self.life.check_held(&self.resource)?;
+        let deadline = self.life.lease().deadline;
+        self.redlock.fence(&self.resource, &self.token, self.floor, &self.grants, deadline).await?;
+        // The majority must have answered within the validity.
+        self.life.check_held(&self.resource)?;
+        Ok(self.floor)
     }
 
     async fn extend(&self, ttl: Duration) -> Result<Duration> {
         let _op = self.op.lock().await;
-        self.check_held()?;
-        match self.redlock.extend_with(&self.resource, &self.token, self.mode, ttl).await {
+        self.life.check_held(&self.resource)?;
+        match self.redlock.extend(&self.resource, &self.token, self.mode, ttl).await {
             Ok(lease) => {
-                *self.lease.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = lease;
-                self.status.send_if_modified(|status| match status {
-                    Status::Held { deadline, .. } => {
-                        *deadline = lease.deadline;
-                        true
-                    }
-                    _ => false,
-                });
+                self.life.renewed(lease);
                 Ok(quorum::remaining(lease.deadline, Instant::now()))
             }
             Err(Error::InvalidArgument(what)) => Err(Error::InvalidArgument(what)),
             Err(error) => {
-                self.mark_lost(Lost::RenewalFailed(Box::new(error.clone())));
+                self.life.mark_lost(Lost::RenewalFailed(Box::new(error.clone())));
                 Err(error)
             }
         }
@@ -350,38 +462,221 @@ impl Shared {
         // the lock at once), so the RELEASE is queued after its EXTEND.
         let _op = self.op.lock().await;
         let result = self.redlock.release_quorum(&self.resource, &self.token, self.mode).await;
-        self.status.send_replace(Status::Released);
+        self.life.released();
         result
-    }
-
-    fn set_renewal(&self, to: Renewal) {
-        self.status.send_if_modified(|status| match status {
-            Status::Held { renewal, .. } => {
-                *renewal = to;
-                true
-            }
-            _ => false,
-        });
     }
 }
 
-/// Renews every ttl/3 until a renewal fails (the lock is then marked lost,
-/// which wakes every [`Guard::lost`] future) or the bounds are reached.
-async fn run_watchdog(shared: Arc<Shared>, limits: Watchdog) {
-    let started = Instant::now();
-    let mut renewals = 0u32;
-    loop {
-        let lease = shared.lease();
-        let at = quorum::next_renewal(lease.start, lease.ttl);
-        if !quorum::renewal_allowed(renewals, limits.renewals_max, started, at, limits.duration_max) {
-            shared.set_renewal(Renewal::Stopped { renewals });
-            return;
-        }
-        tokio::time::sleep_until(at.into()).await;
-        if shared.extend(lease.ttl).await.is_err() {
-            // extend() has marked the lock lost (or it was released).
-            return;
-        }
-        renewals += 1;
+#[cfg(test)]
+mod tests {
+    //! The watchdog's schedule and the loss reports, on tokio's paused
+    //! clock: `sleep` and `sleep_until` complete when the runtime has
+    //! nothing else to do, by advancing the clock to the next timer, so
+    //! every instant below is exact. The renewal is a fake (it takes `RTT`
+    //! and succeeds or fails as told): these tests are about when things
+    //! happen, not about the nodes.
+
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use super::*;
+
+    const TTL: Duration = Duration::from_millis(900);
+    const RTT: Duration = Duration::from_millis(4);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
     }
+
+    /// A fake renewal round that starts now, takes `RTT`, and succeeds
+    /// (the new lease starts when the round did) unless `fail` says so;
+    /// records when each round began.
+    async fn renew(life: &Lifetime, ttl: Duration, calls: &RefCell<Vec<Instant>>, fail: bool) -> bool {
+        let start = Instant::now();
+        calls.borrow_mut().push(start);
+        // A watchdog past its bounds would renew forever: fail, not hang.
+        assert!(calls.borrow().len() <= 100, "renewing without end");
+        tokio::time::sleep(RTT).await;
+        if fail {
+            let error = Error::InvalidArgument("the fake renewal failed".into());
+            life.mark_lost(Lost::RenewalFailed(Box::new(error)));
+            return false;
+        }
+        life.renewed(Lease::new(start, ttl));
+        true
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watchdog_renews_every_third_of_the_ttl_then_reports_the_failure_at_once() {
+        let t0 = Instant::now();
+        let life = Lifetime::new(Lease::new(t0, TTL));
+        let calls = RefCell::new(Vec::new());
+        let lost = life.lost();
+        // Renewals 1..=4 succeed, the fifth fails.
+        let watchdog = run_watchdog(&life, Watchdog::default(), |ttl| {
+            let fail = calls.borrow().len() == 4;
+            renew(&life, ttl, &calls, fail)
+        });
+        let (_, reason) = tokio::join!(watchdog, async {
+            let reason = lost.await;
+            (reason, Instant::now())
+        });
+        let (reason, at) = reason;
+        // Every ttl/3 from the start of the lease before, not from the end
+        // of the round: the lease starts when its round did.
+        let third = TTL / 3;
+        let expected: Vec<Instant> = (1..=5).map(|k| t0 + third * k).collect();
+        assert_eq!(*calls.borrow(), expected);
+        assert!(matches!(reason, Lost::RenewalFailed(_)), "{reason:?}");
+        // Reported as the failed round ended, long before the validity of
+        // the last lease (it started at 4 * ttl/3) runs out.
+        assert_eq!(at, t0 + third * 5 + RTT);
+        let last_deadline = quorum::deadline(t0 + third * 4, TTL);
+        assert!(at < last_deadline, "{:?} before the deadline", last_deadline - at);
+        assert!(matches!(life.status(), Status::Lost(Lost::RenewalFailed(_))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_hangs_is_reported_when_the_validity_ends() {
+        let t0 = Instant::now();
+        let life = Lifetime::new(Lease::new(t0, TTL));
+        let lost = life.lost();
+        // The renewal never comes back (a node that does not answer, a
+        // round stuck behind its timeouts).
+        let watchdog = run_watchdog(&life, Watchdog::default(), |_| std::future::pending::<bool>());
+        tokio::select! {
+            _ = watchdog => panic!("the watchdog cannot end"),
+            reason = lost => {
+                assert_eq!(reason, Lost::Expired);
+                assert_eq!(Instant::now(), quorum::deadline(t0, TTL), "exactly at the deadline");
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bounded_watchdog_stops_and_the_loss_comes_at_the_last_deadline() {
+        let t0 = Instant::now();
+        let life = Lifetime::new(Lease::new(t0, TTL));
+        let calls = RefCell::new(Vec::new());
+        let lost = life.lost();
+        let limits = Watchdog { renewals_max: 2, duration_max: Duration::from_secs(60) };
+        run_watchdog(&life, limits, |ttl| renew(&life, ttl, &calls, false)).await;
+        let third = TTL / 3;
+        assert_eq!(*calls.borrow(), [t0 + third, t0 + third * 2]);
+        assert_eq!(
+            life.status(),
+            Status::Held {
+                deadline: quorum::deadline(t0 + third * 2, TTL),
+                renewal: Renewal::Stopped { renewals: 2 }
+            }
+        );
+        // It stopped at once, without sleeping again.
+        assert_eq!(Instant::now(), t0 + third * 2 + RTT);
+        assert_eq!(lost.await, Lost::WatchdogLimit { renewals: 2 });
+        assert_eq!(Instant::now(), quorum::deadline(t0 + third * 2, TTL));
+
+        // The duration bound: no renewal due after duration_max.
+        let t1 = Instant::now();
+        let life = Lifetime::new(Lease::new(t1, TTL));
+        let calls = RefCell::new(Vec::new());
+        let limits = Watchdog { renewals_max: 100, duration_max: third * 3 };
+        run_watchdog(&life, limits, |ttl| renew(&life, ttl, &calls, false)).await;
+        assert_eq!(*calls.borrow(), [t1 + third, t1 + third * 2, t1 + third * 3], "the last at the bound");
+        assert_eq!(life.lease().start, t1 + third * 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_watchdog_the_loss_comes_at_the_deadline_and_a_release_silences_it() {
+        let t0 = Instant::now();
+        let life = Lifetime::new(Lease::new(t0, TTL));
+        // An extension by hand moves the deadline the future waits for.
+        let lost = life.lost();
+        tokio::time::sleep(ms(500)).await;
+        let extended = Lease::new(Instant::now(), TTL);
+        life.renewed(extended);
+        assert_eq!(lost.await, Lost::Expired);
+        assert_eq!(Instant::now(), extended.deadline);
+        assert_eq!(life.check_held("r"), Err(Error::Lost { resource: "r".into(), reason: Lost::Expired }));
+        assert!(matches!(life.status(), Status::Lost(Lost::Expired)), "check_held marks it");
+        // Already lost: at once.
+        let before = Instant::now();
+        assert_eq!(life.lost().await, Lost::Expired);
+        assert_eq!(Instant::now(), before);
+
+        // Released before the deadline: the future never completes.
+        let life = Lifetime::new(Lease::new(Instant::now(), TTL));
+        let lost = life.lost();
+        life.released();
+        let waited = tokio::time::timeout(TTL * 10, lost).await;
+        assert!(waited.is_err(), "no loss after a release");
+        assert!(matches!(life.check_held("r"), Err(Error::InvalidArgument(_))));
+        life.mark_lost(Lost::Expired);
+        assert_eq!(life.status(), Status::Released, "a released lock is not lost later");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_wait_within_the_policy_and_stop_at_its_bounds() {
+        let policy = RetryPolicy::within(ms(1_000)).with_delays(ms(20), ms(60));
+        let attempts: Rc<RefCell<Vec<Instant>>> = Rc::default();
+        let t0 = Instant::now();
+        let result: Result<()> = policy
+            .retry(|| {
+                attempts.borrow_mut().push(Instant::now());
+                assert!(attempts.borrow().len() <= 1_000, "retrying without end");
+                async {
+                    tokio::time::sleep(ms(3)).await;
+                    Err(Error::NoQuorum {
+                        resource: "r".into(),
+                        phase: crate::Phase::Acquire,
+                        tally: Tally::default(),
+                    })
+                }
+            })
+            .await;
+        assert!(matches!(result, Err(Error::NoQuorum { .. })), "the last error");
+        let attempts = attempts.borrow().clone();
+        assert!(attempts.len() >= 1_000 / 63 && attempts.len() <= 1_000 / 23 + 1, "{}", attempts.len());
+        // Each delay is within the policy, except one cut short so that
+        // the last attempt starts exactly at the total.
+        for pair in attempts.windows(2) {
+            let gap = pair[1] - pair[0] - ms(3);
+            let cut = pair[1] == t0 + ms(1_000);
+            assert!((gap >= ms(20) || cut) && gap <= ms(60), "delay {gap:?}");
+        }
+        let last = *attempts.last().unwrap() - t0;
+        assert!(last <= ms(1_000), "an attempt started after the total: {last:?}");
+        assert!(last > ms(1_000 - 63), "gave up early, at {last:?}");
+
+        // A count: exactly that many attempts; an error that a retry cannot
+        // fix (a caller mistake): one.
+        for (policy, error, expected) in [
+            (
+                RetryPolicy::attempts(4).with_delays(ms(5), ms(5)),
+                Error::ExpiredBeforeUse { resource: "r".into(), ttl: ms(10), elapsed: ms(10), drift: ms(2) },
+                4,
+            ),
+            (RetryPolicy::attempts(4), Error::InvalidArgument("bad ttl".into()), 1),
+        ] {
+            let count = RefCell::new(0);
+            let t0 = Instant::now();
+            let result: Result<()> = policy
+                .retry(|| {
+                    *count.borrow_mut() += 1;
+                    // Retrying past the policy would go on forever: fail.
+                    assert!(*count.borrow() <= 100, "retrying without end");
+                    std::future::ready(Err(error.clone()))
+                })
+                .await;
+            assert_eq!(result, Err(error.clone()));
+            assert_eq!(*count.borrow(), expected, "{error}");
+            if expected == 4 {
+                assert_eq!(Instant::now() - t0, ms(15), "three delays of 5 ms");
+            }
+        }
+        // Success ends it at once.
+        let done = RetryPolicy::attempts(3).retry(|| std::future::ready(Ok::<_, Error>(7))).await;
+        assert_eq!(done, Ok(7));
+    }
+
+    use crate::quorum::RetryPolicy;
 }

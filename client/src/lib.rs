@@ -9,14 +9,16 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), redlock_client::Error> {
 //! use std::time::Duration;
-//! use redlock_client::{Config, Redlock, RetryPolicy, Watchdog};
+//! use redlock_client::{Config, Mode, Redlock, RetryPolicy, Watchdog};
 //!
 //! let nodes = ["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/", "redis://127.0.0.1:7002/"];
 //! let redlock = Redlock::connect(nodes, Config::default()).await?;
-//! let mut guard = redlock.acquire("nightly-report", Duration::from_secs(10), &RetryPolicy::default()).await?;
+//! let ttl = Duration::from_secs(10);
+//! let mut guard = redlock.acquire("nightly-report", Mode::Exclusive, ttl, &RetryPolicy::default()).await?;
 //! guard.start_watchdog(Watchdog::default());
+//! let fence = guard.fencing_token().await?; // the fencing round runs here, only if asked for
 //! tokio::select! {
-//!     _ = do_the_work(guard.fencing_token()) => {}
+//!     _ = do_the_work(fence) => {}
 //!     lost = guard.lost() => eprintln!("lock lost: {lost}; stopping"),
 //! }
 //! guard.release().await?;
@@ -24,18 +26,27 @@
 //! # async fn do_the_work(_fence: u64) {}
 //! ```
 //!
+//! The API, in the spirit of etcd's `Mutex`: [`Redlock::try_acquire`] (one
+//! attempt) and [`Redlock::acquire`] (retried within a [`RetryPolicy`]),
+//! both taking a [`Mode`] (exclusive, read, write, or one of a semaphore's
+//! permits) and returning a [`Guard`]; reentrant [`Redlock::enter`] and
+//! [`Redlock::exit`]; [`Redlock::release`] and [`Redlock::extend`] by token
+//! for tools; [`Redlock::info`].
+//!
 //! The parts, and where they live:
 //! - [`quorum`]: the arithmetic, as pure functions with no I/O and no clock
 //!   reads (majority, drift, validity, reply classification, counts,
-//!   verdicts, retry delays, renewal schedule), unit-tested with a fake
-//!   clock.
+//!   verdicts, the fencing round's plan, retry delays, renewal schedule),
+//!   unit-tested with a fake clock.
 //! - `node`: one node's address and its single ordered multiplexed
 //!   connection, with the connect and per-command timeouts.
 //! - [`Redlock`] (`redlock.rs`): the rounds: acquire on all N in parallel,
 //!   the fencing round, extend, release on all N, reentrant enter/exit,
 //!   info.
-//! - [`Guard`] (`guard.rs`): a held lock, release on drop, the watchdog and
-//!   [`Guard::lost`].
+//! - [`Guard`] (`guard.rs`): a held lock, its fencing token (the fencing
+//!   round runs on the first call of [`Guard::fencing_token`]), release on
+//!   drop, the watchdog and [`Guard::lost`], on tokio's clock (their
+//!   schedule is tested on tokio's paused clock).
 //! - [`Error`] (`error.rs`): named errors whose messages give the counts.
 //!
 //! The protocol (see the README section "The quorum client"):
@@ -44,8 +55,9 @@
 //!    a majority granted; the other calls go on in the background.
 //! 2. validity = ttl - elapsed - drift (ttl * 1% + 2 ms) must be positive.
 //! 3. T = the largest fencing token among the grants received (a
-//!    majority); `LOCK.FENCE key token T` on all N; held with token T only
-//!    if a majority answers 1 within the validity (returning at that
+//!    majority); when the caller asks for the fencing token (or at once, for
+//!    reentrant `enter`), `LOCK.FENCE key token T` on all N; held with token
+//!    T only if a majority answers 1 within the validity (returning at that
 //!    majority). Any two majorities share a node, which will not grant the
 //!    next holder a token at or below T.
 //! 4. On any failure, `LOCK.RELEASE` on all N, after every acquire call has
@@ -58,9 +70,8 @@
 //!
 //! Why returning at the majority is safe is written down in `redlock.rs`.
 //!
-//! Read-write locks and semaphores ([`Redlock::try_read`],
-//! [`Redlock::try_write`], [`Redlock::try_permit`], or
-//! [`Redlock::try_acquire_with`] and a [`Mode`]) run the same rounds with
+//! Read-write locks and semaphores ([`Mode::Read`], [`Mode::Write`],
+//! [`Mode::Permit`]) run the same rounds with
 //! the module's `LOCK.SHARED`, `LOCK.EXCLUSIVE` and `LOCK.SEMAPHORE`, and
 //! return the same [`Guard`]. Reads and writes need a majority; a
 //! semaphore with L permits needs `floor(L * N / (L + 1)) + 1` grants (and
@@ -76,5 +87,5 @@ mod redlock;
 
 pub use error::{Error, Lost, Phase, Result};
 pub use guard::{Detached, Guard, Renewal, Status, Watchdog};
-pub use quorum::{Mode, Quorum, Tally};
-pub use redlock::{Config, Entered, HolderInfo, Lease, LockInfo, NodeInfo, Redlock, RetryPolicy};
+pub use quorum::{Mode, Quorum, RetryPolicy, Tally};
+pub use redlock::{Config, Entered, HolderInfo, Lease, LockInfo, NodeInfo, Redlock};

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use redlock_client::{Config, Error, Mode, NodeInfo, Redlock, RetryPolicy};
+use redlock_client::{Config, Error, Guard, Mode, NodeInfo, Redlock, RetryPolicy};
 
 use cli::exit;
 
@@ -44,6 +44,10 @@ Examples:
   # The command sees REDLOCK_RESOURCE, REDLOCK_TOKEN and REDLOCK_FENCING_TOKEN;
   # give the fencing token to the storage so that it refuses stale writers:
   redlock exec db-migrate -- sh -c 'migrate --fence \"$REDLOCK_FENCING_TOKEN\"'
+
+  # Mutual exclusion only, no fencing token (one round trip less; the
+  # command gets no REDLOCK_FENCING_TOKEN):
+  redlock exec --no-fence nightly-report -- /usr/local/bin/report
 
   # By hand, in a script (the lock stays until its TTL or the release):
   out=$(redlock acquire deploy --ttl 20000 --wait 5000) || exit 1
@@ -113,6 +117,16 @@ enum ModeName {
     Permit,
 }
 
+/// Whether to run the fencing round after the grant.
+#[derive(Args, Clone, Copy, Debug)]
+struct FenceArgs {
+    /// Skip the fencing round: mutual exclusion only, one round trip less,
+    /// and no REDLOCK_FENCING_TOKEN (no token that increases across the
+    /// holders of the quorum).
+    #[arg(long)]
+    no_fence: bool,
+}
+
 /// What to take (or what was taken, for release/extend).
 #[derive(Args, Clone, Copy, Debug)]
 struct ModeArgs {
@@ -153,6 +167,8 @@ enum Command {
         wait: u64,
         #[command(flatten)]
         mode: ModeArgs,
+        #[command(flatten)]
+        fence: FenceArgs,
     },
     /// Release the lock held with TOKEN, on every node.
     Release {
@@ -177,7 +193,7 @@ enum Command {
     /// Run a command while holding the lock: renewed in the background
     /// every ttl/3, the command stopped if the lock is lost, released when
     /// the command exits. The command gets REDLOCK_RESOURCE, REDLOCK_TOKEN
-    /// and REDLOCK_FENCING_TOKEN in its environment.
+    /// and REDLOCK_FENCING_TOKEN (unless --no-fence) in its environment.
     Exec {
         resource: String,
         /// Time to live, in ms; renewed every ttl/3 while the command runs.
@@ -195,6 +211,8 @@ enum Command {
         max_hold: u64,
         #[command(flatten)]
         mode: ModeArgs,
+        #[command(flatten)]
+        fence: FenceArgs,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<std::ffi::OsString>,
@@ -238,9 +256,10 @@ async fn run(cli: Cli) -> u8 {
         }
     };
     let code = match cli.command {
-        Command::Acquire { resource, ttl, wait, .. } => acquire(&redlock, &resource, mode, ttl, wait).await,
-        Command::Release { resource, token, .. } => match redlock.release_with(&resource, &token, mode).await
-        {
+        Command::Acquire { resource, ttl, wait, fence, .. } => {
+            acquire(&redlock, &resource, mode, ttl, wait, !fence.no_fence).await
+        }
+        Command::Release { resource, token, .. } => match redlock.release(&resource, &token, mode).await {
             Ok(tally) => {
                 eprintln!("redlock: released '{resource}' on {} of {} nodes", tally.yes, tally.nodes);
                 exit::OK
@@ -248,9 +267,9 @@ async fn run(cli: Cli) -> u8 {
             Err(e) => failed(&e),
         },
         Command::Extend { resource, token, ttl, .. } => {
-            match redlock.extend_with(&resource, &token, mode, Duration::from_millis(ttl)).await {
+            match redlock.extend(&resource, &token, mode, Duration::from_millis(ttl)).await {
                 Ok(lease) => {
-                    let left = lease.deadline.saturating_duration_since(std::time::Instant::now());
+                    let left = lease.deadline.saturating_duration_since(tokio::time::Instant::now());
                     println!("REDLOCK_VALIDITY_MS={}", left.as_millis());
                     exit::OK
                 }
@@ -261,9 +280,10 @@ async fn run(cli: Cli) -> u8 {
             print!("{}", info_table(&redlock.info(&resource).await));
             exit::OK
         }
-        Command::Exec { resource, ttl, wait, grace, max_hold, command, .. } => {
+        Command::Exec { resource, ttl, wait, grace, max_hold, command, fence, .. } => {
             let options = cli::exec::Options {
                 mode,
+                fenced: !fence.no_fence,
                 ttl: Duration::from_millis(ttl),
                 wait: Duration::from_millis(wait),
                 grace: Duration::from_millis(grace),
@@ -305,15 +325,54 @@ impl Command {
     }
 }
 
-async fn acquire(redlock: &Redlock, resource: &str, mode: Mode, ttl: u64, wait: u64) -> u8 {
+/// Takes the lock within `policy`, and with `fenced` its fencing token
+/// too: an attempt whose fencing round fails is released and retried like
+/// one whose grant failed (as when the fencing round was part of every
+/// acquire). A fencing round that ends past the validity counts as the
+/// rounds taking too long (`ExpiredBeforeUse`, retried), as it did then.
+pub async fn take(
+    redlock: &Redlock,
+    resource: &str,
+    mode: Mode,
+    ttl: Duration,
+    policy: &RetryPolicy,
+    fenced: bool,
+) -> Result<(Guard, Option<u64>), Error> {
+    policy
+        .retry(|| async {
+            let guard = redlock.try_acquire(resource, mode, ttl).await?;
+            if !fenced {
+                return Ok((guard, None));
+            }
+            match guard.fencing_token().await {
+                Ok(fence) => Ok((guard, Some(fence))),
+                Err(error) => {
+                    let elapsed = guard.lease().start.elapsed();
+                    let _ = guard.release().await;
+                    Err(match error {
+                        Error::Lost { resource, .. } => {
+                            let drift = redlock_client::quorum::drift(ttl);
+                            Error::ExpiredBeforeUse { resource, ttl, elapsed, drift }
+                        }
+                        other => other,
+                    })
+                }
+            }
+        })
+        .await
+}
+
+async fn acquire(redlock: &Redlock, resource: &str, mode: Mode, ttl: u64, wait: u64, fenced: bool) -> u8 {
     let policy = retry_policy(Duration::from_millis(wait));
-    match redlock.acquire_with(resource, mode, Duration::from_millis(ttl), &policy).await {
-        Ok(guard) => {
+    match take(redlock, resource, mode, Duration::from_millis(ttl), &policy, fenced).await {
+        Ok((guard, fence)) => {
             let validity = guard.validity_remaining();
             let held = guard.detach();
             println!("REDLOCK_RESOURCE={}", shell_quote(&held.resource));
             println!("REDLOCK_TOKEN={}", held.token);
-            println!("REDLOCK_FENCING_TOKEN={}", held.fencing_token);
+            if let Some(fence) = fence {
+                println!("REDLOCK_FENCING_TOKEN={fence}");
+            }
             println!("REDLOCK_VALIDITY_MS={}", validity.as_millis());
             // Only for the new kinds, so the plain lock's output is as before;
             // `release`/`extend` need them back as --mode/--permits.

@@ -28,12 +28,13 @@
 //! only when it is broken (an I/O error), to be reopened lazily by a later
 //! call. A timeout leaves the connection in place, which keeps the order.
 
-use std::time::{Duration, Instant};
+use std::sync::Mutex as StdMutex;
+use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
 use tokio::sync::Mutex;
-use tokio::time::timeout;
+use tokio::time::{timeout, Instant};
 
 use crate::quorum::Raw;
 
@@ -51,7 +52,13 @@ pub(crate) struct Node {
     /// The address as given, for messages and `info` tables.
     pub url: String,
     client: Client,
-    slot: Mutex<Slot>,
+    /// The connection every call uses. Read on every call: a std mutex
+    /// held only to clone or replace it, never across an await, so many
+    /// tasks calling at once do not queue behind each other here.
+    slot: StdMutex<Slot>,
+    /// Held while a connection is being opened, so that the calls that find
+    /// none wait for that one attempt instead of each opening another.
+    opening: Mutex<()>,
 }
 
 #[derive(Default)]
@@ -65,7 +72,12 @@ struct Slot {
 
 impl Node {
     pub fn new(url: &str) -> Result<Node, RedisError> {
-        Ok(Node { url: url.to_string(), client: Client::open(url)?, slot: Mutex::new(Slot::default()) })
+        Ok(Node {
+            url: url.to_string(),
+            client: Client::open(url)?,
+            slot: StdMutex::new(Slot::default()),
+            opening: Mutex::new(()),
+        })
     }
 
     /// Opens the connection now (used by `Redlock::connect`); failures are
@@ -74,18 +86,45 @@ impl Node {
         let _ = self.connection(limits).await;
     }
 
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        // Nothing can panic while the slot is held; if it ever were
+        // poisoned, its data is still consistent (whole-field writes).
+        self.slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The open connection, or the reason to fail at once (a connect
+    /// failed within the backoff); `Ok(None)`: open one.
+    fn current(&self, limits: Limits) -> Result<Option<(MultiplexedConnection, u64)>, Raw> {
+        let slot = self.slot();
+        if let Some(conn) = &slot.conn {
+            return Ok(Some((conn.clone(), slot.generation)));
+        }
+        match &slot.last_failure {
+            Some((at, why)) if at.elapsed() < limits.reconnect_backoff => {
+                Err(Raw::Unreachable(format!("{why} ({} ms ago)", at.elapsed().as_millis())))
+            }
+            _ => Ok(None),
+        }
+    }
+
     async fn connection(&self, limits: Limits) -> Result<(MultiplexedConnection, u64), Raw> {
-        // Bounded wait for the slot: another call may be connecting.
-        let mut slot = timeout(limits.connect_timeout, self.slot.lock())
+        match self.current(limits)? {
+            Some(open) => Ok(open),
+            // Boxed: opening a connection is a large future (resolving,
+            // connecting, the handshake) and rare; inline, it would make
+            // every call's future as large, and a round moves each of them.
+            None => Box::pin(self.open(limits)).await,
+        }
+    }
+
+    /// Opens the connection, or waits for another call that is opening it.
+    async fn open(&self, limits: Limits) -> Result<(MultiplexedConnection, u64), Raw> {
+        // Bounded wait for another call's connect attempt, then look again.
+        let _opening = timeout(limits.connect_timeout, self.opening.lock())
             .await
             .map_err(|_| Raw::Unreachable("timed out waiting for the connection".into()))?;
-        if let Some(conn) = &slot.conn {
-            return Ok((conn.clone(), slot.generation));
-        }
-        if let Some((at, why)) = &slot.last_failure {
-            if at.elapsed() < limits.reconnect_backoff {
-                return Err(Raw::Unreachable(format!("{why} ({} ms ago)", at.elapsed().as_millis())));
-            }
+        if let Some(open) = self.current(limits)? {
+            return Ok(open);
         }
         // The redis crate's own timeouts stay unset: ours are explicit here.
         let opened = timeout(
@@ -93,29 +132,24 @@ impl Node {
             self.client.get_multiplexed_async_connection_with_config(&AsyncConnectionConfig::new()),
         )
         .await;
-        match opened {
+        let mut slot = self.slot();
+        let why = match opened {
             Ok(Ok(conn)) => {
                 slot.generation += 1;
                 slot.last_failure = None;
                 slot.conn = Some(conn.clone());
-                Ok((conn, slot.generation))
+                return Ok((conn, slot.generation));
             }
-            Ok(Err(e)) => {
-                let why = format!("connect failed: {e}");
-                slot.last_failure = Some((Instant::now(), why.clone()));
-                Err(Raw::Unreachable(why))
-            }
-            Err(_) => {
-                let why = format!("connect timed out after {} ms", limits.connect_timeout.as_millis());
-                slot.last_failure = Some((Instant::now(), why.clone()));
-                Err(Raw::Unreachable(why))
-            }
-        }
+            Ok(Err(e)) => format!("connect failed: {e}"),
+            Err(_) => format!("connect timed out after {} ms", limits.connect_timeout.as_millis()),
+        };
+        slot.last_failure = Some((Instant::now(), why.clone()));
+        Err(Raw::Unreachable(why))
     }
 
     /// Drops the connection of `generation` if it is still the current one.
-    async fn forget(&self, generation: u64) {
-        let mut slot = self.slot.lock().await;
+    fn forget(&self, generation: u64) {
+        let mut slot = self.slot();
         if slot.generation == generation {
             slot.conn = None;
         }
@@ -147,7 +181,7 @@ impl Node {
             Ok(Err(e)) => {
                 let raw = from_error(&e);
                 if matches!(raw, Raw::Unreachable(_)) {
-                    self.forget(generation).await;
+                    self.forget(generation);
                 }
                 Err(raw)
             }

@@ -2,9 +2,14 @@
 //!
 //! Every function that needs time takes the instants or durations it works
 //! on, so the unit tests below drive it with a fake clock (instants built by
-//! adding durations to one base instant) instead of sleeping.
+//! adding durations to one base instant) instead of sleeping. The instants
+//! are tokio's (`tokio::time::Instant`), the one clock of the whole client:
+//! the guard, the watchdog and the retries read it too, so their tests run
+//! on tokio's paused clock and assert exact schedules.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 /// The fixed part of the clock-drift allowance (SPEC: ttl * 1% + 2 ms).
 pub const DRIFT_FIXED: Duration = Duration::from_millis(2);
@@ -179,6 +184,73 @@ pub fn renewal_allowed(
 pub fn retry_delay(min: Duration, max: Duration, unit: f64) -> Duration {
     let spread = max.saturating_sub(min);
     min + spread.mul_f64(unit.clamp(0.0, 1.0))
+}
+
+/// How [`crate::Redlock::acquire`] (and [`RetryPolicy::retry`]) retries: at
+/// most `attempts_max` attempts, a random delay in `delay_min..=delay_max`
+/// between two, and no new attempt after `total_max` (when set).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub attempts_max: u32,
+    pub delay_min: Duration,
+    pub delay_max: Duration,
+    pub total_max: Option<Duration>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            attempts_max: 3,
+            delay_min: Duration::from_millis(50),
+            delay_max: Duration::from_millis(200),
+            total_max: None,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A fixed number of attempts (at least one) with the default delays.
+    pub fn attempts(attempts_max: u32) -> RetryPolicy {
+        RetryPolicy { attempts_max: attempts_max.max(1), ..RetryPolicy::default() }
+    }
+
+    /// Keep trying for `total` (the last attempt starts at `total` at the
+    /// latest); the attempt count is bounded by `total / delay_min + 2`.
+    pub fn within(total: Duration) -> RetryPolicy {
+        let policy = RetryPolicy { total_max: Some(total), ..RetryPolicy::default() };
+        policy.with_delays(policy.delay_min, policy.delay_max)
+    }
+
+    /// Other delay bounds (`max` below `min` means `min`); a policy with a
+    /// total time gets the attempt bound that goes with them.
+    pub fn with_delays(mut self, min: Duration, max: Duration) -> RetryPolicy {
+        self.delay_min = min;
+        self.delay_max = max.max(min);
+        if let Some(total) = self.total_max {
+            let attempts = total.as_millis() / min.as_millis().max(1) + 2;
+            self.attempts_max = u32::try_from(attempts).unwrap_or(u32::MAX);
+        }
+        self
+    }
+
+    /// The delay before the next attempt, after `attempts_done` attempts
+    /// that failed with a retryable error and took `elapsed` since the
+    /// first began; `None`: give up. `unit` is a random number in `[0, 1)`
+    /// (see [`retry_delay`]). The delay is cut to what is left of
+    /// `total_max`, so that no attempt starts after it.
+    pub fn delay_after(&self, attempts_done: u32, elapsed: Duration, unit: f64) -> Option<Duration> {
+        if attempts_done >= self.attempts_max {
+            return None;
+        }
+        let delay = retry_delay(self.delay_min, self.delay_max, unit);
+        match self.total_max {
+            None => Some(delay),
+            Some(total) => {
+                let left = total.saturating_sub(elapsed);
+                (!left.is_zero()).then(|| delay.min(left))
+            }
+        }
+    }
 }
 
 /// A lock token: 128 random bits as 32 lowercase hex digits.
@@ -463,6 +535,37 @@ impl Progress {
         fence_floor(self.answers.iter().flatten())
     }
 
+    /// The answers, given up by the round (kept by a guard for a later
+    /// fencing round).
+    pub fn into_answers(self) -> Vec<Option<Answer>> {
+        self.answers
+    }
+
+    /// The fencing round that raises every node holding our lock to the
+    /// quorum token `floor`, planned from the grant round's `grants`:
+    /// the round (a majority) with the answers already known recorded, and
+    /// the nodes that still need `LOCK.FENCE key token floor`.
+    ///
+    /// Two kinds of node need no FENCE, as it would change nothing there:
+    /// one whose grant carried `floor` itself (its counter is at `floor`
+    /// and it granted us: it counts as fenced; with one node, or when one
+    /// node's token is the highest, that saves a command), and one that
+    /// said "held" (it would answer 0). Every other node gets one, also a
+    /// node whose grant is still on its way or timed out: the FENCE is
+    /// queued behind that grant on the node's connection.
+    pub fn fencing(grants: &[Option<Answer>], floor: u64) -> (Progress, Vec<usize>) {
+        let mut round = Progress::new(grants.len());
+        let mut targets = Vec::with_capacity(grants.len());
+        for (node, answer) in grants.iter().enumerate() {
+            match answer {
+                Some(Answer::Yes(token)) if *token == floor => round.record(node, Answer::Yes(1)),
+                Some(Answer::No) => round.record(node, Answer::No),
+                _ => targets.push(node),
+            }
+        }
+        (round, targets)
+    }
+
     pub fn tally(&self) -> Tally {
         Tally::of_partial(self.answers.iter().map(Option::as_ref)).with_quorum(self.quorum)
     }
@@ -640,6 +743,15 @@ mod tests {
     }
 
     #[test]
+    fn modes_have_the_cli_names() {
+        // The CLI prints them (REDLOCK_MODE) and reads them back (--mode).
+        let names: Vec<&str> =
+            [Mode::Exclusive, Mode::Read, Mode::Write, Mode::Permit { permits: 3 }].map(Mode::name).to_vec();
+        assert_eq!(names, ["exclusive", "read", "write", "permit"]);
+        assert_eq!(Mode::default(), Mode::Exclusive);
+    }
+
+    #[test]
     fn drift_is_one_percent_plus_two_ms() {
         assert_eq!(drift(ms(10_000)), ms(102));
         assert_eq!(drift(ms(1_000)), ms(12));
@@ -692,6 +804,59 @@ mod tests {
     }
 
     #[test]
+    fn retry_policy_bounds_attempts_delays_and_total_time() {
+        let policy = RetryPolicy::default();
+        assert_eq!((policy.attempts_max, policy.delay_min, policy.delay_max), (3, ms(50), ms(200)));
+        assert_eq!(policy.delay_after(1, ms(0), 0.0), Some(ms(50)));
+        assert_eq!(policy.delay_after(2, ms(10_000), 0.5), Some(ms(125)), "no total bound");
+        assert_eq!(policy.delay_after(3, ms(0), 0.0), None, "attempts spent");
+        assert_eq!(RetryPolicy::attempts(0).attempts_max, 1, "at least one attempt");
+        assert_eq!(RetryPolicy::attempts(1).delay_after(1, ms(0), 0.0), None);
+
+        // within(1 s): 1000 / 50 + 2 attempts; the delay is cut to what is
+        // left, and nothing is left at the total.
+        let within = RetryPolicy::within(ms(1_000));
+        assert_eq!((within.attempts_max, within.total_max), (22, Some(ms(1_000))));
+        assert_eq!(within.delay_after(1, ms(900), 0.99), Some(ms(100)), "cut to the time left");
+        assert_eq!(within.delay_after(1, ms(900), 0.0), Some(ms(50)));
+        assert_eq!(within.delay_after(1, ms(1_000), 0.0), None, "no attempt after the total");
+        assert_eq!(within.delay_after(1, ms(1_500), 0.0), None);
+        assert_eq!(within.delay_after(22, ms(0), 0.0), None);
+
+        // Other delays re-derive the attempt bound; max below min is min.
+        let fast = RetryPolicy::within(ms(1_000)).with_delays(ms(10), ms(5));
+        assert_eq!((fast.delay_min, fast.delay_max, fast.attempts_max), (ms(10), ms(10), 102));
+        let zero = RetryPolicy::within(ms(100)).with_delays(ms(0), ms(0));
+        assert_eq!(zero.attempts_max, 102, "a zero delay counts as 1 ms for the bound");
+        let counted = RetryPolicy::attempts(4).with_delays(ms(1), ms(2));
+        assert_eq!((counted.attempts_max, counted.total_max), (4, None), "a count stays a count");
+        let huge = RetryPolicy::within(Duration::from_secs(u64::MAX / 1_000)).with_delays(ms(1), ms(1));
+        assert_eq!(huge.attempts_max, u32::MAX, "saturates");
+    }
+
+    #[test]
+    fn the_fencing_round_skips_nodes_at_the_floor_and_nodes_held() {
+        use Answer::*;
+        let grants = [Some(Yes(30)), Some(No), Some(Yes(10)), None, Some(TimedOut)];
+        let (round, targets) = Progress::fencing(&grants, 30);
+        assert_eq!(targets, [2, 3, 4], "below the floor, still in flight, timed out");
+        assert_eq!(round.answers(), &[Some(Yes(1)), Some(No), None, None, None]);
+        assert_eq!(round.decided(), None, "1 of the 3 yes needed");
+        let t = round.tally();
+        assert_eq!((t.yes, t.no, t.pending(), t.quorum), (1, 1, 3, Quorum::Majority));
+        // One node: its own grant carries the floor: fenced with no command.
+        let (round, targets) = Progress::fencing(&[Some(Yes(7))], 7);
+        assert!(targets.is_empty());
+        assert_eq!(round.decided(), Some(true));
+        // A fencing round is a majority even after a semaphore's grant.
+        let (round, targets) = Progress::fencing(&[Some(Yes(5)), Some(Yes(5)), Some(Yes(4)), None, None], 5);
+        assert_eq!((round.decided(), targets), (None, vec![2, 3, 4]), "two of the three needed");
+        assert_eq!(round.tally().need(), 3);
+        let (round, targets) = Progress::fencing(&[Some(Yes(5)), Some(Yes(5)), Some(Yes(5)), None], 5);
+        assert_eq!((round.decided(), targets), (Some(true), vec![3]), "three nodes granted T itself");
+    }
+
+    #[test]
     fn tokens_are_32_hex_digits() {
         assert_eq!(token_from_bits(0), "0".repeat(32));
         assert_eq!(token_from_bits(u128::MAX), "f".repeat(32));
@@ -732,6 +897,7 @@ mod tests {
         assert_eq!(classify_exit(&Raw::Int(0)), Answer::Yes(0));
         assert_eq!(classify_exit(&Raw::Int(3)), Answer::Yes(3));
         assert_eq!(classify_exit(&Raw::Nil), Answer::No);
+        assert!(matches!(classify_exit(&Raw::Int(-1)), Answer::Failed(_)), "no count wraps to 2^64 - 1");
     }
 
     #[test]
@@ -772,6 +938,10 @@ mod tests {
             Verdict::NoQuorum
         );
         assert_eq!(verdict(&tally(&[Yes(1)])), Verdict::Quorum, "a single node");
+        // All answered, fewer "held" than a majority, yet only "held" kept
+        // the grants short: contention (3 + 3 of 6, need 4).
+        assert_eq!(verdict(&tally(&[Yes(1), Yes(2), Yes(3), No, No, No])), Verdict::Contended);
+        assert_eq!(verdict(&Tally::default()), Verdict::NoQuorum, "no answer is no contention");
     }
 
     #[test]
@@ -842,6 +1012,15 @@ mod tests {
         p.record(0, No);
         assert_eq!(p.decided(), Some(false));
         assert!(p.complete());
+    }
+
+    #[test]
+    fn a_round_gives_up_its_answers_in_node_order() {
+        use Answer::*;
+        let mut p = Progress::new(3);
+        p.record(2, Yes(9));
+        p.record(0, No);
+        assert_eq!(p.into_answers(), vec![Some(No), None, Some(Yes(9))]);
     }
 
     #[test]

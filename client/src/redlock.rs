@@ -26,31 +26,51 @@
 //!   release.
 //! - The fencing token. T is the highest token among the grants received
 //!   when the grant round was decided. Any majority that granted us
-//!   intersects the previous holder's FENCE majority, whose nodes will not
-//!   grant a token at or below the previous T; so our T is above it. Our
-//!   own FENCE majority then holds T for the next holder in the same way.
-//!   A node that grants after we returned only grants a token above its
-//!   own earlier ones; it changes nothing in that argument.
+//!   intersects the previous fenced holder's FENCE majority, whose nodes
+//!   will not grant a token at or below the previous T; so our T is above
+//!   it. Our own FENCE majority then holds T for the next holder in the
+//!   same way. A node that grants after we returned only grants a token
+//!   above its own earlier ones; it changes nothing in that argument.
 //! - Late grants. A node may grant after the round returned (its reply is
 //!   late). It then holds our lock, as in standard Redlock, until our
 //!   release (which always goes to all N nodes, queued behind that grant)
 //!   or its TTL. A lock on a minority of nodes cannot be granted to anyone
 //!   else's majority, and is gone at the release.
+//!
+//! # The fencing round runs when the token is asked for
+//!
+//! A guard runs the fencing round the first time its
+//! [`Guard::fencing_token`] is asked for, not at acquire: a caller who needs
+//! mutual exclusion only pays one round to acquire and one to release.
+//! Fencing later is as safe as fencing at once. A FENCE answers 1 only on a
+//! node that holds our lock at that moment, and the round counts only
+//! within the validity; the next holder B (whose hold begins after ours
+//! ends) is granted by a majority that meets our FENCE majority in a node
+//! X. If B's grant on X came after our FENCE there, X's counter was at T
+//! and B's token is above it. It cannot have come before: X held our lock
+//! at our FENCE, so B's lock on X would have ended before our hold did,
+//! before B's hold began, while B's validity assumes it lives on X until
+//! B's deadline. A node whose own grant carried T counts as fenced without
+//! a command: its counter reached T when it granted us, and the same
+//! argument applies with the grant in place of the FENCE. Reentrant
+//! [`Redlock::enter`] runs the fencing round at once (it returns the token
+//! as a value, with no guard to ask later).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, Value};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::error::{Error, Phase, Result};
 use crate::guard::Guard;
 use crate::node::{Limits, Node};
-use crate::quorum::{self, Answer, Mode, Progress, Quorum, Raw, Tally, Verdict};
+use crate::quorum::{self, Answer, Mode, Progress, Quorum, Raw, RetryPolicy, Tally, Verdict};
 
 /// Timeouts. Every network call is bounded by one of them; nothing is
 /// retried behind the caller's back (retries are [`Redlock::acquire`]'s
@@ -77,58 +97,38 @@ impl Default for Config {
     }
 }
 
-/// How [`Redlock::acquire`] retries: at most `attempts_max` attempts, a
-/// random delay in `delay_min..=delay_max` between two, and no new attempt
-/// after `total_max` (when set).
-#[derive(Clone, Copy, Debug)]
-pub struct RetryPolicy {
-    pub attempts_max: u32,
-    pub delay_min: Duration,
-    pub delay_max: Duration,
-    pub total_max: Option<Duration>,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> RetryPolicy {
-        RetryPolicy {
-            attempts_max: 3,
-            delay_min: Duration::from_millis(50),
-            delay_max: Duration::from_millis(200),
-            total_max: None,
-        }
-    }
-}
-
 impl RetryPolicy {
-    /// A fixed number of attempts with the default delays.
-    pub fn attempts(attempts_max: u32) -> RetryPolicy {
-        RetryPolicy { attempts_max: attempts_max.max(1), ..RetryPolicy::default() }
-    }
-
-    /// Keep trying for `total` (the last attempt starts at `total` at the
-    /// latest); the attempt count is bounded by `total / delay_min + 2`.
-    pub fn within(total: Duration) -> RetryPolicy {
-        let policy = RetryPolicy::default();
-        let attempts = total.as_millis() / policy.delay_min.as_millis().max(1) + 2;
-        RetryPolicy {
-            attempts_max: u32::try_from(attempts).unwrap_or(u32::MAX),
-            total_max: Some(total),
-            ..policy
+    /// Runs `attempt` until it succeeds, fails with an error that is not
+    /// retryable ([`Error::is_retryable`]), or the policy is spent, sleeping
+    /// a random delay within the policy between two attempts (on tokio's
+    /// clock). Returns the last attempt's error. [`Redlock::acquire`] is
+    /// this around [`Redlock::try_acquire`]; wrap your own steps with it,
+    /// e.g. an acquire followed by [`Guard::fencing_token`] (the CLI does).
+    pub async fn retry<T, F, Fut>(&self, mut attempt: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let started = Instant::now();
+        let mut attempts = 0u32;
+        loop {
+            attempts = attempts.saturating_add(1);
+            let error = match attempt().await {
+                Ok(done) => return Ok(done),
+                Err(error) => error,
+            };
+            if !error.is_retryable() {
+                return Err(error);
+            }
+            match self.delay_after(attempts, started.elapsed(), rand::random::<f64>()) {
+                Some(delay) => tokio::time::sleep(delay).await,
+                None => return Err(error),
+            }
         }
-    }
-
-    pub fn with_delays(mut self, min: Duration, max: Duration) -> RetryPolicy {
-        self.delay_min = min;
-        self.delay_max = max.max(min);
-        if let Some(total) = self.total_max {
-            let attempts = total.as_millis() / min.as_millis().max(1) + 2;
-            self.attempts_max = u32::try_from(attempts).unwrap_or(u32::MAX);
-        }
-        self
     }
 }
 
-/// The validity of one grant or extension.
+/// The validity of one grant or extension, on tokio's clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
     /// When the round that obtained it started (before any node saw it).
@@ -139,7 +139,7 @@ pub struct Lease {
 }
 
 impl Lease {
-    fn new(start: Instant, ttl: Duration) -> Lease {
+    pub(crate) fn new(start: Instant, ttl: Duration) -> Lease {
         Lease { start, ttl, deadline: quorum::deadline(start, ttl) }
     }
 }
@@ -207,6 +207,15 @@ impl Kind {
             Kind::Reentrant => Quorum::Majority,
         }
     }
+}
+
+/// A grant round that succeeded: the quorum token T (fenced already when
+/// the fencing round ran with it), the lease, and the grant round's
+/// answers as they stood when it was decided (for a later fencing round).
+pub(crate) struct Granted {
+    pub floor: u64,
+    pub lease: Lease,
+    pub grants: Vec<Option<Answer>>,
 }
 
 pub(crate) struct Inner {
@@ -378,7 +387,7 @@ impl Redlock {
     pub async fn settle(&self) {
         let config = self.inner.config;
         let one_call = config.connect_timeout.saturating_mul(2).saturating_add(config.command_timeout);
-        let deadline = tokio::time::Instant::now() + one_call.saturating_mul(2);
+        let deadline = Instant::now() + one_call.saturating_mul(2);
         loop {
             // Registered before the count is read: a task that ends in
             // between still wakes this one.
@@ -442,19 +451,21 @@ impl Redlock {
         });
     }
 
-    /// Sends `cmd` to every node and returns once `quorum` said yes (the
-    /// other calls go on in the background) or, when it cannot be reached,
-    /// once every node answered or timed out.
+    /// Sends `cmd` to the nodes listed in `targets` and records their
+    /// answers in `round` (which may hold answers known without a command);
+    /// returns once the round's quorum said yes (the other calls go on in
+    /// the background) or, when it cannot be reached, once every node
+    /// answered or timed out.
     async fn quorum_round(
         &self,
         cmd: Cmd,
-        quorum: Quorum,
+        round: Progress,
+        targets: Vec<usize>,
         timeout: Duration,
         classify: fn(&Raw) -> Answer,
     ) -> Progress {
-        let mut flight: FuturesUnordered<_> =
-            self.calls_to(0, cmd, timeout, classify, self.every_node()).collect();
-        let mut rounds = [Progress::with_quorum(self.inner.nodes.len(), quorum)];
+        let mut flight: FuturesUnordered<_> = self.calls_to(0, cmd, timeout, classify, targets).collect();
+        let mut rounds = [round];
         drive(&mut flight, &mut rounds, |r| r[0].decided().is_some()).await;
         if rounds[0].decided() == Some(true) {
             self.detach(flight);
@@ -465,128 +476,61 @@ impl Redlock {
         round
     }
 
-    /// One attempt: `LOCK.ACQUIRE` on every node in parallel, then the
-    /// fencing round. On any failure the partial grants are released on
-    /// every node before this returns.
-    pub async fn try_acquire(&self, resource: &str, ttl: Duration) -> Result<Guard> {
-        self.try_acquire_with(resource, Mode::Exclusive, ttl).await
+    /// [`Redlock::quorum_round`] on every node, needing `quorum`.
+    async fn every_node_round(&self, cmd: Cmd, quorum: Quorum, timeout: Duration) -> Progress {
+        let round = Progress::with_quorum(self.inner.nodes.len(), quorum);
+        self.quorum_round(cmd, round, self.every_node(), timeout, quorum::classify_flag).await
     }
 
-    /// One attempt to take `resource` in `mode`: the grant command of that
-    /// mode (`LOCK.ACQUIRE`, `LOCK.SHARED`, `LOCK.EXCLUSIVE` or
-    /// `LOCK.SEMAPHORE`) on every node in parallel, needing the mode's
-    /// quorum ([`Redlock::quorum`]), then the fencing round (a majority).
-    /// On any failure the partial grants are released on every node before
-    /// this returns. A read, write or permit guard extends and releases
-    /// like a plain one, with its mode's quorum.
+    /// One attempt to take `resource` in `mode` for `ttl`: the grant
+    /// command of that mode (`LOCK.ACQUIRE` for [`Mode::Exclusive`],
+    /// `LOCK.SHARED` for [`Mode::Read`], `LOCK.EXCLUSIVE` for
+    /// [`Mode::Write`], `LOCK.SEMAPHORE` for [`Mode::Permit`]) on every node
+    /// in parallel, needing the mode's quorum ([`Redlock::quorum`]), within
+    /// the validity. One round trip: the fencing round runs later, when
+    /// [`Guard::fencing_token`] is first asked for. On any failure the
+    /// partial grants are released on every node before this returns:
+    /// [`Error::Contended`] (another owner holds it), [`Error::NoQuorum`],
+    /// [`Error::ExpiredBeforeUse`], or [`Error::InvalidArgument`].
     ///
-    /// The fencing token strictly increases from one writer (or plain
-    /// holder) to the next, and is above every earlier holder's; readers
-    /// and permit holders that hold at the same time get distinct tokens.
-    pub async fn try_acquire_with(&self, resource: &str, mode: Mode, ttl: Duration) -> Result<Guard> {
+    /// A read, write or permit guard extends and releases like a plain one,
+    /// with its mode's quorum. A fenced holder's token is above the token of
+    /// every fenced holder whose hold ended before its own began: from one
+    /// exclusive holder (or writer) to the next, tokens strictly increase.
+    /// Readers and permit holders hold at the same time; one that asks for
+    /// its token before the next is granted gets a lower token than that
+    /// one, but two granted before either asked may get the same token.
+    pub async fn try_acquire(&self, resource: &str, mode: Mode, ttl: Duration) -> Result<Guard> {
         let ttl = check_ttl(ttl)?;
         check_name("resource", resource)?;
         check_mode(mode)?;
         let token = quorum::token_from_bits(rand::random());
-        let (fencing_token, lease) = self.grant(Kind::Lock(mode), resource, &token, ttl).await?;
-        Ok(Guard::new(self.clone(), resource.to_string(), token, mode, fencing_token, lease))
-    }
-
-    /// One attempt at a read hold of the read-write lock `resource`
-    /// (shared with other readers, never with a writer).
-    pub async fn try_read(&self, resource: &str, ttl: Duration) -> Result<Guard> {
-        self.try_acquire_with(resource, Mode::Read, ttl).await
-    }
-
-    /// One attempt at the write hold of the read-write lock `resource`
-    /// (alone: no reader, no other writer).
-    pub async fn try_write(&self, resource: &str, ttl: Duration) -> Result<Guard> {
-        self.try_acquire_with(resource, Mode::Write, ttl).await
-    }
-
-    /// One attempt at one of the `permits` permits of the semaphore
-    /// `resource`. Every client must name the same count (a node refuses
-    /// another one while the semaphore has holders). Needs
-    /// `floor(permits * N / (permits + 1)) + 1` nodes, more than a
-    /// majority from 2 permits on: see [`quorum::semaphore_quorum`].
-    pub async fn try_permit(&self, resource: &str, permits: u32, ttl: Duration) -> Result<Guard> {
-        self.try_acquire_with(resource, Mode::Permit { permits }, ttl).await
-    }
-
-    /// [`Redlock::try_read`], retried within `policy`.
-    pub async fn read(&self, resource: &str, ttl: Duration, policy: &RetryPolicy) -> Result<Guard> {
-        self.acquire_with(resource, Mode::Read, ttl, policy).await
-    }
-
-    /// [`Redlock::try_write`], retried within `policy`.
-    pub async fn write(&self, resource: &str, ttl: Duration, policy: &RetryPolicy) -> Result<Guard> {
-        self.acquire_with(resource, Mode::Write, ttl, policy).await
-    }
-
-    /// [`Redlock::try_permit`], retried within `policy`.
-    pub async fn permit(
-        &self,
-        resource: &str,
-        permits: u32,
-        ttl: Duration,
-        policy: &RetryPolicy,
-    ) -> Result<Guard> {
-        self.acquire_with(resource, Mode::Permit { permits }, ttl, policy).await
+        let granted = self.grant(Kind::Lock(mode), resource, &token, ttl, false).await?;
+        Ok(Guard::new(self.clone(), resource.to_string(), token, mode, granted))
     }
 
     /// [`Redlock::try_acquire`], retried after a random delay while the
-    /// failure is retryable (held, no quorum, too slow), within `policy`.
-    /// Returns the last attempt's error.
-    pub async fn acquire(&self, resource: &str, ttl: Duration, policy: &RetryPolicy) -> Result<Guard> {
-        self.acquire_with(resource, Mode::Exclusive, ttl, policy).await
-    }
-
-    /// [`Redlock::try_acquire_with`], retried after a random delay while
-    /// the failure is retryable (held, no quorum, too slow), within
-    /// `policy`. Returns the last attempt's error.
-    pub async fn acquire_with(
+    /// failure is retryable (held, no quorum, too slow), within `policy`
+    /// (see [`RetryPolicy::retry`]). Returns the last attempt's error.
+    pub async fn acquire(
         &self,
         resource: &str,
         mode: Mode,
         ttl: Duration,
         policy: &RetryPolicy,
     ) -> Result<Guard> {
-        let started = Instant::now();
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            let error = match self.try_acquire_with(resource, mode, ttl).await {
-                Ok(guard) => return Ok(guard),
-                Err(e) => e,
-            };
-            if !error.is_retryable() || attempt >= policy.attempts_max {
-                return Err(error);
-            }
-            let mut delay = quorum::retry_delay(policy.delay_min, policy.delay_max, rand::random::<f64>());
-            if let Some(total) = policy.total_max {
-                let left = total.saturating_sub(started.elapsed());
-                if left.is_zero() {
-                    return Err(error);
-                }
-                delay = delay.min(left);
-            }
-            tokio::time::sleep(delay).await;
-        }
+        policy.retry(|| self.try_acquire(resource, mode, ttl)).await
     }
 
-    /// `LOCK.RELEASE` on every node, waiting for every answer (or its
-    /// timeout): exact counts, for tools like the CLI. `Ok` with the counts
-    /// when a majority released; `Err(NoQuorum)` otherwise (the lock had
-    /// expired or been taken on too many nodes, or they did not answer).
-    /// [`Guard::release`] returns at the majority instead.
-    pub async fn release(&self, resource: &str, token: &str) -> Result<Tally> {
-        self.release_with(resource, token, Mode::Exclusive).await
-    }
-
-    /// [`Redlock::release`] of a lock taken in `mode`: `Ok` when the mode's
-    /// quorum released (for a semaphore, fewer than its quorum means the
-    /// permit was no longer counted on enough nodes to bound the holders).
-    pub async fn release_with(&self, resource: &str, token: &str, mode: Mode) -> Result<Tally> {
+    /// `LOCK.RELEASE` of the lock held with `token` (taken in `mode`) on
+    /// every node, waiting for every answer (or its timeout): exact counts,
+    /// for tools like the CLI. `Ok` with the counts when the mode's quorum
+    /// released (a majority; for a semaphore fewer than its quorum means
+    /// the permit was no longer counted on enough nodes to bound the
+    /// holders); `Err(NoQuorum)` otherwise (the lock had expired or been
+    /// taken on too many nodes, or they did not answer). [`Guard::release`]
+    /// returns at the quorum instead.
+    pub async fn release(&self, resource: &str, token: &str, mode: Mode) -> Result<Tally> {
         check_name("token", token)?;
         check_mode(mode)?;
         let tally = self.release_all(resource, token).await.with_quorum(mode.quorum());
@@ -597,31 +541,25 @@ impl Redlock {
     /// released; the nodes that have not answered yet get theirs in the
     /// background (counted as `pending`). A failure waits for every answer.
     pub(crate) async fn release_quorum(&self, resource: &str, token: &str, mode: Mode) -> Result<Tally> {
-        let cmd = command("LOCK.RELEASE", resource, token, None);
-        let timeout = self.inner.config.command_timeout;
-        let round = self.quorum_round(cmd, mode.quorum(), timeout, quorum::classify_flag).await;
+        let cmd = command("LOCK.RELEASE", resource, token, &[]);
+        let round = self.every_node_round(cmd, mode.quorum(), self.inner.config.command_timeout).await;
         released(resource, round.tally())
     }
 
-    /// `LOCK.EXTEND` on every node: held again for `ttl` when a majority
-    /// answered 1 within the new validity. Returns at that majority (the
-    /// other nodes' calls go on in the background, queued before any later
-    /// command to them).
-    pub async fn extend(&self, resource: &str, token: &str, ttl: Duration) -> Result<Lease> {
-        self.extend_with(resource, token, Mode::Exclusive, ttl).await
-    }
-
-    /// [`Redlock::extend`] of a lock taken in `mode`, needing the mode's
-    /// quorum: a semaphore permit extended on fewer nodes than its grant
-    /// needed no longer bounds the number of holders.
-    pub async fn extend_with(&self, resource: &str, token: &str, mode: Mode, ttl: Duration) -> Result<Lease> {
+    /// `LOCK.EXTEND` of the lock held with `token` (taken in `mode`) on
+    /// every node: held again for `ttl` from the start of the round when the
+    /// mode's quorum answered 1 within the new validity (a semaphore permit
+    /// extended on fewer nodes than its grant needed no longer bounds the
+    /// number of holders). Returns at that quorum (the other nodes' calls go
+    /// on in the background, queued before any later command to them).
+    pub async fn extend(&self, resource: &str, token: &str, mode: Mode, ttl: Duration) -> Result<Lease> {
         let ttl = check_ttl(ttl)?;
         check_name("token", token)?;
         check_mode(mode)?;
         let start = Instant::now();
-        let cmd = command("LOCK.EXTEND", resource, token, Some(ttl));
+        let cmd = command("LOCK.EXTEND", resource, token, &[millis(ttl)]);
         let timeout = self.inner.config.command_timeout.min(ttl);
-        let round = self.quorum_round(cmd, mode.quorum(), timeout, quorum::classify_flag).await;
+        let round = self.every_node_round(cmd, mode.quorum(), timeout).await;
         if round.decided() != Some(true) {
             let tally = round.tally();
             return Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Extend, tally });
@@ -634,18 +572,18 @@ impl Redlock {
     }
 
     /// Reentrant acquire (`LOCK.ENTER` on every node, then the fencing
-    /// round): the first entry by `owner` grants a new fencing token, later
-    /// ones add a hold on each node and return the same token. On failure,
-    /// the hold just added is taken back (`LOCK.EXIT`) on the nodes that
-    /// granted it. A node that did not answer may keep that extra hold
-    /// until its TTL: the outcome there is unknown, and an EXIT could take
-    /// back an earlier hold instead.
+    /// round at once): the first entry by `owner` grants a new fencing
+    /// token, later ones add a hold on each node and return the same token.
+    /// On failure, the hold just added is taken back (`LOCK.EXIT`) on the
+    /// nodes that granted it. A node that did not answer may keep that
+    /// extra hold until its TTL: the outcome there is unknown, and an EXIT
+    /// could take back an earlier hold instead.
     pub async fn enter(&self, resource: &str, owner: &str, ttl: Duration) -> Result<Entered> {
         let ttl = check_ttl(ttl)?;
         check_name("resource", resource)?;
         check_name("owner", owner)?;
-        let (fencing_token, lease) = self.grant(Kind::Reentrant, resource, owner, ttl).await?;
-        Ok(Entered { fencing_token, lease })
+        let granted = self.grant(Kind::Reentrant, resource, owner, ttl, true).await?;
+        Ok(Entered { fencing_token: granted.floor, lease: granted.lease })
     }
 
     /// Reentrant release (`LOCK.EXIT` on every node): the holds left (the
@@ -653,7 +591,7 @@ impl Redlock {
     /// that answered). `Err(NoQuorum)` unless a majority answered.
     pub async fn exit(&self, resource: &str, owner: &str) -> Result<u64> {
         check_name("owner", owner)?;
-        let cmd = command("LOCK.EXIT", resource, owner, None);
+        let cmd = command("LOCK.EXIT", resource, owner, &[]);
         let answers = self.round(&cmd, self.inner.config.command_timeout, quorum::classify_exit).await;
         let tally = Tally::of(&answers);
         match quorum::holds_left(answers.iter()) {
@@ -683,8 +621,8 @@ impl Redlock {
             .collect()
     }
 
-    /// The grant round and the fencing round; undoes partial grants on
-    /// failure. Returns the quorum's fencing token and the lease.
+    /// The grant round, and with `fence` the fencing round right after it
+    /// (reentrant `enter`); undoes partial grants on failure.
     ///
     /// The grant round needs the kind's quorum (a majority, or a
     /// semaphore's larger one); the fencing round a majority, whatever the
@@ -694,12 +632,19 @@ impl Redlock {
     ///
     /// Each round returns as soon as its quorum said yes (see the module's
     /// comment for why that is safe); the grant round's late calls keep
-    /// running while the fencing round runs, in the same set of calls in
-    /// flight, and both go on in the background after a success. On a
-    /// failure every call of both rounds is waited for (bounded by the
-    /// per-node timeouts) before the undo: exact counts, the grants known
-    /// node by node, and the undo queued after every grant call ended.
-    async fn grant(&self, kind: Kind, resource: &str, token: &str, ttl: Duration) -> Result<(u64, Lease)> {
+    /// running (while the fencing round runs, in the same set of calls in
+    /// flight), and go on in the background after a success. On a failure
+    /// every call of both rounds is waited for (bounded by the per-node
+    /// timeouts) before the undo: exact counts, the grants known node by
+    /// node, and the undo queued after every grant call ended.
+    async fn grant(
+        &self,
+        kind: Kind,
+        resource: &str,
+        token: &str,
+        ttl: Duration,
+        fence: bool,
+    ) -> Result<Granted> {
         let phase = match kind {
             Kind::Lock(_) => Phase::Acquire,
             Kind::Reentrant => Phase::Enter,
@@ -737,46 +682,56 @@ impl Redlock {
             self.undo(kind, resource, token, rounds[GRANT].answers()).await;
             return Err(error);
         };
-        // The fencing round: every node that holds our lock raises its
-        // counter to the quorum's token, so the next holder's majority (which
-        // shares a node with this one) is granted a higher token. It goes to
-        // the nodes whose grant is still on its way too: the FENCE is queued
-        // behind it on the node's connection. Two kinds of node need no
-        // FENCE, as it would change nothing there: one whose grant carried T
-        // itself (its counter is at T and it holds our lock: it counts as
-        // fenced; with one node, or when one node's token is the highest,
-        // that saves a command), and one that said "held" (it would answer 0).
-        let mut targets = Vec::with_capacity(nodes);
-        let grants = rounds[GRANT].answers().to_vec();
-        for (node, answer) in grants.iter().enumerate() {
-            match answer {
-                Some(Answer::Yes(t)) if *t == floor => rounds[FENCE].record(node, Answer::Yes(1)),
-                Some(Answer::No) => rounds[FENCE].record(node, Answer::No),
-                _ => targets.push(node),
+        if fence {
+            // In the same set of calls as the grant round's late ones: a
+            // failure below waits for them too, before the undo.
+            let (fencing, targets) = Progress::fencing(rounds[GRANT].answers(), floor);
+            rounds[FENCE] = fencing;
+            let cmd = fence_command(resource, token, floor);
+            flight.extend(self.calls_to(FENCE, cmd, timeout.min(left), quorum::classify_flag, targets));
+            drive(&mut flight, &mut rounds, |r| r[FENCE].decided().is_some()).await;
+            let fenced = rounds[FENCE].decided() == Some(true);
+            let elapsed = start.elapsed();
+            if !fenced || quorum::validity(ttl, elapsed).is_none() {
+                drive(&mut flight, &mut rounds, |_| false).await;
+                let error = if fenced {
+                    expired(resource, ttl, elapsed)
+                } else {
+                    let tally = rounds[FENCE].tally();
+                    Error::NoQuorum { resource: resource.to_string(), phase: Phase::Fence, tally }
+                };
+                self.undo(kind, resource, token, rounds[GRANT].answers()).await;
+                return Err(error);
             }
         }
-        let mut fence = redis::cmd("LOCK.FENCE");
-        fence.arg(resource).arg(token).arg(floor);
-        flight.extend(self.calls_to(FENCE, fence, timeout.min(left), quorum::classify_flag, targets));
-        drive(&mut flight, &mut rounds, |r| r[FENCE].decided().is_some()).await;
-        let fenced = rounds[FENCE].decided() == Some(true);
-        let elapsed = start.elapsed();
-        if fenced && quorum::validity(ttl, elapsed).is_some() {
-            self.detach(flight);
-            return Ok((floor, Lease::new(start, ttl)));
+        self.detach(flight);
+        let [grants, _] = rounds;
+        Ok(Granted { floor, lease: Lease::new(start, ttl), grants: grants.into_answers() })
+    }
+
+    /// The fencing round of a lock granted earlier: `LOCK.FENCE key token
+    /// floor` on every node that needs it (see [`Progress::fencing`]),
+    /// returning at the first majority of 1s; each call is bounded by the
+    /// time left until `deadline` too. `Err(NoQuorum)` (phase `Fence`, after
+    /// every answer) when no majority answered 1. The caller checks that
+    /// the round ended within the validity.
+    pub(crate) async fn fence(
+        &self,
+        resource: &str,
+        token: &str,
+        floor: u64,
+        grants: &[Option<Answer>],
+        deadline: Instant,
+    ) -> Result<()> {
+        let (round, targets) = Progress::fencing(grants, floor);
+        let left = quorum::remaining(deadline, Instant::now());
+        let timeout = self.inner.config.command_timeout.min(left);
+        let cmd = fence_command(resource, token, floor);
+        let round = self.quorum_round(cmd, round, targets, timeout, quorum::classify_flag).await;
+        if round.decided() == Some(true) {
+            return Ok(());
         }
-        drive(&mut flight, &mut rounds, |_| false).await;
-        let error = if fenced {
-            expired(resource, ttl, elapsed)
-        } else {
-            Error::NoQuorum {
-                resource: resource.to_string(),
-                phase: Phase::Fence,
-                tally: rounds[FENCE].tally(),
-            }
-        };
-        self.undo(kind, resource, token, rounds[GRANT].answers()).await;
-        Err(error)
+        Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Fence, tally: round.tally() })
     }
 
     /// Takes back a failed grant round (`answers`: the grant round's, all
@@ -789,7 +744,7 @@ impl Redlock {
                 self.release_all(resource, token).await;
             }
             Kind::Reentrant => {
-                let cmd = command("LOCK.EXIT", resource, token, None);
+                let cmd = command("LOCK.EXIT", resource, token, &[]);
                 let limits = self.limits();
                 let timeout = self.inner.config.command_timeout;
                 let exits = self
@@ -805,7 +760,7 @@ impl Redlock {
     }
 
     pub(crate) async fn release_all(&self, resource: &str, token: &str) -> Tally {
-        let cmd = command("LOCK.RELEASE", resource, token, None);
+        let cmd = command("LOCK.RELEASE", resource, token, &[]);
         let answers = self.round(&cmd, self.inner.config.command_timeout, quorum::classify_flag).await;
         Tally::of(&answers)
     }
@@ -823,31 +778,42 @@ impl Redlock {
     }
 }
 
+/// `LOCK.FENCE key token floor`.
+fn fence_command(resource: &str, token: &str, floor: u64) -> Cmd {
+    command("LOCK.FENCE", resource, token, &[floor])
+}
+
 /// The grant command of `kind`: `LOCK.ACQUIRE`, `LOCK.SHARED`,
 /// `LOCK.EXCLUSIVE`, `LOCK.SEMAPHORE key token permits ttl` or `LOCK.ENTER`.
 fn grant_command(kind: Kind, resource: &str, token: &str, ttl: Duration) -> Cmd {
-    let ttl = Some(ttl);
+    let ttl = millis(ttl);
     match kind {
-        Kind::Lock(Mode::Exclusive) => command("LOCK.ACQUIRE", resource, token, ttl),
-        Kind::Lock(Mode::Read) => command("LOCK.SHARED", resource, token, ttl),
-        Kind::Lock(Mode::Write) => command("LOCK.EXCLUSIVE", resource, token, ttl),
+        Kind::Lock(Mode::Exclusive) => command("LOCK.ACQUIRE", resource, token, &[ttl]),
+        Kind::Lock(Mode::Read) => command("LOCK.SHARED", resource, token, &[ttl]),
+        Kind::Lock(Mode::Write) => command("LOCK.EXCLUSIVE", resource, token, &[ttl]),
         Kind::Lock(Mode::Permit { permits }) => {
-            let mut cmd = redis::cmd("LOCK.SEMAPHORE");
-            cmd.arg(resource).arg(token).arg(permits);
-            cmd.arg(ttl.map_or(0, |t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)));
-            cmd
+            command("LOCK.SEMAPHORE", resource, token, &[u64::from(permits), ttl])
         }
-        Kind::Reentrant => command("LOCK.ENTER", resource, token, ttl),
+        Kind::Reentrant => command("LOCK.ENTER", resource, token, &[ttl]),
     }
 }
 
-fn command(name: &str, resource: &str, token: &str, ttl: Option<Duration>) -> Cmd {
-    let mut cmd = redis::cmd(name);
-    cmd.arg(resource).arg(token);
-    if let Some(ttl) = ttl {
-        cmd.arg(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+/// `name key token [number ...]`, sized up front: a command is built for
+/// every round, and growing its buffers argument by argument showed in
+/// profiles.
+fn command(name: &str, resource: &str, token: &str, numbers: &[u64]) -> Cmd {
+    // 20 digits hold any u64.
+    let bytes = name.len() + resource.len() + token.len() + 20 * numbers.len();
+    let mut cmd = Cmd::with_capacity(3 + numbers.len(), bytes);
+    cmd.arg(name).arg(resource).arg(token);
+    for number in numbers {
+        cmd.arg(*number);
     }
     cmd
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn released(resource: &str, tally: Tally) -> Result<Tally> {
@@ -865,7 +831,7 @@ fn expired(resource: &str, ttl: Duration, elapsed: Duration) -> Error {
 /// Whole milliseconds (the nodes' unit), and long enough to outlast the
 /// drift allowance.
 fn check_ttl(ttl: Duration) -> Result<Duration> {
-    let whole = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+    let whole = Duration::from_millis(millis(ttl));
     if quorum::validity(whole, Duration::ZERO).is_none() {
         return Err(Error::InvalidArgument(format!(
             "ttl {} ms is not above the clock-drift allowance ({} ms)",

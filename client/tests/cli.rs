@@ -180,6 +180,36 @@ fn exec_passes_the_fencing_token_and_the_exit_code_and_releases() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--no-fence`: no fencing round, and no fencing token (not even one the
+/// caller's environment had).
+#[test]
+fn no_fence_skips_the_fencing_round_and_the_token() {
+    let servers = cluster(5);
+    let mut acquire = redlock(&servers);
+    acquire.args(["acquire", "deploy", "--ttl", "5000", "--no-fence"]);
+    let out = run_bounded(acquire, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("REDLOCK_FENCING_TOKEN"), "{stdout}");
+    let token = field(&stdout, "REDLOCK_TOKEN");
+    let mut release = redlock(&servers);
+    release.args(["release", "deploy", "--token", &token]);
+    assert_eq!(run_bounded(release, Duration::from_secs(10)).status.code(), Some(0));
+
+    let dir = scratch("no-fence");
+    let seen = dir.join("seen");
+    let script = format!("echo \"${{REDLOCK_FENCING_TOKEN-unset}} $REDLOCK_TOKEN\" > {}", seen.display());
+    let mut exec = redlock(&servers);
+    exec.args(["exec", "--no-fence", "job", "--", "sh", "-c", &script]).env("REDLOCK_FENCING_TOKEN", "999");
+    let out = run_bounded(exec, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let seen = std::fs::read_to_string(&seen).unwrap();
+    assert!(seen.starts_with("unset ") && seen.trim().len() == "unset ".len() + 32, "{seen}");
+    assert_eq!(servers.iter().map(fence_calls).sum::<i64>(), 0, "no fencing round");
+    assert_free(&all(&servers), "job");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Three of five nodes die while the command runs: the renewal fails,
 /// `exec` stops the command and exits 75 within one renewal interval plus
 /// the grace period.

@@ -8,14 +8,15 @@ mod support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
-use redlock_client::{Error, Lost, Phase, Redlock, RetryPolicy, Status, Watchdog};
+use redlock_client::{Error, Lost, Mode, Phase, Redlock, RetryPolicy, Status, Watchdog};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -64,7 +65,7 @@ async fn pipe(client: TcpStream, upstream: u16, drop_next_reply: Arc<AtomicBool>
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     // Requests go through a queue so that a delay keeps their order.
-    let (queue, mut queued) = mpsc::unbounded_channel::<(tokio::time::Instant, Vec<u8>)>();
+    let (queue, mut queued) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let writer = tokio::spawn(async move {
         while let Some((at, bytes)) = queued.recv().await {
             tokio::time::sleep_until(at).await;
@@ -79,7 +80,7 @@ async fn pipe(client: TcpStream, upstream: u16, drop_next_reply: Arc<AtomicBool>
             match client_read.read(&mut buf).await {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
-                    let at = tokio::time::Instant::now() + ms(delay_ms.load(Ordering::SeqCst));
+                    let at = Instant::now() + ms(delay_ms.load(Ordering::SeqCst));
                     if queue.send((at, buf[..n].to_vec())).is_err() {
                         return;
                     }
@@ -133,7 +134,7 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
     // acquire returns at the majority: node 4's grant has landed by the time
     // the other calls of the round have ended.
     proxies[2].drop_next_reply.store(true, Ordering::SeqCst);
-    let guard = rl.try_acquire("lost-reply", ms(3_000)).await.expect("4 of 5 grant");
+    let guard = rl.try_acquire("lost-reply", Mode::Exclusive, ms(3_000)).await.expect("4 of 5 grant");
     rl.settle().await;
     assert_eq!(holder(&servers[4], "lost-reply").as_deref(), Some(guard.token()), "node 4 did grant");
     // The guard's release returns at the majority; the rest land in the
@@ -148,13 +149,13 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
     for proxy in &proxies {
         proxy.drop_next_reply.store(true, Ordering::SeqCst);
     }
-    let error = rl.try_acquire("lost-reply", ms(3_000)).await.expect_err("3 replies lost");
+    let error = rl.try_acquire("lost-reply", Mode::Exclusive, ms(3_000)).await.expect_err("3 replies lost");
     assert_eq!(error.to_string(), "no quorum for 'lost-reply': 2 of 5 granted (need 3); 3 unreachable");
     for (i, before) in before.iter().enumerate() {
         assert_eq!(grants(i), before + 1, "node {i} granted");
     }
     assert_free(&all(&servers), "lost-reply");
-    let guard = rl.try_acquire("lost-reply", ms(3_000)).await.expect("the retry succeeds");
+    let guard = rl.try_acquire("lost-reply", Mode::Exclusive, ms(3_000)).await.expect("the retry succeeds");
     assert!(guard.release().await.expect("release").yes >= 3);
     rl.settle().await;
     assert_free(&all(&servers), "lost-reply");
@@ -166,7 +167,7 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
         proxy.request_delay_ms.store(500, Ordering::SeqCst);
     }
     let started = Instant::now();
-    let error = rl.try_acquire("late", ms(3_000)).await.expect_err("3 nodes late");
+    let error = rl.try_acquire("late", Mode::Exclusive, ms(3_000)).await.expect_err("3 nodes late");
     assert!(started.elapsed() < ms(1_000), "bounded by the timeouts: {:?}", started.elapsed());
     assert!(
         matches!(&error, Error::NoQuorum { tally, .. } if tally.timed_out == 3 && tally.yes == 2),
@@ -181,12 +182,25 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
     });
     assert_free(&all(&servers), "late");
     let guard = rl
-        .acquire("late", ms(3_000), &RetryPolicy::within(Duration::from_secs(3)))
+        .acquire("late", Mode::Exclusive, ms(3_000), &RetryPolicy::within(Duration::from_secs(3)))
         .await
         .expect("acquire once the late replies are in");
     assert!(guard.release().await.expect("release").yes >= 3);
     rl.settle().await;
     assert_free(&all(&servers), "late");
+}
+
+/// Five servers, the fifth behind a [`Proxy`] (to delay its requests), and
+/// a client whose per-command timeout (5 s) is above the delays used, so
+/// that the fifth node's replies are late, not lost.
+async fn five_with_a_slow_fifth() -> (Vec<Server>, Proxy, Redlock) {
+    let servers = cluster(5);
+    let slow = Proxy::start(servers[4].port).await;
+    let mut nodes = urls(&servers[..4]);
+    nodes.push(slow.url());
+    let config = redlock_client::Config { command_timeout: ms(5_000), ..test_config() };
+    let rl = Redlock::connect(nodes, config).await.unwrap();
+    (servers, slow, rl)
 }
 
 /// One node out of five is 2 s away (its requests are delayed, in order)
@@ -198,12 +212,7 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     const DELAY: Duration = Duration::from_secs(2);
-    let servers = cluster(5);
-    let slow = Proxy::start(servers[4].port).await;
-    let mut nodes = urls(&servers[..4]);
-    nodes.push(slow.url());
-    let config = redlock_client::Config { command_timeout: ms(5_000), ..test_config() };
-    let rl = Redlock::connect(nodes, config).await.unwrap();
+    let (servers, slow, rl) = five_with_a_slow_fifth().await;
     let grants = || info_stat(&mut servers[4].conn(), "grants");
     let releases = || info_stat(&mut servers[4].conn(), "releases");
     let extensions = || info_stat(&mut servers[4].conn(), "extensions");
@@ -211,8 +220,11 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     // Set once connected: the connection's own setup is not delayed.
     slow.request_delay_ms.store(DELAY.as_millis() as u64, Ordering::SeqCst);
 
+    let fences = || fence_calls(&servers[4]);
+    let fences_before = fences();
     let started = Instant::now();
-    let guard = rl.try_acquire("early", ms(10_000)).await.expect("4 fast nodes grant");
+    let guard = rl.try_acquire("early", Mode::Exclusive, ms(10_000)).await.expect("4 fast nodes grant");
+    guard.fencing_token().await.expect("the fencing round on the fast nodes");
     let acquired = started.elapsed();
     assert!(acquired < ms(1_000), "acquire waited for the slow node: {acquired:?}");
     let left = guard.extend(ms(10_000)).await.expect("extend on the 4 fast nodes");
@@ -231,14 +243,16 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     let settled = started.elapsed();
     assert!(settled >= DELAY && settled < DELAY + ms(2_000), "settled after {settled:?}");
     assert_eq!(grants(), before.0 + 1, "the late ACQUIRE landed");
+    assert_eq!(fences(), fences_before + 1, "the late FENCE landed, behind it");
     assert_eq!(extensions(), before.2 + 1, "the late EXTEND landed, behind it");
     assert_eq!(releases(), before.1 + 1, "the RELEASE landed, behind them");
     assert_free(&all(&servers), "early");
 
     // A failing round waits for the slow node's answer: exact counts.
-    let holder_guard = rl.try_acquire("held", ms(10_000)).await.expect("acquire");
+    let holder_guard = rl.try_acquire("held", Mode::Exclusive, ms(10_000)).await.expect("acquire");
     let started = Instant::now();
-    let error = rl.try_acquire("held", ms(10_000)).await.expect_err("held by the first guard");
+    let error =
+        rl.try_acquire("held", Mode::Exclusive, ms(10_000)).await.expect_err("held by the first guard");
     let took = started.elapsed();
     assert_eq!(
         error.to_string(),
@@ -252,6 +266,47 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     assert_free(&all(&servers), "held");
 }
 
+/// Many tasks share one client (one ordered connection per node) while one
+/// node is 150 ms away: every round returns at the four fast nodes, and on
+/// the slow node each task's ACQUIRE, FENCE and RELEASE still land in the
+/// order they were issued, interleaved with the other tasks' on the same
+/// connection: every grant there is released, nothing stays locked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_on_one_connection_leave_nothing_locked_behind_a_slow_node() {
+    const TASKS: usize = 32;
+    const CYCLES: usize = 5;
+    let (servers, slow, rl) = five_with_a_slow_fifth().await;
+    let grants = || info_stat(&mut servers[4].conn(), "grants");
+    let releases = || info_stat(&mut servers[4].conn(), "releases");
+    let before = (grants(), releases());
+    slow.request_delay_ms.store(150, Ordering::SeqCst);
+
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let rl = rl.clone();
+        tasks.push(tokio::spawn(async move {
+            for cycle in 0..CYCLES {
+                let resource = format!("many-{task}");
+                let guard = rl.try_acquire(&resource, Mode::Exclusive, ms(10_000)).await.expect("acquire");
+                if cycle % 2 == 0 {
+                    guard.fencing_token().await.expect("fence");
+                }
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        tokio::time::timeout(Duration::from_secs(30), task).await.expect("tasks finish").expect("task ok");
+    }
+    rl.settle().await;
+    let cycles = (TASKS * CYCLES) as i64;
+    assert_eq!(grants() - before.0, cycles, "every ACQUIRE reached the slow node");
+    assert_eq!(releases() - before.1, cycles, "every RELEASE reached it after its ACQUIRE");
+    for task in 0..TASKS {
+        assert_free(&all(&servers), &format!("many-{task}"));
+    }
+}
+
 /// Three of five nodes restarted without persistence refuse grants for
 /// `lock.quarantine-ms`; the error says so, and acquisition works after.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +318,7 @@ async fn quarantined_nodes_are_counted_then_serve_after_the_period() {
         server.kill_and_restart();
     }
     let rl = redlock(&servers).await;
-    let error = rl.try_acquire("q", ms(1_000)).await.expect_err("3 quarantined");
+    let error = rl.try_acquire("q", Mode::Exclusive, ms(1_000)).await.expect_err("3 quarantined");
     let text = error.to_string();
     assert!(text.starts_with("no quorum for 'q': 2 of 5 granted (need 3); 3 quarantined (up to "), "{text}");
     match &error {
@@ -276,7 +331,8 @@ async fn quarantined_nodes_are_counted_then_serve_after_the_period() {
     assert_free(&all(&servers), "q");
 
     let policy = RetryPolicy::within(Duration::from_secs(6)).with_delays(ms(50), ms(100));
-    let guard = rl.acquire("q", ms(1_000), &policy).await.expect("granted after the quarantine");
+    let guard =
+        rl.acquire("q", Mode::Exclusive, ms(1_000), &policy).await.expect("granted after the quarantine");
     let after = restarting.elapsed();
     // The first restarted node leaves quarantine 2 s after it started, which
     // was after `restarting`.
@@ -286,14 +342,16 @@ async fn quarantined_nodes_are_counted_then_serve_after_the_period() {
 }
 
 /// The watchdog renews every ttl/3; when three of five nodes die, the holder
-/// learns of the loss within one renewal interval.
+/// learns of the loss before the validity of its last renewal ends. (The
+/// exact schedule, renewal at ttl/3 and the loss reported as the failed
+/// renewal returns, is asserted on tokio's paused clock in `guard.rs`;
+/// here the servers are real, so real time, and no tight windows.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_watchdog_renews_then_reports_a_lost_majority_at_once() {
+async fn the_watchdog_renews_then_reports_a_lost_majority_before_the_validity_ends() {
     let mut servers = cluster(5);
     let rl = redlock(&servers).await;
     let ttl = ms(900);
-    let interval = ttl / 3;
-    let mut guard = rl.try_acquire("wd", ttl).await.expect("acquire");
+    let mut guard = rl.try_acquire("wd", Mode::Exclusive, ttl).await.expect("acquire");
     guard.start_watchdog(Watchdog::default());
     let mut status = guard.subscribe();
     // Past the TTL: still held, because it was renewed.
@@ -301,17 +359,33 @@ async fn the_watchdog_renews_then_reports_a_lost_majority_at_once() {
     assert!(guard.is_held(), "{:?}", guard.status());
     assert!(matches!(*status.borrow_and_update(), Status::Held { .. }));
     let extensions = info_stat(&mut servers[0].conn(), "extensions");
-    assert!((3..=6).contains(&extensions), "{extensions} renewals in 1.5 s at every 300 ms");
+    assert!(extensions >= 1, "{extensions} renewals");
     assert!(info_int(&mut servers[0].conn(), "wd", "ttl-ms").unwrap() > 0);
 
+    // The deadline of the last renewal before the loss, as the guard saw it.
+    let deadlines = tokio::spawn({
+        let mut status = guard.subscribe();
+        async move {
+            let mut last = None;
+            loop {
+                match status.borrow_and_update().clone() {
+                    Status::Held { deadline, .. } => last = Some(deadline),
+                    _ => return last,
+                }
+                if status.changed().await.is_err() {
+                    return last;
+                }
+            }
+        }
+    });
     let lost = guard.lost();
     for server in &mut servers[..3] {
         server.kill();
     }
-    let killed = Instant::now();
-    let reason = tokio::time::timeout(interval + ms(500), lost).await.expect("the loss is reported in time");
-    let noticed = killed.elapsed();
-    assert!(noticed <= interval + ms(300), "noticed after {noticed:?}");
+    let reason = tokio::time::timeout(ttl * 3, lost).await.expect("the loss is reported");
+    let noticed = Instant::now();
+    let last_deadline = deadlines.await.unwrap().expect("held before");
+    assert!(noticed < last_deadline, "noticed {:?} after the validity ended", noticed - last_deadline);
     match &reason {
         Lost::RenewalFailed(error) => assert_eq!(
             error.to_string(),
@@ -330,27 +404,34 @@ async fn the_watchdog_renews_then_reports_a_lost_majority_at_once() {
 }
 
 /// A bounded watchdog stops renewing and then reports the loss at the end
-/// of the last validity; a guard without a watchdog reports it at its
-/// deadline.
+/// of the last validity (not before); a guard without a watchdog reports
+/// it at its deadline. The exact instants are asserted on paused time in
+/// `guard.rs`; here, with real servers, only the order and loose bounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounded_watchdog_and_plain_expiry_are_reported() {
     let servers = cluster(3);
     let rl = redlock(&servers).await;
-    let started = Instant::now();
-    let mut guard = rl.try_acquire("bounded", ms(300)).await.expect("acquire");
+    let mut guard = rl.try_acquire("bounded", Mode::Exclusive, ms(300)).await.expect("acquire");
+    let first_deadline = guard.lease().deadline;
     guard.start_watchdog(Watchdog { renewals_max: 2, duration_max: Duration::from_secs(60) });
-    let reason = tokio::time::timeout(ms(2_000), guard.lost()).await.expect("reported");
-    let at = started.elapsed();
+    let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("reported");
     assert_eq!(reason, Lost::WatchdogLimit { renewals: 2 });
-    // Two renewals at ~100 and ~200 ms, then 300 - 5 ms of validity.
-    assert!(at >= ms(450) && at <= ms(900), "lost at {at:?}");
+    // Renewed twice, so it lasted past its first deadline; reported only
+    // once the last lease ran out.
+    let last_deadline = guard.lease().deadline;
+    assert!(last_deadline > first_deadline, "never renewed");
+    assert!(Instant::now() >= last_deadline, "reported while still valid");
+    assert_eq!(info_stat(&mut servers[0].conn(), "extensions"), 2);
     drop(guard);
 
-    let plain = rl.try_acquire("plain-expiry", ms(400)).await.expect("acquire");
+    let plain = rl.try_acquire("plain-expiry", Mode::Exclusive, ms(400)).await.expect("acquire");
     let deadline = plain.lease().deadline;
-    let reason = tokio::time::timeout(ms(2_000), plain.lost()).await.expect("reported");
+    let reason = tokio::time::timeout(Duration::from_secs(5), plain.lost()).await.expect("reported");
     assert_eq!(reason, Lost::Expired);
     let late = Instant::now().saturating_duration_since(deadline);
-    assert!(Instant::now() >= deadline && late < ms(100), "reported {late:?} after the deadline");
+    assert!(
+        Instant::now() >= deadline && late < Duration::from_secs(1),
+        "reported {late:?} after the deadline"
+    );
     drop(plain);
 }

@@ -40,16 +40,19 @@ async fn readers_share_writers_are_alone_and_tokens_increase() {
     let rl = redlock(&servers).await;
     assert_eq!((rl.quorum(Mode::Read), rl.quorum(Mode::Write)), (3, 3));
 
-    // Three readers at once.
+    // Three readers at once. Each asks for its token before the next one
+    // is granted: strictly increasing tokens (the next reader's majority
+    // meets the fenced majority of the one before).
     let mut readers = Vec::new();
+    let mut fences = Vec::new();
     for _ in 0..3 {
-        readers.push(rl.try_read("catalog", 5 * SECOND).await.expect("a reader joins the others"));
+        let reader =
+            rl.try_acquire("catalog", Mode::Read, 5 * SECOND).await.expect("a reader joins the others");
+        fences.push(reader.fencing_token().await.expect("a reader's fencing round"));
+        readers.push(reader);
     }
     assert!(readers.iter().all(|r| r.mode() == Mode::Read && r.is_held()));
-    let mut fences: Vec<u64> = readers.iter().map(|r| r.fencing_token()).collect();
-    fences.sort_unstable();
-    fences.dedup();
-    assert_eq!(fences.len(), 3, "readers get distinct tokens: {fences:?}");
+    assert!(fences.windows(2).all(|pair| pair[1] > pair[0]), "{fences:?}");
     // Rounds return at the majority: let the late grants land everywhere.
     rl.settle().await;
     for server in &servers {
@@ -57,7 +60,8 @@ async fn readers_share_writers_are_alone_and_tokens_increase() {
     }
 
     // A writer is refused while they hold, with the counts.
-    let refused = contended(rl.try_write("catalog", SECOND).await, "a writer while 3 readers hold");
+    let refused =
+        contended(rl.try_acquire("catalog", Mode::Write, SECOND).await, "a writer while 3 readers hold");
     assert_eq!(
         refused.to_string(),
         "'catalog' is held by another owner: 0 of 5 granted (need 3); 5 held by another owner"
@@ -72,20 +76,22 @@ async fn readers_share_writers_are_alone_and_tokens_increase() {
 
     // With the readers gone the writer gets it, and excludes readers and
     // writers.
-    let writer = rl.try_write("catalog", 5 * SECOND).await.expect("the writer after the readers left");
+    let writer =
+        rl.try_acquire("catalog", Mode::Write, 5 * SECOND).await.expect("the writer after the readers left");
     assert_eq!(writer.mode(), Mode::Write);
-    assert!(writer.fencing_token() > *fences.iter().max().unwrap(), "above every reader's");
+    let mut last = writer.fencing_token().await.expect("the writer's fencing round");
+    assert!(last > *fences.iter().max().unwrap(), "above every reader's");
     rl.settle().await;
-    contended(rl.try_read("catalog", SECOND).await, "a reader while the writer holds");
-    contended(rl.try_write("catalog", SECOND).await, "a second writer");
-    let mut last = writer.fencing_token();
+    contended(rl.try_acquire("catalog", Mode::Read, SECOND).await, "a reader while the writer holds");
+    contended(rl.try_acquire("catalog", Mode::Write, SECOND).await, "a second writer");
     writer.release().await.expect("the writer releases");
 
     // Successive writers: strictly increasing tokens.
     for round in 0..5 {
-        let writer = rl.try_write("catalog", 2 * SECOND).await.expect("the next writer");
-        assert!(writer.fencing_token() > last, "round {round}: {} after {last}", writer.fencing_token());
-        last = writer.fencing_token();
+        let writer = rl.try_acquire("catalog", Mode::Write, 2 * SECOND).await.expect("the next writer");
+        let token = writer.fencing_token().await.expect("the fencing round");
+        assert!(token > last, "round {round}: {token} after {last}");
+        last = token;
         writer.release().await.expect("release");
     }
     rl.settle().await;
@@ -93,9 +99,12 @@ async fn readers_share_writers_are_alone_and_tokens_increase() {
 
     // A read-write lock is not a plain lock: the module's WRONGTYPE is
     // named in the error.
-    let reader = rl.try_read("catalog", 2 * SECOND).await.expect("a reader");
+    let reader = rl.try_acquire("catalog", Mode::Read, 2 * SECOND).await.expect("a reader");
     rl.settle().await;
-    let wrong = rl.try_acquire("catalog", SECOND).await.expect_err("plain lock on a read-write lock");
+    let wrong = rl
+        .try_acquire("catalog", Mode::Exclusive, SECOND)
+        .await
+        .expect_err("plain lock on a read-write lock");
     assert!(wrong.to_string().contains("WRONGTYPE"), "{wrong}");
     reader.release().await.expect("release");
     rl.settle().await;
@@ -111,27 +120,39 @@ async fn a_two_permit_semaphore_needs_four_of_five_nodes() {
     assert_eq!(rl.quorum(Mode::Permit { permits: 4 }), 5);
 
     // Two holders, the third is refused.
-    let first = rl.try_permit("backups", 2, 5 * SECOND).await.expect("the first permit");
-    let second = rl.try_permit("backups", 2, 5 * SECOND).await.expect("the second permit");
+    let first =
+        rl.try_acquire("backups", Mode::Permit { permits: 2 }, 5 * SECOND).await.expect("the first permit");
+    let first_token = first.fencing_token().await.expect("the fencing round, a majority");
+    let second =
+        rl.try_acquire("backups", Mode::Permit { permits: 2 }, 5 * SECOND).await.expect("the second permit");
     assert_eq!(second.mode(), Mode::Permit { permits: 2 });
-    assert_ne!(first.fencing_token(), second.fencing_token());
+    assert!(second.fencing_token().await.unwrap() > first_token, "fenced one after the other");
     rl.settle().await;
     for server in &servers {
         assert_eq!(holds(server, "backups"), 2, "port {}", server.port);
         assert_eq!(info_int(&mut server.conn(), "backups", "permits"), Some(2));
     }
-    let third = contended(rl.try_permit("backups", 2, SECOND).await, "a third holder of 2 permits");
+    let third = contended(
+        rl.try_acquire("backups", Mode::Permit { permits: 2 }, SECOND).await,
+        "a third holder of 2 permits",
+    );
     assert_eq!(
         third.to_string(),
         "'backups' is held by another owner: 0 of 5 granted (need 4 for a 2-permit semaphore); \
          5 held by another owner"
     );
     // Another permit count is refused by every node, and says so.
-    let other = rl.try_permit("backups", 3, SECOND).await.expect_err("3 permits on a 2-permit semaphore");
+    let other = rl
+        .try_acquire("backups", Mode::Permit { permits: 3 }, SECOND)
+        .await
+        .expect_err("3 permits on a 2-permit semaphore");
     assert!(matches!(other, Error::NoQuorum { phase: Phase::Acquire, .. }), "{other:?}");
     assert!(other.to_string().contains("this semaphore has 2 permits, not 3"), "{other}");
     // Bad counts never reach the nodes.
-    assert!(matches!(rl.try_permit("backups", 0, SECOND).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        rl.try_acquire("backups", Mode::Permit { permits: 0 }, SECOND).await,
+        Err(Error::InvalidArgument(_))
+    ));
 
     second.release().await.expect("release the second permit");
     rl.settle().await;
@@ -153,7 +174,10 @@ async fn a_two_permit_semaphore_needs_four_of_five_nodes() {
     assert_unlocked(&live, "backups");
 
     // A new 2-permit grant fails with a clear "need 4", and leaves nothing.
-    let error = rl.try_permit("backups", 2, 2 * SECOND).await.expect_err("2 permits with 2 nodes down");
+    let error = rl
+        .try_acquire("backups", Mode::Permit { permits: 2 }, 2 * SECOND)
+        .await
+        .expect_err("2 permits with 2 nodes down");
     match &error {
         Error::NoQuorum { phase: Phase::Acquire, tally, .. } => {
             assert_eq!((tally.yes, tally.unreachable, tally.need()), (3, 2, 4), "{tally:?}")
@@ -168,13 +192,19 @@ async fn a_two_permit_semaphore_needs_four_of_five_nodes() {
     assert_unlocked(&live, "backups");
 
     // One permit is a plain lock's majority: 3 of 5 will do.
-    let single = rl.try_permit("one-at-a-time", 1, 2 * SECOND).await.expect("1 permit with 2 nodes down");
+    let single = rl
+        .try_acquire("one-at-a-time", Mode::Permit { permits: 1 }, 2 * SECOND)
+        .await
+        .expect("1 permit with 2 nodes down");
     single.extend(2 * SECOND).await.expect("extended on 3 of 5");
-    contended(rl.try_permit("one-at-a-time", 1, SECOND).await, "the only permit is taken");
+    contended(
+        rl.try_acquire("one-at-a-time", Mode::Permit { permits: 1 }, SECOND).await,
+        "the only permit is taken",
+    );
     let tally = single.release().await.expect("release on 3 of 5");
     assert!(tally.yes >= 3, "{tally:?}");
     // So do reads and writes.
-    let writer = rl.try_write("catalog", 2 * SECOND).await.expect("write with 2 nodes down");
+    let writer = rl.try_acquire("catalog", Mode::Write, 2 * SECOND).await.expect("write with 2 nodes down");
     writer.release().await.expect("release");
     rl.settle().await;
     assert_unlocked(&live, "one-at-a-time");

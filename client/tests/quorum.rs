@@ -7,13 +7,14 @@ mod common;
 mod support;
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_client::{Error, Lost, Phase, Redlock, RetryPolicy, Status};
+use redlock_client::{Error, Lost, Mode, Phase, Redlock, RetryPolicy, Status};
 use support::*;
+use tokio::time::Instant;
 
 const SECOND: Duration = Duration::from_secs(1);
 
@@ -28,10 +29,10 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
     assert_eq!(rl.majority(), 3);
 
     // All five up.
-    let guard = rl.try_acquire("basic", 2 * SECOND).await.expect("acquire with 5 up");
+    let guard = rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect("acquire with 5 up");
     assert_eq!(guard.token().len(), 32);
     assert!(guard.token().bytes().all(|b| b.is_ascii_hexdigit()));
-    assert!(guard.fencing_token() > 0);
+    assert!(guard.fencing_token().await.expect("the fencing round") > 0);
     let left = guard.validity_remaining();
     assert!(left > ms(1_500) && left <= ms(2_000 - 22), "validity {left:?}");
     // The acquire returned at the majority; settle() waits for the rest.
@@ -40,7 +41,7 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
         assert_eq!(holder(server, "basic").as_deref(), Some(guard.token()), "port {}", server.port);
     }
     // Held: a second client gets Contended, with the counts.
-    let other = rl.try_acquire("basic", SECOND).await.expect_err("held");
+    let other = rl.try_acquire("basic", Mode::Exclusive, SECOND).await.expect_err("held");
     assert!(matches!(other, Error::Contended { .. }), "{other:?}");
     assert_eq!(
         other.to_string(),
@@ -59,7 +60,7 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
     // Two down: still a majority.
     servers[0].kill();
     servers[3].kill();
-    let guard = rl.try_acquire("basic", 2 * SECOND).await.expect("acquire with 3 up");
+    let guard = rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect("acquire with 3 up");
     for i in [1, 2, 4] {
         assert_eq!(holder(&servers[i], "basic").as_deref(), Some(guard.token()));
     }
@@ -67,8 +68,9 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
     let tally = guard.release().await.expect("release with 3 up");
     assert_eq!((tally.yes, tally.unreachable + tally.pending()), (3, 2), "{tally:?}");
     // By token: every answer waited for, exact counts.
-    let guard = rl.try_acquire("basic", 2 * SECOND).await.expect("acquire with 3 up");
-    let tally = rl.release("basic", guard.token()).await.expect("release by token with 3 up");
+    let guard = rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect("acquire with 3 up");
+    let tally =
+        rl.release("basic", guard.token(), Mode::Exclusive).await.expect("release by token with 3 up");
     assert_eq!((tally.yes, tally.unreachable, tally.pending()), (3, 2, 0), "{tally:?}");
     guard.detach();
     assert_free(&[&servers[1], &servers[2], &servers[4]], "basic");
@@ -76,7 +78,7 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
     // Three down: fails fast, says why, leaves nothing locked.
     servers[1].kill();
     let started = Instant::now();
-    let error = rl.try_acquire("basic", 2 * SECOND).await.expect_err("no quorum with 2 up");
+    let error = rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect_err("no quorum with 2 up");
     let took = started.elapsed();
     assert!(took < ms(500), "failing took {took:?}");
     match &error {
@@ -93,15 +95,16 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
         servers[i].restart();
     }
     tokio::time::sleep(ms(60)).await; // past the reconnect backoff
-    let guard = rl.try_acquire("basic", 2 * SECOND).await.expect("acquire after the restarts");
+    let guard =
+        rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect("acquire after the restarts");
     assert!(guard.release().await.expect("release").yes >= 3);
     rl.settle().await;
     assert_free(&all(&servers), "basic");
 
     // Caller mistakes are named, not retried.
-    let bad = rl.try_acquire("basic", ms(2)).await.expect_err("ttl below drift");
+    let bad = rl.try_acquire("basic", Mode::Exclusive, ms(2)).await.expect_err("ttl below drift");
     assert!(matches!(bad, Error::InvalidArgument(_)) && !bad.is_retryable(), "{bad:?}");
-    assert!(matches!(rl.try_acquire("", SECOND).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(rl.try_acquire("", Mode::Exclusive, SECOND).await, Err(Error::InvalidArgument(_))));
 }
 
 /// Nodes that are down when the client starts are not an error: they count
@@ -112,13 +115,14 @@ async fn nodes_down_at_connect_are_tried_again_later() {
     servers[1].kill();
     servers[4].kill();
     let rl = redlock(&servers).await;
-    let guard = rl.try_acquire("late-nodes", 2 * SECOND).await.expect("3 of 5 up at connect");
+    let guard =
+        rl.try_acquire("late-nodes", Mode::Exclusive, 2 * SECOND).await.expect("3 of 5 up at connect");
     let tally = guard.release().await.expect("release");
     assert_eq!((tally.yes, tally.unreachable + tally.pending()), (3, 2), "{tally:?}");
     servers[1].restart();
     servers[4].restart();
     tokio::time::sleep(ms(60)).await; // past the reconnect backoff
-    let guard = rl.try_acquire("late-nodes", 2 * SECOND).await.expect("all up");
+    let guard = rl.try_acquire("late-nodes", Mode::Exclusive, 2 * SECOND).await.expect("all up");
     // The acquire returned at the majority; the other grants land in the
     // background.
     rl.settle().await;
@@ -137,7 +141,8 @@ async fn a_node_error_is_counted_and_shown() {
     let servers = cluster(3);
     let rl = redlock(&servers).await;
     // A TTL above the nodes' lock.max-ttl-ms is refused by every node.
-    let error = rl.try_acquire("big", Duration::from_secs(60)).await.expect_err("ttl above max");
+    let error =
+        rl.try_acquire("big", Mode::Exclusive, Duration::from_secs(60)).await.expect_err("ttl above max");
     let text = error.to_string();
     assert!(
         text.starts_with("no quorum for 'big': 0 of 3 granted (need 2); 3 other errors (first: ERR"),
@@ -145,10 +150,10 @@ async fn a_node_error_is_counted_and_shown() {
     );
     // A key that is not a lock: WRONGTYPE from the node that has it.
     let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut servers[0].conn()).unwrap();
-    let guard = rl.try_acquire("plain", SECOND).await.expect("2 of 3 grant");
+    let guard = rl.try_acquire("plain", Mode::Exclusive, SECOND).await.expect("2 of 3 grant");
     guard.release().await.unwrap();
     let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut servers[1].conn()).unwrap();
-    let error = rl.try_acquire("plain", SECOND).await.expect_err("2 of 3 refuse");
+    let error = rl.try_acquire("plain", Mode::Exclusive, SECOND).await.expect_err("2 of 3 refuse");
     assert!(error.to_string().contains("2 other errors (first: WRONGTYPE"), "{error}");
     assert_free(&[&servers[2]], "plain");
 }
@@ -188,6 +193,7 @@ async fn fencing_tokens_strictly_increase_across_holders_and_node_subsets() {
     let mut down: Vec<usize> = Vec::new();
     let mut last = 0u64;
     let mut slow_majority_rounds = 0;
+    let mut unfenced_rounds = 0;
     for round in 0..200 {
         if round % 40 == 20 {
             for &i in &down {
@@ -202,31 +208,45 @@ async fn fencing_tokens_strictly_increase_across_holders_and_node_subsets() {
         if down.contains(&0) && down.contains(&1) {
             slow_majority_rounds += 1;
         }
+        let policy = RetryPolicy::attempts(10).with_delays(ms(10), ms(60));
         let guard = rl
-            .acquire("fenced", 2 * SECOND, &RetryPolicy::attempts(10).with_delays(ms(10), ms(60)))
+            .acquire("fenced", Mode::Exclusive, 2 * SECOND, &policy)
             .await
             .unwrap_or_else(|e| panic!("round {round} (down {down:?}): {e}"));
-        assert!(
-            guard.fencing_token() > last,
-            "round {round} (down {down:?}): token {} not above {last}",
-            guard.fencing_token()
-        );
-        last = guard.fencing_token();
+        // Every third holder never asks for its token (no fencing round):
+        // the fenced holders' tokens still increase across it.
+        if round % 3 == 1 {
+            unfenced_rounds += 1;
+        } else {
+            let token = guard.fencing_token().await.unwrap_or_else(|e| panic!("round {round}: fence: {e}"));
+            assert!(token > last, "round {round} (down {down:?}): token {token} not above {last}");
+            last = token;
+        }
         guard.release().await.unwrap_or_else(|e| panic!("round {round}: release: {e}"));
     }
     assert!(slow_majority_rounds >= 20);
+    assert_eq!(unfenced_rounds, 67);
     // The slow nodes' clocks alone are still far below the last token.
     assert!((raw[2] as u64) + 5_000_000 < last);
 
     // A holder that stalls past its validity: the next holder's token is
     // above it, and the stalled one learns it lost the lock.
-    let stalled = rl.try_acquire("paused", ms(300)).await.expect("stalled holder");
+    let stalled = rl.try_acquire("paused", Mode::Exclusive, ms(300)).await.expect("stalled holder");
+    let stalled_token = stalled.fencing_token().await.expect("fenced before the stall");
     tokio::time::sleep(ms(350)).await;
     assert!(!stalled.is_held());
     let reason = tokio::time::timeout(ms(10), stalled.lost()).await.expect("lost() fires at once");
     assert_eq!(reason, Lost::Expired);
-    let next = rl.try_acquire("paused", SECOND).await.expect("next holder after the expiry");
-    assert!(next.fencing_token() > stalled.fencing_token());
+    assert_eq!(stalled.fencing_token().await, Ok(stalled_token), "the token stays known");
+    let next = rl.try_acquire("paused", Mode::Exclusive, SECOND).await.expect("next holder after the expiry");
+    assert!(next.fencing_token().await.unwrap() > stalled_token);
+    // A holder that asks for its token only after its validity ran out
+    // gets none: the fencing round would not count.
+    let late = rl.try_acquire("late-ask", Mode::Exclusive, ms(300)).await.expect("acquire");
+    tokio::time::sleep(ms(350)).await;
+    let refused = late.fencing_token().await.expect_err("asked after the validity");
+    assert!(matches!(refused, Error::Lost { reason: Lost::Expired, .. }), "{refused:?}");
+    drop(late);
     let refused = stalled.extend(SECOND).await.expect_err("a lost lock cannot be extended");
     assert!(matches!(refused, Error::Lost { reason: Lost::Expired, .. }), "{refused:?}");
     assert!(matches!(stalled.status(), Status::Lost(Lost::Expired)));
@@ -241,12 +261,14 @@ async fn fencing_tokens_strictly_increase_across_holders_and_node_subsets() {
     let _ = std::fs::remove_dir_all(&clock_dir);
 }
 
-/// When a client believed it held the lock: from, until, client, fencing token.
-type Window = (Instant, Instant, usize, u64);
+/// When a client believed it held the lock: from, until, client, fencing
+/// token (if it asked for one).
+type Window = (Instant, Instant, usize, Option<u64>);
 
 /// Ten clients contend for one lock; each holds it a few times, sometimes
 /// "crashing" (the lock then runs out at its TTL). The windows in which
-/// each believed it held the lock never overlap.
+/// each believed it held the lock never overlap, and the tokens of the
+/// clients that ask for one (every other client) strictly increase.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn contending_clients_never_overlap() {
     let servers = cluster(5);
@@ -263,8 +285,14 @@ async fn contending_clients_never_overlap() {
             let rl = Redlock::connect(urls, test_config()).await.unwrap();
             let policy = RetryPolicy::within(Duration::from_secs(20)).with_delays(ms(5), ms(40));
             for hold in 0..4 {
-                let guard =
-                    rl.acquire("contended", ms(400), &policy).await.expect("acquire under contention");
+                let guard = rl
+                    .acquire("contended", Mode::Exclusive, ms(400), &policy)
+                    .await
+                    .expect("acquire under contention");
+                let fence = match client % 2 {
+                    0 => Some(guard.fencing_token().await.expect("the fencing round")),
+                    _ => None,
+                };
                 let acquired_at = Instant::now();
                 let deadline = guard.lease().deadline;
                 assert!(acquired_at < deadline);
@@ -276,7 +304,7 @@ async fn contending_clients_never_overlap() {
                     windows.lock().unwrap().push((acquired_at, held.deadline, client, held.fencing_token));
                 } else {
                     let end = Instant::now().min(deadline);
-                    windows.lock().unwrap().push((acquired_at, end, client, guard.fencing_token()));
+                    windows.lock().unwrap().push((acquired_at, end, client, fence));
                     guard.release().await.expect("release");
                 }
             }
@@ -296,7 +324,11 @@ async fn contending_clients_never_overlap() {
     for pair in windows.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         assert!(a.1 <= b.0, "client {} held until {:?} after client {} acquired", a.2, a.1 - b.0, b.2);
-        assert!(b.3 > a.3, "fencing token went from {} to {}", a.3, b.3);
+    }
+    let fenced: Vec<u64> = windows.iter().filter_map(|w| w.3).collect();
+    assert_eq!(fenced.len(), 20);
+    for pair in fenced.windows(2) {
+        assert!(pair[1] > pair[0], "fencing token went from {} to {}", pair[0], pair[1]);
     }
     assert_free(&all(&servers), "contended");
 }
@@ -325,7 +357,7 @@ async fn reentrant_enter_and_exit_over_the_quorum() {
     assert!(matches!(other, Error::Contended { .. }), "{other:?}");
     assert_eq!(info_int(&mut servers[0].conn(), "re", "holds"), Some(3), "owner-b's attempt left no hold");
     // A plain acquire on a reentrant key is a node error, not "held".
-    let wrong = rl.try_acquire("re", SECOND).await.expect_err("wrong kind");
+    let wrong = rl.try_acquire("re", Mode::Exclusive, SECOND).await.expect_err("wrong kind");
     assert!(wrong.to_string().contains("WRONGTYPE"), "{wrong}");
     assert_eq!(rl.exit("re", "owner-a").await.expect("exit"), 2);
     assert_eq!(rl.exit("re", "owner-a").await.expect("exit"), 1);
@@ -338,35 +370,37 @@ async fn reentrant_enter_and_exit_over_the_quorum() {
     assert_eq!(rl.exit("re", "owner-b").await.unwrap(), 0);
 }
 
-/// `calls` of LOCK.FENCE on one node (`INFO commandstats`).
-fn fence_calls(server: &Server) -> i64 {
-    let text: String = cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_lock.fence:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
+/// The fencing round runs only for a holder that asks for its token, once
+/// per guard, and not on a node whose grant already carried T.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_whose_grant_carried_the_quorum_token_gets_no_fence() {
+async fn the_fencing_round_runs_only_when_asked_and_skips_nodes_at_t() {
     // One node: its own token is always the quorum's, so no FENCE at all.
     let single = cluster(1);
     let rl = redlock(&single).await;
     let mut last = 0;
     for _ in 0..5 {
-        let guard = rl.try_acquire("one", SECOND).await.expect("acquire");
-        assert!(guard.fencing_token() > last);
-        last = guard.fencing_token();
+        let guard = rl.try_acquire("one", Mode::Exclusive, SECOND).await.expect("acquire");
+        let token = guard.fencing_token().await.expect("fenced without a command");
+        assert!(token > last);
+        last = token;
         guard.release().await.expect("release");
     }
     rl.settle().await;
     assert_eq!(fence_calls(&single[0]), 0, "a single node needs no fencing round");
-    // Five nodes: at most the nodes below the quorum token are fenced, and
-    // the token is on a majority either way.
+    // Five nodes, and nobody asks for the token: no FENCE at all.
     let servers = cluster(5);
     let rl = redlock(&servers).await;
-    let guard = rl.try_acquire("five", SECOND).await.expect("acquire");
-    let t = guard.fencing_token() as i64;
+    for i in 0..10 {
+        let guard = rl.try_acquire(&format!("unfenced-{i}"), Mode::Exclusive, SECOND).await.expect("acquire");
+        guard.release().await.expect("release");
+    }
+    rl.settle().await;
+    assert_eq!(servers.iter().map(fence_calls).sum::<i64>(), 0, "an unfenced holder pays no fencing round");
+    // Asked for (twice): one round; at most the nodes below the quorum
+    // token are fenced, and the token is on a majority either way.
+    let guard = rl.try_acquire("five", Mode::Exclusive, SECOND).await.expect("acquire");
+    let t = guard.fencing_token().await.expect("the fencing round") as i64;
+    assert_eq!(guard.fencing_token().await, Ok(t as u64), "the same token, without a round");
     rl.settle().await;
     let fenced: i64 = servers.iter().map(fence_calls).sum();
     assert!(fenced <= 4, "{fenced} FENCE calls");

@@ -39,14 +39,17 @@ pub fn is_request_id(id: &[u8]) -> bool {
 /// Longest WAIT timeout, in ms (one day). `WAIT 0` means no bound.
 pub const WAIT_MS_MAX: i64 = 86_400_000;
 
-/// Most keys one LOCK.RENEW may extend (Redisson's watchdog renews 100 per
-/// call; a client holding more sends several calls).
+/// The most keys `lock.max-renew-keys` may allow one LOCK.RENEW to extend.
+/// Each key costs a few microseconds (a lookup, a rewrite, a replicated
+/// `SET`), so the default is far lower (see `config.rs`).
 pub const RENEW_KEYS_MAX: usize = 1000;
 
 /// Bounds that come from configuration rather than constants.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub ttl_ms_max: i64,
+    /// Keys per LOCK.RENEW (`lock.max-renew-keys`).
+    pub renew_keys_max: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,7 +144,7 @@ pub fn semaphore<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<(u32, Acquire<
     };
     // The token first, so that errors come in argument order.
     token(owner, "token")?;
-    let max = i64::from(super::group::HOLDERS_MAX);
+    let max = i64::from(super::kind::HOLDERS_MAX);
     let permits = u32::try_from(bounded(permits, "permits", 1, max, None)?).unwrap_or(0);
     Ok((permits, grant(owner, ttl, options, limits)?))
 }
@@ -227,8 +230,9 @@ pub fn renew<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Extend<'a>, ArgErr
     if keys.is_empty() {
         return Err(ArgError::Arity);
     }
-    if keys.len() > RENEW_KEYS_MAX {
-        return Err(ArgError::TooManyKeys { count: keys.len(), max: RENEW_KEYS_MAX });
+    let max = limits.renew_keys_max.min(RENEW_KEYS_MAX);
+    if keys.len() > max {
+        return Err(ArgError::TooManyKeys { count: keys.len(), max });
     }
     Ok(Extend { owner: token(owner, "token")?, ttl_ms: ttl_ms(ttl, limits)? })
 }
@@ -308,7 +312,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const LIMITS: Limits = Limits { ttl_ms_max: 30_000 };
+    const LIMITS: Limits = Limits { ttl_ms_max: 30_000, renew_keys_max: RENEW_KEYS_MAX };
 
     fn argv(line: &str) -> Vec<&[u8]> {
         line.split(' ').map(str::as_bytes).collect()
@@ -423,7 +427,7 @@ mod tests {
     fn semaphore_takes_a_bounded_permit_count() {
         let ok = semaphore(&argv("LOCK.SEMAPHORE k t 3 100 WAIT 5"), LIMITS);
         assert_eq!(ok, Ok((3, Acquire { owner: b"t", ttl_ms: 100, wait_ms: Some(5) })));
-        let max = i64::from(crate::core::group::HOLDERS_MAX);
+        let max = i64::from(crate::core::kind::HOLDERS_MAX);
         for (line, want) in [
             ("LOCK.SEMAPHORE k t 3", ArgError::Arity),
             (

@@ -44,6 +44,12 @@ impl Fencer {
     }
 }
 
+/// A token as a reply integer. Tokens stay far below i64::MAX until the
+/// year 2262 (`now_ms * 1000`); saturate rather than wrap past it.
+pub fn to_reply(fence: u64) -> i64 {
+    i64::try_from(fence).unwrap_or(i64::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

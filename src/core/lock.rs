@@ -1,153 +1,25 @@
-//! The lock state machine: pure functions from (current lock, request, now)
-//! to (reply, what to store). No Redis, no clock, no globals: the adapter
-//! reads the key, calls one of these, and applies the [`Step`].
+//! The lock state machine, one for every kind: pure functions from (the
+//! stored lock, a request, now) to (a reply, the edits to store). No Redis,
+//! no clock, no globals: the adapter opens the key, runs one of these on a
+//! [`Txn`], and writes the [`Changes`](super::txn::Changes).
 //!
-//! Time is the module clock in milliseconds (see `clock.rs`): a lock is live
-//! while `now_ms < deadline_ms`. A lock whose deadline has passed is free,
-//! whether or not Redis has deleted its key yet.
+//! Every kind is a set of holders, each with a mode, a fencing token and a
+//! deadline on the module clock; a holder is live while `now < deadline`.
+//! The kinds differ only in which holders may be together ([`admits`]):
+//! plain and reentrant locks and the writer of a shared lock are alone;
+//! readers share; a semaphore has at most `limit` permit holders.
+//!
+//! A holder whose deadline passed is gone, except within the lock-delay
+//! (`lock.expiry-delay-ms`): it then still occupies its slot (keeps others
+//! out) but can no longer release, extend or fence.
+
+use std::borrow::Cow;
 
 use super::fencing::Fencer;
+use super::kind::{ExitId, Hold, Kind, Mode, Want, HOLDERS_MAX, HOLDS_MAX};
+use super::txn::{Stored, Txn};
 
-/// Plain locks are taken with ACQUIRE; reentrant ones with ENTER. A key holds
-/// one kind, and commands of the other kind answer WRONGTYPE.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Plain,
-    Reentrant,
-}
-
-impl Kind {
-    pub fn letter(self) -> u8 {
-        match self {
-            Kind::Plain => b'P',
-            Kind::Reentrant => b'R',
-        }
-    }
-
-    pub fn from_letter(letter: u8) -> Option<Kind> {
-        match letter {
-            b'P' => Some(Kind::Plain),
-            b'R' => Some(Kind::Reentrant),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Plain => "plain",
-            Kind::Reentrant => "reentrant",
-        }
-    }
-}
-
-/// One held lock. `owner` borrows either the stored value or the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Lock<'a> {
-    pub kind: Kind,
-    pub owner: &'a [u8],
-    /// The fencing token issued with this grant.
-    pub fence: u64,
-    /// Module-clock instant at which the lock frees itself.
-    pub deadline_ms: i64,
-    /// Reentrant hold count; always 1 for plain locks.
-    pub holds: u32,
-    /// Reentrant only: the request id of the last EXIT applied (empty if
-    /// none), so that a retried EXIT with the same id is not applied twice.
-    pub exit_id: &'a [u8],
-    /// Lock-delay: after the deadline passes without a release, nobody may
-    /// take the lock for this long (its holder probably died or paused, and
-    /// a resource that cannot check fencing tokens needs the pause). Not
-    /// stored: the adapter sets it from `lock.expiry-delay-ms` on read.
-    pub cool_down_ms: i64,
-}
-
-impl Lock<'_> {
-    pub fn is_live(&self, now_ms: i64) -> bool {
-        now_ms < self.deadline_ms
-    }
-
-    /// When a new grant becomes possible if the holder does not release.
-    pub fn frees_at_ms(&self) -> i64 {
-        self.deadline_ms.saturating_add(self.cool_down_ms.max(0))
-    }
-
-    /// Expired, but still within its lock-delay.
-    pub fn is_cooling(&self, now_ms: i64) -> bool {
-        !self.is_live(now_ms) && now_ms < self.frees_at_ms()
-    }
-
-    pub fn remaining_ms(&self, now_ms: i64) -> i64 {
-        self.deadline_ms.saturating_sub(now_ms).max(0)
-    }
-}
-
-/// Hold counts above this are refused: a client that enters a lock a billion
-/// times has a bug, and the count must fit the stored form.
-pub const HOLDS_MAX: u32 = 1_000_000;
-
-/// What the adapter must do to the key after a transition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step<'a> {
-    /// Nothing changes.
-    Keep,
-    /// Store this lock (and replicate it).
-    Write(Lock<'a>),
-    /// Delete the key (and replicate the deletion).
-    Delete,
-}
-
-/// A transition's result: the reply, the store step, and whether the
-/// transition found an expired lock (for the expiry counter).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Outcome<'a, R> {
-    pub reply: R,
-    pub step: Step<'a>,
-    pub found_expired: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Grant {
-    /// A new grant with a new fencing token.
-    Granted(u64),
-    /// The requester already held it: TTL reset, same fencing token.
-    Renewed(u64),
-    /// Another owner holds it.
-    Busy,
-    /// Reentrant only: the hold count would pass [`HOLDS_MAX`].
-    TooManyHolds,
-    /// Free, but the node is in quarantine.
-    Quarantined,
-}
-
-/// Splits the stored lock into live or expired, so every transition treats an
-/// expired lock exactly like a missing one. A lock within its lock-delay is
-/// held by nobody but is not expired yet either: it is neither returned nor
-/// reaped (see [`cooling`]).
-fn live<'a>(current: Option<Lock<'a>>, now_ms: i64) -> (Option<Lock<'a>>, bool) {
-    match current {
-        Some(lock) if lock.is_live(now_ms) => (Some(lock), false),
-        Some(lock) if lock.is_cooling(now_ms) => (None, false),
-        Some(_) => (None, true),
-        None => (None, false),
-    }
-}
-
-/// True if the stored lock is within its lock-delay (no grant yet).
-fn cooling(current: Option<Lock<'_>>, now_ms: i64) -> bool {
-    current.is_some_and(|lock| lock.is_cooling(now_ms))
-}
-
-/// The step for a transition that leaves the lock as it found it: an expired
-/// lock found on the way is deleted so that it stops using memory.
-fn keep_or_reap<'a>(found_expired: bool) -> Step<'a> {
-    if found_expired {
-        Step::Delete
-    } else {
-        Step::Keep
-    }
-}
-
-/// Whether a free lock may be granted to the requester.
+/// Whether a free lock may be granted to a newcomer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Admission {
     Open,
@@ -158,87 +30,171 @@ pub enum Admission {
     Quarantined,
 }
 
-/// LOCK.ACQUIRE (plain) and LOCK.ENTER (reentrant). The caller has checked
-/// that a stored lock is of `kind`.
-pub fn acquire<'a>(
-    current: Option<Lock<'a>>,
-    kind: Kind,
-    owner: &'a [u8],
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// A new grant with a new fencing token.
+    Granted(u64),
+    /// The requester already held it: TTL reset, same fencing token (a
+    /// reentrant lock counts one more hold).
+    Renewed(u64),
+    /// Not grantable now: held by others, no free permit, or waiters ahead.
+    Busy,
+    /// Grantable, but the node is in quarantine.
+    Quarantined,
+    /// The key holds a lock of another kind.
+    WrongKind { found: Kind },
+    /// A semaphore exists with another number of permits.
+    LimitMismatch { limit: u32 },
+    /// The requester holds the lock in another mode (a reader asking to
+    /// write, or the reverse): a token holds one mode at a time.
+    ModeMismatch { held: Mode },
+    /// Reentrant only: the hold count would pass [`HOLDS_MAX`].
+    TooManyHolds,
+}
+
+/// Whether a new holder with `want`'s mode fits beside the current ones
+/// (live or within their lock-delay).
+pub fn admits<S: Stored + ?Sized>(txn: &Txn<'_, '_, S>, want: Want) -> bool {
+    let count = txn.count();
+    match want.mode {
+        Mode::Write => count == 0,
+        Mode::Read => count < HOLDERS_MAX && txn.mode() != Some(Mode::Write),
+        Mode::Permit => count < want.limit.min(HOLDERS_MAX),
+    }
+}
+
+/// LOCK.ACQUIRE, LOCK.ENTER, LOCK.SHARED, LOCK.EXCLUSIVE, LOCK.SEMAPHORE.
+/// `owner` is borrowed from the command's arguments, or owned (a waiter's,
+/// taken out of its queue by the hand-off).
+pub fn acquire<'o, S: Stored + ?Sized>(
+    txn: &mut Txn<'_, 'o, S>,
+    want: Want,
+    owner: impl Into<Cow<'o, [u8]>>,
     ttl_ms: i64,
-    now_ms: i64,
     admission: Admission,
     fencer: &mut Fencer,
-) -> Outcome<'a, Grant> {
-    let (held, found_expired) = live(current, now_ms);
-    let deadline_ms = now_ms.saturating_add(ttl_ms);
-    let (reply, step) = match held {
-        None if cooling(current, now_ms) => (Grant::Busy, Step::Keep),
-        None if admission == Admission::Queued => (Grant::Busy, keep_or_reap(found_expired)),
-        None if admission == Admission::Quarantined => (Grant::Quarantined, keep_or_reap(found_expired)),
-        None => {
-            let fence = fencer.next(now_ms);
-            let lock = Lock { kind, owner, fence, deadline_ms, holds: 1, exit_id: b"", cool_down_ms: 0 };
-            (Grant::Granted(fence), Step::Write(lock))
+) -> Grant {
+    let owner: Cow<'o, [u8]> = owner.into();
+    if let Some(shape) = txn.shape() {
+        if shape.kind != want.kind {
+            return Grant::WrongKind { found: shape.kind };
         }
-        Some(lock) if lock.owner != owner => (Grant::Busy, Step::Keep),
-        Some(lock) => match kind {
-            // Idempotent: a retry after a lost reply gets the same token.
-            Kind::Plain => (Grant::Renewed(lock.fence), Step::Write(Lock { deadline_ms, ..lock })),
-            Kind::Reentrant if lock.holds >= HOLDS_MAX => (Grant::TooManyHolds, Step::Keep),
-            Kind::Reentrant => {
-                let holds = lock.holds + 1;
-                (Grant::Renewed(lock.fence), Step::Write(Lock { deadline_ms, holds, ..lock }))
+    }
+    txn.sweep_if_due();
+    let now = txn.now_ms();
+    let deadline_ms = now.saturating_add(ttl_ms);
+    if let Some(shape) = txn.shape() {
+        if want.kind == Kind::Semaphore && txn.count() > 0 && shape.limit != want.limit {
+            return Grant::LimitMismatch { limit: shape.limit };
+        }
+    }
+    match txn.hold(&owner) {
+        Some(held) if held.is_live(now) => {
+            if held.mode != want.mode {
+                return Grant::ModeMismatch { held: held.mode };
             }
-        },
+            let holds = if want.kind == Kind::Reentrant {
+                if held.holds >= HOLDS_MAX {
+                    return Grant::TooManyHolds;
+                }
+                held.holds + 1
+            } else {
+                held.holds
+            };
+            // Idempotent: a retry after a lost reply gets the same token.
+            txn.put(owner, Hold { deadline_ms, holds, ..held }, want.shape());
+            return Grant::Renewed(held.fence);
+        }
+        // Its own earlier grant, expired but within the lock-delay: like
+        // every other requester, it waits for the delay to pass.
+        Some(_) => return Grant::Busy,
+        None => {}
+    }
+    if !admits(txn, want) {
+        return Grant::Busy;
+    }
+    match admission {
+        Admission::Queued => return Grant::Busy,
+        Admission::Quarantined => return Grant::Quarantined,
+        Admission::Open => {}
+    }
+    // A token read back from the stored lock (a replica promoted, a restart
+    // from the AOF, a FENCE from the quorum) is never issued again.
+    let before = txn.top_fence();
+    fencer.raise_to(before);
+    let fence = fencer.next(now);
+    invariant!(fence > before, "tokens strictly rise: {fence} after {before}");
+    invariant!(deadline_ms > now, "a grant ends after it starts");
+    txn.put(owner, Hold::new(want.mode, fence, deadline_ms), want.shape());
+    Grant::Granted(fence)
+}
+
+/// LOCK.RELEASE: frees `owner`'s hold (all holds of a reentrant lock).
+pub fn release<'o, S: Stored + ?Sized>(txn: &mut Txn<'_, 'o, S>, owner: &'o [u8]) -> bool {
+    txn.sweep_if_due();
+    let held = txn.hold(owner).is_some_and(|h| h.is_live(txn.now_ms()));
+    if held {
+        txn.remove(Cow::Borrowed(owner));
+    }
+    held
+}
+
+/// LOCK.EXTEND: `owner`'s hold now ends `ttl_ms` from now (it may
+/// shorten). Never re-creates a hold that is gone.
+pub fn extend<'o, S: Stored + ?Sized>(txn: &mut Txn<'_, 'o, S>, owner: &'o [u8], ttl_ms: i64) -> bool {
+    txn.sweep_if_due();
+    let now = txn.now_ms();
+    match (txn.hold(owner), txn.shape()) {
+        (Some(held), Some(shape)) if held.is_live(now) => {
+            let deadline_ms = now.saturating_add(ttl_ms);
+            txn.put(Cow::Borrowed(owner), Hold { deadline_ms, ..held }, shape);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// What LOCK.EXIT found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Holds left; 0: the lock is free.
+    Left(u32),
+    /// `owner` does not hold it.
+    NotHeld,
+    /// The key holds a lock of another kind.
+    WrongKind { found: Kind },
+}
+
+/// LOCK.EXIT: drops one hold of a reentrant lock. With a `request_id`, a
+/// retry of an EXIT that was already applied (its reply was lost) changes
+/// nothing and answers the same count again.
+pub fn exit<'o, S: Stored + ?Sized>(
+    txn: &mut Txn<'_, 'o, S>,
+    owner: &'o [u8],
+    request_id: Option<&[u8]>,
+) -> Exit {
+    if let Some(shape) = txn.shape() {
+        if shape.kind != Kind::Reentrant {
+            return Exit::WrongKind { found: shape.kind };
+        }
+    }
+    txn.sweep_if_due();
+    let held = match (txn.hold(owner), txn.shape()) {
+        (Some(held), Some(shape)) if held.is_live(txn.now_ms()) => (held, shape),
+        _ => return Exit::NotHeld,
     };
-    Outcome { reply, step, found_expired }
-}
-
-/// LOCK.RELEASE: frees the lock (all holds) if `owner` holds it.
-pub fn release<'a>(current: Option<Lock<'a>>, owner: &[u8], now_ms: i64) -> Outcome<'a, bool> {
-    let (held, found_expired) = live(current, now_ms);
-    match held {
-        Some(lock) if lock.owner == owner => Outcome { reply: true, step: Step::Delete, found_expired },
-        _ => Outcome { reply: false, step: keep_or_reap(found_expired), found_expired },
+    let (held, shape) = held;
+    if request_id.is_some_and(|id| id == held.exit_id.as_bytes()) {
+        return Exit::Left(held.holds);
     }
-}
-
-/// LOCK.EXTEND: the TTL becomes `ttl_ms` from now if `owner` holds the lock.
-/// Never re-creates a lock that is gone.
-pub fn extend<'a>(current: Option<Lock<'a>>, owner: &[u8], ttl_ms: i64, now_ms: i64) -> Outcome<'a, bool> {
-    let (held, found_expired) = live(current, now_ms);
-    match held {
-        Some(lock) if lock.owner == owner => {
-            let deadline_ms = now_ms.saturating_add(ttl_ms);
-            Outcome { reply: true, step: Step::Write(Lock { deadline_ms, ..lock }), found_expired }
-        }
-        _ => Outcome { reply: false, step: keep_or_reap(found_expired), found_expired },
+    let holds = held.holds.saturating_sub(1);
+    if holds == 0 {
+        txn.remove(Cow::Borrowed(owner));
+    } else {
+        let exit_id = request_id.and_then(ExitId::new).unwrap_or(ExitId::NONE);
+        txn.put(Cow::Borrowed(owner), Hold { holds, exit_id, ..held }, shape);
     }
-}
-
-/// LOCK.EXIT: drops one hold; `Some(remaining)` (0 = freed) or `None` when
-/// `owner` does not hold it. With a `request_id`, a retry of an EXIT that
-/// was already applied (its reply was lost) changes nothing and answers the
-/// same count again.
-pub fn exit<'a>(
-    current: Option<Lock<'a>>,
-    owner: &[u8],
-    request_id: Option<&'a [u8]>,
-    now_ms: i64,
-) -> Outcome<'a, Option<u32>> {
-    let (held, found_expired) = live(current, now_ms);
-    match held {
-        Some(lock) if lock.owner == owner && request_id.is_some_and(|id| id == lock.exit_id) => {
-            Outcome { reply: Some(lock.holds), step: Step::Keep, found_expired }
-        }
-        Some(lock) if lock.owner == owner => {
-            let holds = lock.holds.saturating_sub(1);
-            let exit_id = request_id.unwrap_or(b"");
-            let step = if holds == 0 { Step::Delete } else { Step::Write(Lock { holds, exit_id, ..lock }) };
-            Outcome { reply: Some(holds), step, found_expired }
-        }
-        _ => Outcome { reply: None, step: keep_or_reap(found_expired), found_expired },
-    }
+    Exit::Left(holds)
 }
 
 /// LOCK.FENCE: if `owner` holds the lock, raise the node's counter to at
@@ -246,198 +202,390 @@ pub fn exit<'a>(
 /// lower. The quorum client sends the quorum's token T as the floor; after
 /// it, this node answers T to the holder's retry and to LOCK.CHECK, like
 /// every other node of the quorum.
-pub fn fence<'a>(
-    current: Option<Lock<'a>>,
-    owner: &[u8],
+///
+/// Tokens stay unique among a lock's holders on one node: when another
+/// holder already carries `floor` (two nodes issued the same number and the
+/// quorum client raised two readers or permit holders to it), this one
+/// keeps its own token. LOCK.CHECK of `floor` still answers 1 while either
+/// holds it by that token.
+pub fn fence<'o, S: Stored + ?Sized>(
+    txn: &mut Txn<'_, 'o, S>,
+    owner: &'o [u8],
     floor: u64,
-    now_ms: i64,
     fencer: &mut Fencer,
-) -> Outcome<'a, bool> {
-    let (held, found_expired) = live(current, now_ms);
-    match held {
-        Some(lock) if lock.owner == owner => {
+) -> bool {
+    txn.sweep_if_due();
+    match (txn.hold(owner), txn.shape()) {
+        (Some(held), Some(shape)) if held.is_live(txn.now_ms()) => {
             fencer.raise_to(floor);
-            let step = if floor > lock.fence {
-                Step::Write(Lock { fence: floor, ..lock })
-            } else {
-                keep_or_reap(found_expired)
-            };
-            Outcome { reply: true, step, found_expired }
+            let taken = txn.owner_of(floor).is_some_and(|other| other.as_ref() != owner);
+            if floor > held.fence && !taken {
+                txn.put(Cow::Borrowed(owner), Hold { fence: floor, ..held }, shape);
+            }
+            true
         }
-        _ => Outcome { reply: false, step: keep_or_reap(found_expired), found_expired },
+        _ => false,
     }
 }
 
-/// LOCK.INFO: the live lock, if any. Read-only: an expired lock is reported
-/// as absent and left for a write or Redis' expiry to remove.
-pub fn inspect(current: Option<Lock<'_>>, now_ms: i64) -> Option<Lock<'_>> {
-    current.filter(|lock| lock.is_live(now_ms))
+/// The live holders, in no particular order (what LOCK.INFO shows). Read
+/// only: expired holders are left for a write or Redis' expiry to remove.
+pub fn live_holders<S: Stored + ?Sized>(stored: &S, now_ms: i64) -> Vec<(Vec<u8>, Hold)> {
+    let mut live: Vec<(Vec<u8>, Hold)> =
+        stored.holders().into_iter().filter(|(_, h)| h.is_live(now_ms)).collect();
+    // Grant order: tokens rise with every grant on this node.
+    live.sort_by_key(|(_, h)| h.fence);
+    live
 }
 
-/// LOCK.CHECK (Chubby's CheckSequencer): is `fence` the current, live grant
-/// of this lock? A resource server asks this before acting for a client.
-pub fn is_current(current: Option<Lock<'_>>, fence: u64, now_ms: i64) -> bool {
-    inspect(current, now_ms).is_some_and(|lock| lock.fence == fence)
+/// LOCK.CHECK (Chubby's CheckSequencer): is `fence` a current, live grant of
+/// this lock? A resource server asks this before acting for a client.
+pub fn is_current<S: Stored + ?Sized>(stored: &S, fence: u64, now_ms: i64) -> bool {
+    stored
+        .owner_of(fence)
+        .and_then(|owner| stored.hold(&owner))
+        .is_some_and(|h| h.fence == fence && h.is_live(now_ms))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::memory::Holders;
+    use crate::core::txn::Changes;
 
     const TTL: i64 = 1_000;
 
-    fn grant<'a>(cur: Option<Lock<'a>>, owner: &'a [u8], now: i64, f: &mut Fencer) -> Outcome<'a, Grant> {
-        acquire(cur, Kind::Plain, owner, TTL, now, Admission::Open, f)
+    /// Runs `f` on a transaction over `lock` and returns its result and the
+    /// lock afterwards.
+    fn run<T>(
+        lock: &Holders,
+        now: i64,
+        cool_down: i64,
+        f: impl for<'t> FnOnce(&mut Txn<'_, 't, Holders>) -> T,
+    ) -> (T, Holders, Changes<'static>) {
+        let mut txn = Txn::new(lock, now, cool_down);
+        let out = f(&mut txn);
+        let changes = txn.finish();
+        let after = lock.apply(&changes);
+        (out, after, changes.into_owned())
     }
 
-    fn stored(o: &Outcome<'_, impl Copy>) -> Option<Lock<'static>> {
-        match o.step {
-            Step::Write(l) => Some(Lock {
-                owner: Box::leak(l.owner.to_vec().into_boxed_slice()),
-                exit_id: Box::leak(l.exit_id.to_vec().into_boxed_slice()),
-                ..l
-            }),
-            _ => None,
-        }
+    fn grant(lock: &Holders, want: Want, owner: &'static [u8], now: i64, f: &mut Fencer) -> (Grant, Holders) {
+        let (g, after, _) = run(lock, now, 0, |t| acquire(t, want, owner, TTL, Admission::Open, f));
+        (g, after)
     }
 
     #[test]
     fn grant_then_busy_then_idempotent_retry() {
         let mut f = Fencer::new(0);
-        let a = grant(None, b"a", 10, &mut f);
-        let Grant::Granted(t) = a.reply else { panic!("{a:?}") };
-        let lock = stored(&a);
-        assert_eq!(grant(lock, b"b", 20, &mut f).reply, Grant::Busy);
-        let again = grant(lock, b"a", 30, &mut f);
-        assert_eq!(again.reply, Grant::Renewed(t));
-        assert_eq!(stored(&again).map(|l| l.deadline_ms), Some(30 + TTL));
+        let (a, lock) = grant(&Holders::free(), Want::plain(), b"a", 10, &mut f);
+        let Grant::Granted(t) = a else { panic!("{a:?}") };
+        assert_eq!(grant(&lock, Want::plain(), b"b", 20, &mut f).0, Grant::Busy);
+        let (again, lock) = grant(&lock, Want::plain(), b"a", 30, &mut f);
+        assert_eq!(again, Grant::Renewed(t));
+        assert_eq!(lock.hold(b"a").map(|h| h.deadline_ms), Some(30 + TTL));
     }
 
     #[test]
-    fn expired_lock_is_free_and_reported() {
+    fn expired_lock_is_free_and_reaped() {
         let mut f = Fencer::new(0);
-        let a = grant(None, b"a", 0, &mut f);
-        let lock = stored(&a);
-        let b = grant(lock, b"b", TTL, &mut f);
-        assert!(matches!(b.reply, Grant::Granted(_)));
-        assert!(b.found_expired);
-        assert!(!release(lock, b"a", TTL).reply);
-        assert_eq!(release(lock, b"a", TTL).step, Step::Delete, "expired lock is reaped");
-        assert!(!extend(lock, b"a", TTL, TTL).reply);
-        assert_eq!(inspect(lock, TTL), None);
-        assert_eq!(inspect(lock, TTL - 1), lock);
+        let (_, lock) = grant(&Holders::free(), Want::plain(), b"a", 0, &mut f);
+        let (b, _, changes) =
+            run(&lock, TTL, 0, |t| acquire(t, Want::plain(), &b"b"[..], TTL, Admission::Open, &mut f));
+        assert!(matches!(b, Grant::Granted(_)));
+        assert!(changes.found_expired);
+        let (released, after, changes) = run(&lock, TTL, 0, |t| release(t, b"a"));
+        assert!(!released);
+        assert!(changes.delete && after.shape().is_none(), "the expired lock is deleted");
+        assert!(!run(&lock, TTL, 0, |t| extend(t, b"a", TTL)).0);
+        assert!(live_holders(&lock, TTL).is_empty());
+        assert_eq!(live_holders(&lock, TTL - 1).len(), 1);
     }
 
     #[test]
     fn only_the_holder_releases_or_extends() {
         let mut f = Fencer::new(0);
-        let lock = stored(&grant(None, b"a", 0, &mut f));
-        assert_eq!(release(lock, b"b", 1), Outcome { reply: false, step: Step::Keep, found_expired: false });
-        assert_eq!(extend(lock, b"b", 5, 1).step, Step::Keep);
-        assert_eq!(release(lock, b"a", 1).step, Step::Delete);
-        assert_eq!(extend(None, b"a", 5, 1).step, Step::Keep, "never re-creates");
+        let (_, lock) = grant(&Holders::free(), Want::plain(), b"a", 0, &mut f);
+        let (released, _, changes) = run(&lock, 1, 0, |t| release(t, b"b"));
+        assert!(!released && changes.is_empty());
+        assert!(run(&lock, 1, 0, |t| extend(t, b"b", 5)).2.is_empty());
+        assert!(run(&lock, 1, 0, |t| release(t, b"a")).2.delete);
+        let (extended, _, changes) = run(&Holders::free(), 1, 0, |t| extend(t, b"a", 5));
+        assert!(!extended && changes.is_empty(), "never re-creates");
     }
 
     #[test]
     fn reentrant_counts_holds_and_keeps_its_token() {
         let mut f = Fencer::new(0);
-        let e1 = acquire(None, Kind::Reentrant, b"o", TTL, 0, Admission::Open, &mut f);
-        let Grant::Granted(t) = e1.reply else { panic!() };
-        let e2 = acquire(stored(&e1), Kind::Reentrant, b"o", TTL, 5, Admission::Open, &mut f);
-        assert_eq!(e2.reply, Grant::Renewed(t));
-        assert_eq!(stored(&e2).map(|l| (l.holds, l.deadline_ms)), Some((2, 5 + TTL)));
-        let x1 = exit(stored(&e2), b"o", None, 6);
-        assert_eq!(x1.reply, Some(1));
-        assert_eq!(exit(stored(&x1), b"p", None, 6).reply, None);
-        let x2 = exit(stored(&x1), b"o", None, 7);
-        assert_eq!((x2.reply, x2.step), (Some(0), Step::Delete));
+        let (Grant::Granted(t), lock) = grant(&Holders::free(), Want::reentrant(), b"o", 0, &mut f) else {
+            panic!()
+        };
+        let (again, lock) = grant(&lock, Want::reentrant(), b"o", 5, &mut f);
+        assert_eq!(again, Grant::Renewed(t));
+        assert_eq!(lock.hold(b"o").map(|h| (h.holds, h.deadline_ms)), Some((2, 5 + TTL)));
+        let (x1, lock, _) = run(&lock, 6, 0, |txn| exit(txn, b"o", None));
+        assert_eq!(x1, Exit::Left(1));
+        assert_eq!(run(&lock, 6, 0, |txn| exit(txn, b"p", None)).0, Exit::NotHeld);
+        let (x2, _, changes) = run(&lock, 7, 0, |txn| exit(txn, b"o", None));
+        assert_eq!(x2, Exit::Left(0));
+        assert!(changes.delete);
+    }
+
+    #[test]
+    fn kinds_do_not_mix() {
+        let mut f = Fencer::new(0);
+        let (_, plain) = grant(&Holders::free(), Want::plain(), b"o", 0, &mut f);
+        assert_eq!(
+            grant(&plain, Want::reentrant(), b"o", 1, &mut f).0,
+            Grant::WrongKind { found: Kind::Plain }
+        );
+        assert_eq!(grant(&plain, Want::read(), b"x", 1, &mut f).0, Grant::WrongKind { found: Kind::Plain });
+        assert_eq!(run(&plain, 1, 0, |t| exit(t, b"o", None)).0, Exit::WrongKind { found: Kind::Plain });
+        // Even expired: the key still holds a plain lock until it is removed.
+        assert_eq!(
+            grant(&plain, Want::permit(2), b"x", 5 * TTL, &mut f).0,
+            Grant::WrongKind { found: Kind::Plain }
+        );
     }
 
     #[test]
     fn no_barging_past_queued_waiters() {
         let mut f = Fencer::new(0);
-        assert_eq!(acquire(None, Kind::Plain, b"new", TTL, 0, Admission::Queued, &mut f).reply, Grant::Busy);
-        let held = stored(&grant(None, b"a", 0, &mut f));
-        let again = acquire(held, Kind::Plain, b"a", TTL, 1, Admission::Queued, &mut f);
-        assert!(matches!(again.reply, Grant::Renewed(_)), "the holder itself still renews");
+        let free = Holders::free();
+        let queued =
+            run(&free, 0, 0, |t| acquire(t, Want::plain(), &b"new"[..], TTL, Admission::Queued, &mut f)).0;
+        assert_eq!(queued, Grant::Busy);
+        let (_, held) = grant(&free, Want::plain(), b"a", 0, &mut f);
+        let again =
+            run(&held, 1, 0, |t| acquire(t, Want::plain(), &b"a"[..], TTL, Admission::Queued, &mut f)).0;
+        assert!(matches!(again, Grant::Renewed(_)), "the holder itself still renews");
+        let q =
+            run(&free, 1, 0, |t| acquire(t, Want::plain(), &b"x"[..], TTL, Admission::Quarantined, &mut f)).0;
+        assert_eq!(q, Grant::Quarantined);
     }
 
     #[test]
     fn exit_with_a_request_id_is_applied_once() {
         let mut f = Fencer::new(0);
-        let mut lock = stored(&acquire(None, Kind::Reentrant, b"o", TTL, 0, Admission::Open, &mut f));
-        for _ in 0..2 {
-            lock = stored(&acquire(lock, Kind::Reentrant, b"o", TTL, 1, Admission::Open, &mut f));
+        let mut lock = Holders::free();
+        for now in 0..3 {
+            lock = grant(&lock, Want::reentrant(), b"o", now, &mut f).1;
         }
-        let first = exit(lock, b"o", Some(b"r1"), 2);
-        assert_eq!(first.reply, Some(2));
-        let after = stored(&first);
-        let retry = exit(after, b"o", Some(b"r1"), 3);
-        assert_eq!((retry.reply, retry.step), (Some(2), Step::Keep), "the retry is not applied again");
-        let next = exit(after, b"o", Some(b"r2"), 3);
-        assert_eq!(next.reply, Some(1), "a new request id is applied");
-        assert_eq!(exit(after, b"x", Some(b"r1"), 3).reply, None, "only the owner's own id counts");
+        let (first, after, _) = run(&lock, 3, 0, |t| exit(t, b"o", Some(b"r1")));
+        assert_eq!(first, Exit::Left(2));
+        let (retry, _, changes) = run(&after, 4, 0, |t| exit(t, b"o", Some(b"r1")));
+        assert_eq!(retry, Exit::Left(2), "the retry is not applied again");
+        assert!(changes.is_empty());
+        assert_eq!(run(&after, 4, 0, |t| exit(t, b"o", Some(b"r2"))).0, Exit::Left(1), "a new id applies");
+        assert_eq!(run(&after, 4, 0, |t| exit(t, b"x", Some(b"r1"))).0, Exit::NotHeld);
     }
 
     #[test]
     fn hold_count_is_bounded() {
-        let mut f = Fencer::new(0);
-        let full = Lock {
-            kind: Kind::Reentrant,
-            owner: b"o",
-            fence: 1,
-            deadline_ms: 100,
-            holds: HOLDS_MAX,
-            exit_id: b"",
-            cool_down_ms: 0,
-        };
-        assert_eq!(
-            acquire(Some(full), Kind::Reentrant, b"o", TTL, 0, Admission::Open, &mut f).reply,
-            Grant::TooManyHolds
+        let full = Holders::single(
+            Kind::Reentrant,
+            b"o",
+            Hold { holds: HOLDS_MAX, ..Hold::new(Mode::Write, 1, 100) },
         );
+        let mut f = Fencer::new(0);
+        assert_eq!(grant(&full, Want::reentrant(), b"o", 0, &mut f).0, Grant::TooManyHolds);
     }
 
     #[test]
     fn lock_delay_after_expiry_but_not_after_release() {
         let mut f = Fencer::new(0);
-        let delayed = |l: Option<Lock<'static>>| l.map(|l| Lock { cool_down_ms: 500, ..l });
-        let lock = delayed(stored(&grant(None, b"a", 0, &mut f)));
+        let (_, lock) = grant(&Holders::free(), Want::plain(), b"a", 0, &mut f);
+        let cool = 500;
         // Expired at TTL, but nobody may take it until TTL + 500.
-        let early = grant(lock, b"b", TTL + 10, &mut f);
-        assert_eq!((early.reply, early.step, early.found_expired), (Grant::Busy, Step::Keep, false));
-        assert!(!release(lock, b"a", TTL + 10).reply, "the old holder no longer holds it");
-        assert_eq!(release(lock, b"a", TTL + 10).step, Step::Keep, "not reaped while cooling");
-        assert_eq!(inspect(lock, TTL + 10), None);
-        let late = grant(lock, b"b", TTL + 500, &mut f);
-        assert!(matches!(late.reply, Grant::Granted(_)) && late.found_expired);
+        let (early, _, changes) = run(&lock, TTL + 10, cool, |t| {
+            acquire(t, Want::plain(), &b"b"[..], TTL, Admission::Open, &mut f)
+        });
+        assert_eq!(early, Grant::Busy);
+        assert!(changes.is_empty() && !changes.found_expired, "not reaped while cooling");
+        let (released, _, changes) = run(&lock, TTL + 10, cool, |t| release(t, b"a"));
+        assert!(!released && changes.is_empty(), "the old holder no longer holds it");
+        let (late, _, changes) = run(&lock, TTL + cool, cool, |t| {
+            acquire(t, Want::plain(), &b"b"[..], TTL, Admission::Open, &mut f)
+        });
+        assert!(matches!(late, Grant::Granted(_)) && changes.found_expired);
         // A release frees at once, whatever the delay.
-        let held = delayed(stored(&grant(None, b"a", 0, &mut f)));
-        assert_eq!(release(held, b"a", 1).step, Step::Delete);
+        assert!(run(&lock, 1, cool, |t| release(t, b"a")).2.delete);
     }
 
     #[test]
-    fn sequencer_check_matches_only_the_live_grant() {
+    fn sequencer_check_matches_only_a_live_grant() {
         let mut f = Fencer::new(0);
-        let out = grant(None, b"a", 0, &mut f);
-        let Grant::Granted(t) = out.reply else { panic!() };
-        let lock = stored(&out);
-        assert!(is_current(lock, t, 1));
-        assert!(!is_current(lock, t - 1, 1), "an older grant");
-        assert!(!is_current(lock, t, TTL), "expired");
-        assert!(!is_current(None, t, 1));
+        let (Grant::Granted(t), lock) = grant(&Holders::free(), Want::plain(), b"a", 0, &mut f) else {
+            panic!()
+        };
+        assert!(is_current(&lock, t, 1));
+        assert!(!is_current(&lock, t - 1, 1), "an older grant");
+        assert!(!is_current(&lock, t, TTL), "expired");
+        assert!(!is_current(&Holders::free(), t, 1));
     }
 
     #[test]
     fn fence_raises_only_for_the_holder() {
         let mut f = Fencer::new(0);
-        let lock = stored(&grant(None, b"a", 0, &mut f));
-        assert!(!fence(lock, b"b", 5_000_000, 1, &mut f).reply);
+        let (_, lock) = grant(&Holders::free(), Want::plain(), b"a", 0, &mut f);
+        assert!(!run(&lock, 1, 0, |t| fence(t, b"b", 5_000_000, &mut f)).0);
         assert!(f.next(1) < 5_000_000);
-        let raised = fence(lock, b"a", 5_000_000, 1, &mut f);
-        assert!(raised.reply);
-        assert_eq!(stored(&raised).map(|l| l.fence), Some(5_000_000), "the holder's token follows");
+        let (raised, lock2, changes) = run(&lock, 1, 0, |t| fence(t, b"a", 5_000_000, &mut f));
+        assert!(raised);
+        assert_eq!(lock2.hold(b"a").map(|h| h.fence), Some(5_000_000), "the holder's token follows");
+        assert_eq!(changes.puts.first().and_then(|p| p.replaces_fence), lock.hold(b"a").map(|h| h.fence));
         assert!(f.next(1) > 5_000_000);
-        let lower = fence(stored(&raised), b"a", 7, 1, &mut f);
-        assert_eq!((lower.reply, lower.step), (true, Step::Keep), "a lower floor changes nothing");
+        let (lower, _, changes) = run(&lock2, 1, 0, |t| fence(t, b"a", 7, &mut f));
+        assert!(lower && changes.is_empty(), "a lower floor changes nothing");
+    }
+
+    #[test]
+    fn a_grant_rises_above_the_stored_tokens() {
+        // A key restored with a token far above this node's counter (a
+        // replica promoted, an AOF replayed): the next grant is above it.
+        let stored = Holders::single(Kind::Plain, b"old", Hold::new(Mode::Write, 9_000_000, 10));
+        let mut f = Fencer::new(0);
+        let (g, _) = grant(&stored, Want::plain(), b"new", 20, &mut f);
+        assert!(matches!(g, Grant::Granted(t) if t > 9_000_000), "{g:?}");
+    }
+
+    #[test]
+    fn readers_share_writers_exclude() {
+        let mut f = Fencer::new(0);
+        let (r1, g) = grant(&Holders::free(), Want::read(), b"r1", 0, &mut f);
+        let (r2, g) = grant(&g, Want::read(), b"r2", 1, &mut f);
+        let (Grant::Granted(t1), Grant::Granted(t2)) = (r1, r2) else { panic!("{r1:?} {r2:?}") };
+        assert!(t2 > t1);
+        assert_eq!(grant(&g, Want::write(), b"w", 2, &mut f).0, Grant::Busy);
+        let (_, g, _) = run(&g, 3, 0, |t| release(t, b"r1"));
+        let (_, _, changes) = run(&g, 3, 0, |t| release(t, b"r2"));
+        assert!(changes.delete, "the last holder deletes the key");
+        let (w, g) = grant(&Holders::free(), Want::write(), b"w", 4, &mut f);
+        assert!(matches!(w, Grant::Granted(t) if t > t2));
+        assert_eq!(grant(&g, Want::read(), b"r3", 5, &mut f).0, Grant::Busy);
+        assert_eq!(grant(&g, Want::write(), b"w2", 5, &mut f).0, Grant::Busy);
+    }
+
+    #[test]
+    fn a_token_holds_one_mode_and_retries_are_idempotent() {
+        let mut f = Fencer::new(0);
+        let (Grant::Granted(t), g) = grant(&Holders::free(), Want::read(), b"a", 0, &mut f) else { panic!() };
+        let (again, g2) = grant(&g, Want::read(), b"a", 10, &mut f);
+        assert_eq!(again, Grant::Renewed(t));
+        assert_eq!(g2.count(), 1);
+        assert_eq!(grant(&g, Want::write(), b"a", 10, &mut f).0, Grant::ModeMismatch { held: Mode::Read });
+    }
+
+    #[test]
+    fn semaphore_bounds_permits_and_fixes_its_limit() {
+        let mut f = Fencer::new(0);
+        let mut g = Holders::free();
+        for (i, owner) in [&b"a"[..], b"b", b"c"].into_iter().enumerate() {
+            let (r, next) = grant(&g, Want::permit(3), owner, i as i64, &mut f);
+            assert!(matches!(r, Grant::Granted(_)));
+            g = next;
+        }
+        assert_eq!(grant(&g, Want::permit(3), b"d", 5, &mut f).0, Grant::Busy);
+        assert_eq!(grant(&g, Want::permit(4), b"d", 5, &mut f).0, Grant::LimitMismatch { limit: 3 });
+        // A permit expires alone: at TTL, `a` (granted at 0) is gone.
+        let (r, g) = grant(&g, Want::permit(3), b"d", TTL, &mut f);
+        assert!(matches!(r, Grant::Granted(_)));
+        let mut owners: Vec<Vec<u8>> = g.holders().into_iter().map(|(o, _)| o).collect();
+        owners.sort();
+        assert_eq!(owners, vec![b"b".to_vec(), b"c".to_vec(), b"d".to_vec()]);
+        // Once empty, a semaphore may come back with another size.
+        let empty = Holders::free();
+        assert!(matches!(grant(&empty, Want::permit(5), b"e", 0, &mut f).0, Grant::Granted(_)));
+    }
+
+    #[test]
+    fn only_a_live_holder_releases_extends_or_fences_its_own_hold() {
+        let mut f = Fencer::new(0);
+        let (_, g) = grant(&Holders::free(), Want::permit(2), b"a", 0, &mut f);
+        assert!(!run(&g, 1, 0, |t| release(t, b"x")).0);
+        assert!(!run(&g, TTL, 0, |t| extend(t, b"a", TTL)).0, "expired");
+        let (extended, after, _) = run(&g, 1, 0, |t| extend(t, b"a", 5_000));
+        assert!(extended);
+        assert_eq!(after.hold(b"a").map(|h| h.deadline_ms), Some(5_001));
+        assert!(!run(&g, 1, 0, |t| fence(t, b"x", 9, &mut f)).0);
+        let (raised, after, _) = run(&g, 1, 0, |t| fence(t, b"a", 5_000_000, &mut f));
+        assert!(raised);
+        assert_eq!(after.hold(b"a").map(|h| h.fence), Some(5_000_000));
+        assert!(f.next(1) > 5_000_000);
+    }
+
+    #[test]
+    fn lock_delay_keeps_an_expired_writers_slot() {
+        let mut f = Fencer::new(0);
+        let (_, g) = grant(&Holders::free(), Want::write(), b"w", 0, &mut f);
+        let cool = 500;
+        let busy = |g: &Holders, want, owner: &'static [u8], f: &mut Fencer| {
+            run(g, TTL + 10, cool, |t| acquire(t, want, owner, TTL, Admission::Open, f)).0
+        };
+        assert_eq!(busy(&g, Want::read(), b"r", &mut f), Grant::Busy);
+        assert_eq!(busy(&g, Want::write(), b"w", &mut f), Grant::Busy, "not even its owner");
+        assert!(!run(&g, TTL + 10, cool, |t| release(t, b"w")).0);
+        let txn = Txn::new(&g, TTL + 10, cool);
+        assert_eq!(txn.next_free_at_ms(), Some(TTL + cool));
+        let late =
+            run(&g, TTL + cool, cool, |t| acquire(t, Want::read(), &b"r"[..], TTL, Admission::Open, &mut f));
+        assert!(matches!(late.0, Grant::Granted(_)));
+    }
+
+    #[test]
+    fn sequencer_check_sees_every_live_holder() {
+        let mut f = Fencer::new(0);
+        let (Grant::Granted(a), g) = grant(&Holders::free(), Want::read(), b"a", 0, &mut f) else { panic!() };
+        let (Grant::Granted(b), g) = grant(&g, Want::read(), b"b", 1, &mut f) else { panic!() };
+        assert!(is_current(&g, a, 2) && is_current(&g, b, 2));
+        assert!(!is_current(&g, a, TTL), "a expired at TTL");
+        assert!(is_current(&g, b, TTL));
+        assert!(!is_current(&g, b + 1, 2));
+    }
+
+    #[test]
+    fn tokens_stay_unique_among_a_locks_holders() {
+        let mut f = Fencer::new(0);
+        let (_, g) = grant(&Holders::free(), Want::read(), b"a", 0, &mut f);
+        let (Grant::Granted(b), g) = grant(&g, Want::read(), b"b", 1, &mut f) else { panic!() };
+        let (raised, g, _) = run(&g, 2, 0, |t| fence(t, b"a", 9_000_000, &mut f));
+        assert!(raised);
+        let (raised, g, changes) = run(&g, 2, 0, |t| fence(t, b"b", 9_000_000, &mut f));
+        assert!(raised, "b holds: the counter is raised");
+        assert!(changes.is_empty(), "b keeps its own token, a already carries 9000000");
+        assert_eq!(g.hold(b"b").map(|h| h.fence), Some(b));
+        assert!(is_current(&g, 9_000_000, 3) && is_current(&g, b, 3));
+        assert!(f.next(3) > 9_000_000);
+    }
+
+    #[test]
+    fn reader_count_is_bounded() {
+        let mut f = Fencer::new(0);
+        let mut g = Holders::free();
+        let owners: Vec<Vec<u8>> = (0..HOLDERS_MAX).map(|i| format!("r{i}").into_bytes()).collect();
+        for owner in &owners {
+            let owner: &'static [u8] = Box::leak(owner.clone().into_boxed_slice());
+            let (r, next) = grant(&g, Want::read(), owner, 0, &mut f);
+            assert!(matches!(r, Grant::Granted(_)));
+            g = next;
+        }
+        assert_eq!(grant(&g, Want::read(), b"one-more", 0, &mut f).0, Grant::Busy);
+    }
+
+    #[test]
+    fn a_stale_lower_bound_costs_one_sweep_then_is_exact() {
+        // Two readers; the earlier one extends, so the stored bound (its old
+        // deadline) is stale. The sweep at that instant removes nothing and
+        // stores the exact bound.
+        let mut f = Fencer::new(0);
+        let (_, g) = grant(&Holders::free(), Want::read(), b"a", 0, &mut f);
+        let (_, g) = grant(&g, Want::read(), b"b", 100, &mut f);
+        let (_, g, _) = run(&g, 500, 0, |t| extend(t, b"a", TTL));
+        assert_eq!(g.earliest_deadline_ms(), TTL, "still the old, lower bound");
+        let (_, g2, changes) =
+            run(&g, TTL, 0, |t| acquire(t, Want::read(), &b"c"[..], TTL, Admission::Open, &mut f));
+        assert!(!changes.found_expired);
+        assert_eq!(g2.earliest_deadline_ms(), 100 + TTL, "b's deadline, now exact");
+        assert_eq!(g2.count(), 3);
     }
 }

@@ -1,164 +1,286 @@
-//! Property tests: random operation sequences against the pure state machine
-//! with a fake clock, checked against a small reference model and the safety
-//! invariants of SPEC.md (one holder, only the holder acts, expired = free,
-//! fencing tokens strictly increase).
+//! Property tests: random operation sequences on one key, of every kind,
+//! against the pure state machine with a fake clock, checked against a
+//! small reference model and the safety invariants of SPEC.md (a writer is
+//! alone, at most `limit` permits, only a holder acts, an expired hold is
+//! gone, fencing tokens strictly increase).
+//!
+//! Every step is also stored the way the adapter stores it (a string for one
+//! holder, a hash of fields for many) and read back, so the stored forms
+//! are checked to carry exactly the state the machine decided.
+
+use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
 use super::codec;
 use super::fencing::Fencer;
-use super::lock::{self, Grant, Kind, Lock, Step};
+use super::hashform::{self, HashLock, MapFields};
+use super::kind::{Hold, Kind, Mode, Want};
+use super::lock::{self, Admission, Exit, Grant};
+use super::memory::{Free, Holders};
+use super::txn::{Changes, Stored, Txn};
 
 #[derive(Clone, Debug)]
 enum Op {
-    Acquire { owner: u8, ttl: i64 },
-    Enter { owner: u8, ttl: i64 },
+    Acquire { want: u8, owner: u8, ttl: i64 },
     Release { owner: u8 },
-    Exit { owner: u8 },
     Extend { owner: u8, ttl: i64 },
+    Exit { owner: u8 },
+    Fence { owner: u8, ahead: u64 },
     Advance { ms: i64 },
 }
 
+fn want_of(code: u8, limit: u32) -> Want {
+    match code {
+        0 => Want::plain(),
+        1 => Want::reentrant(),
+        2 => Want::read(),
+        3 => Want::write(),
+        _ => Want::permit(limit),
+    }
+}
+
 fn op() -> impl Strategy<Value = Op> {
-    let owner = 0u8..3;
-    let ttl = 1i64..50;
+    let owner = 0u8..4;
+    let ttl = 1i64..60;
     prop_oneof![
-        (owner.clone(), ttl.clone()).prop_map(|(owner, ttl)| Op::Acquire { owner, ttl }),
-        (owner.clone(), ttl.clone()).prop_map(|(owner, ttl)| Op::Enter { owner, ttl }),
-        owner.clone().prop_map(|owner| Op::Release { owner }),
-        owner.clone().prop_map(|owner| Op::Exit { owner }),
-        (owner, ttl).prop_map(|(owner, ttl)| Op::Extend { owner, ttl }),
-        (0i64..40).prop_map(|ms| Op::Advance { ms }),
+        3 => (0u8..5, owner.clone(), ttl.clone()).prop_map(|(want, owner, ttl)| Op::Acquire { want, owner, ttl }),
+        1 => owner.clone().prop_map(|owner| Op::Release { owner }),
+        1 => (owner.clone(), ttl).prop_map(|(owner, ttl)| Op::Extend { owner, ttl }),
+        1 => owner.clone().prop_map(|owner| Op::Exit { owner }),
+        1 => (owner, 0u64..5_000).prop_map(|(owner, ahead)| Op::Fence { owner, ahead }),
+        2 => (0i64..40).prop_map(|ms| Op::Advance { ms }),
     ]
 }
 
-/// The reference: who holds, until when, how many holds, which token.
+const OWNERS: [&[u8]; 4] = [b"alice", b"bob", b"carol|x", b"\x00dave"];
+
+/// The reference: the lock's kind and its holders (owner -> hold).
 #[derive(Clone, Debug, Default)]
 struct Model {
-    holder: Option<(Kind, u8, i64, u32, u64)>,
+    kind: Option<Kind>,
+    limit: u32,
+    holders: BTreeMap<u8, Hold>,
 }
 
 impl Model {
-    fn live(&self, now: i64) -> Option<(Kind, u8, i64, u32, u64)> {
-        self.holder.filter(|h| now < h.2)
-    }
-}
-
-/// The stored bytes, as the adapter keeps them (round-tripped through the
-/// codec on every step, like the real key).
-struct Store {
-    bytes: Option<Vec<u8>>,
-}
-
-impl Store {
-    fn current(&self) -> Option<Lock<'_>> {
-        self.bytes.as_deref().map(|b| codec::decode(b).expect("stored bytes decode"))
+    fn live(&self, owner: u8, now: i64) -> Option<Hold> {
+        self.holders.get(&owner).copied().filter(|h| h.is_live(now))
     }
 
-    fn apply(&mut self, change: Change) {
-        if let Some(bytes) = change {
-            self.bytes = bytes;
+    /// Holders that still count (live or within the lock-delay).
+    fn present(&self, now: i64, cool: i64) -> impl Iterator<Item = (&u8, &Hold)> {
+        self.holders.iter().filter(move |(_, h)| now < h.deadline_ms + cool)
+    }
+
+    fn forget_gone(&mut self, now: i64, cool: i64) {
+        self.holders.retain(|_, h| now < h.deadline_ms + cool);
+        if self.holders.is_empty() {
+            self.kind = None;
         }
     }
 }
 
-/// A step with its value encoded, so it no longer borrows the store:
-/// `None` keeps, `Some(None)` deletes, `Some(Some(v))` writes.
-type Change = Option<Option<Vec<u8>>>;
+/// The key as the adapter stores it.
+#[derive(Clone, Debug, Default)]
+enum Key {
+    #[default]
+    Empty,
+    String(Vec<u8>),
+    Hash(MapFields),
+}
 
-fn owned(step: Step<'_>) -> Change {
-    match step {
-        Step::Keep => None,
-        Step::Delete => Some(None),
-        Step::Write(l) => Some(Some(codec::encode(&l))),
+impl Key {
+    /// Runs `f` on a transaction over what this key stores.
+    fn with_txn<T>(
+        &self,
+        now: i64,
+        cool: i64,
+        f: impl for<'t> FnOnce(&mut Txn<'_, 't, dyn Stored + '_>) -> T,
+    ) -> (T, Changes<'static>) {
+        let run = |stored: &dyn Stored| {
+            let mut txn = Txn::new(stored, now, cool);
+            let out = f(&mut txn);
+            (out, txn.finish().into_owned())
+        };
+        match self {
+            Key::Empty => run(&Free),
+            Key::String(bytes) => run(&codec::decode_single(bytes).expect("stored string decodes")),
+            Key::Hash(map) => run(&HashLock::open(map).expect("stored hash opens")),
+        }
+    }
+
+    fn store(&mut self, changes: &Changes<'_>) {
+        if changes.delete {
+            *self = Key::Empty;
+            return;
+        }
+        if changes.is_empty() {
+            return;
+        }
+        let Some(shape) = changes.shape else { return };
+        if shape.kind.is_single() {
+            let put = changes.puts.last().expect("a one-holder lock that changed has a record to store");
+            *self = Key::String(codec::encode_single(shape.kind, &put.owner, &put.hold).as_bytes().to_vec());
+        } else {
+            let mut map = match std::mem::take(self) {
+                Key::Hash(map) => map,
+                _ => MapFields::default(),
+            };
+            map.apply(&hashform::field_edits(changes));
+            *self = Key::Hash(map);
+        }
+    }
+
+    fn holders(&self) -> Vec<(Vec<u8>, Hold)> {
+        let mut all = match self {
+            Key::Empty => Vec::new(),
+            Key::String(bytes) => codec::decode_single(bytes).map(|s| s.holders()).unwrap_or_default(),
+            Key::Hash(map) => HashLock::open(map).map(|h| h.holders()).unwrap_or_default(),
+        };
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
     }
 }
 
-const OWNERS: [&[u8]; 3] = [b"alice", b"bob", b"carol"];
-
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+    #![proptest_config(ProptestConfig::with_cases(400))]
 
     #[test]
-    fn machine_matches_model(ops in proptest::collection::vec(op(), 1..120)) {
+    fn machine_matches_model(limit in 1u32..4, cool in prop_oneof![Just(0i64), 0i64..30], ops in proptest::collection::vec(op(), 1..150)) {
         let mut now = 1_000i64;
         let mut fencer = Fencer::new(0);
-        let mut store = Store { bytes: None };
+        let mut key = Key::Empty;
+        let mut memory = Holders::free();
         let mut model = Model::default();
-        let mut last_grant_token = 0u64;
+        let mut last_grant = 0u64;
 
         for op in ops {
-            let live = model.live(now);
+            if let Op::Advance { ms } = op {
+                now += ms;
+                continue;
+            }
+            let before = model.clone();
+            // What the key holds before the call: a lock of another kind
+            // stays in the way until a write removes its last holder.
+            let stored_kind = key.with_txn(now, cool, |txn| txn.shape().map(|s| s.kind)).0;
+            let ((reply, grant), changes) = key.with_txn(now, cool, |txn| match &op {
+                Op::Acquire { want, owner, ttl } => {
+                    let g = lock::acquire(txn, want_of(*want, limit), OWNERS[*owner as usize], *ttl, Admission::Open, &mut fencer);
+                    (format!("{g:?}"), Some(g))
+                }
+                Op::Release { owner } => (format!("{}", lock::release(txn, OWNERS[*owner as usize])), None),
+                Op::Extend { owner, ttl } => (format!("{}", lock::extend(txn, OWNERS[*owner as usize], *ttl)), None),
+                Op::Exit { owner } => (format!("{:?}", lock::exit(txn, OWNERS[*owner as usize], None)), None),
+                Op::Fence { owner, ahead } => {
+                    let floor = fencer.last() + ahead;
+                    (format!("{}", lock::fence(txn, OWNERS[*owner as usize], floor, &mut fencer)), None)
+                }
+                Op::Advance { .. } => unreachable!(),
+            });
+            memory = memory.apply(&changes);
+            key.store(&changes);
+
+            // The reference model.
+            let kind_before = stored_kind;
+            model.forget_gone(now, cool);
             match op {
-                Op::Advance { ms } => now += ms,
-                Op::Acquire { owner, ttl } | Op::Enter { owner, ttl } => {
-                    let kind = if matches!(op, Op::Acquire { .. }) { Kind::Plain } else { Kind::Reentrant };
-                    // The adapter answers WRONGTYPE for a live lock of the
-                    // other kind before calling the machine; an expired one
-                    // of the other kind is just free.
-                    let stored_kind = store.current().map(|l| l.kind);
-                    if stored_kind.is_some_and(|k| k != kind) && live.is_some() {
+                Op::Acquire { want, owner, ttl } => {
+                    let want = want_of(want, limit);
+                    let g = grant.unwrap();
+                    match kind_before {
+                        Some(k) if k != want.kind => { prop_assert_eq!(g, Grant::WrongKind { found: k }); continue; }
+                        _ => {}
+                    }
+                    if want.kind == Kind::Semaphore && !model.holders.is_empty() && model.limit != want.limit {
+                        prop_assert_eq!(g, Grant::LimitMismatch { limit: model.limit });
                         continue;
                     }
-                    let current = store.current().filter(|l| l.kind == kind || !l.is_live(now));
-                    let out = lock::acquire(current, kind, OWNERS[owner as usize], ttl, now, lock::Admission::Open, &mut fencer);
-                    let (reply, change) = (out.reply, owned(out.step));
-                    match (live, reply) {
+                    let mine = model.holders.get(&owner).copied();
+                    match (mine, g) {
+                        (Some(h), Grant::Renewed(t)) if h.is_live(now) => {
+                            prop_assert_eq!(t, h.fence, "a renewal keeps the token");
+                            prop_assert_eq!(h.mode, want.mode);
+                            let holds = if want.kind == Kind::Reentrant { h.holds + 1 } else { h.holds };
+                            model.holders.insert(owner, Hold { deadline_ms: now + ttl, holds, ..h });
+                        }
+                        (Some(h), Grant::ModeMismatch { held }) if h.is_live(now) => prop_assert_eq!(held, h.mode),
+                        (Some(h), Grant::Busy) => prop_assert!(!h.is_live(now), "its own cooling grant"),
                         (None, Grant::Granted(t)) => {
-                            prop_assert!(t > last_grant_token, "tokens must strictly increase");
-                            last_grant_token = t;
-                            model.holder = Some((kind, owner, now + ttl, 1, t));
+                            prop_assert!(t > last_grant, "tokens strictly increase: {} after {}", t, last_grant);
+                            last_grant = t;
+                            let present: Vec<Hold> = model.present(now, cool).map(|(_, h)| *h).collect();
+                            match want.mode {
+                                Mode::Write => prop_assert!(present.is_empty(), "a writer joined {:?}", present),
+                                Mode::Read => prop_assert!(present.iter().all(|h| h.mode == Mode::Read)),
+                                Mode::Permit => prop_assert!((present.len() as u32) < want.limit),
+                            }
+                            model.kind = Some(want.kind);
+                            model.limit = want.limit;
+                            model.holders.insert(owner, Hold::new(want.mode, t, now + ttl));
                         }
-                        (Some((_, h, _, holds, t0)), Grant::Renewed(t)) if h == owner => {
-                            prop_assert_eq!(t, t0, "renewal keeps the token");
-                            let holds = if kind == Kind::Reentrant { holds + 1 } else { 1 };
-                            model.holder = Some((kind, owner, now + ttl, holds, t));
+                        (None, Grant::Busy) => {
+                            let present: Vec<Hold> = model.present(now, cool).map(|(_, h)| *h).collect();
+                            let full = match want.mode {
+                                Mode::Write => !present.is_empty(),
+                                Mode::Read => present.iter().any(|h| h.mode == Mode::Write),
+                                Mode::Permit => present.len() as u32 >= want.limit,
+                            };
+                            prop_assert!(full, "refused a grantable {:?}: {:?}", want, present);
                         }
-                        (Some((_, h, ..)), Grant::Busy) => prop_assert_ne!(h, owner),
-                        other => prop_assert!(false, "unexpected {:?}", other),
+                        other => prop_assert!(false, "unexpected {:?} for {:?} (model {:?})", other, want, before),
                     }
-                    store.apply(change);
                 }
                 Op::Release { owner } => {
-                    let out = lock::release(store.current(), OWNERS[owner as usize], now);
-                    let (reply, change) = (out.reply, owned(out.step));
-                    let holds_it = live.is_some_and(|h| h.1 == owner);
-                    prop_assert_eq!(reply, holds_it);
-                    if holds_it { model.holder = None; }
-                    store.apply(change);
-                }
-                Op::Exit { owner } => {
-                    if store.current().is_some_and(|l| l.kind != Kind::Reentrant) && live.is_some() {
-                        continue;
-                    }
-                    let out = lock::exit(store.current(), OWNERS[owner as usize], None, now);
-                    let (reply, change) = (out.reply, owned(out.step));
-                    match live {
-                        Some((_, h, d, holds, t)) if h == owner => {
-                            prop_assert_eq!(reply, Some(holds - 1));
-                            model.holder = if holds == 1 { None } else { Some((Kind::Reentrant, h, d, holds - 1, t)) };
-                        }
-                        _ => prop_assert_eq!(reply, None),
-                    }
-                    store.apply(change);
+                    let held = model.live(owner, now).is_some();
+                    prop_assert_eq!(&reply, &held.to_string());
+                    if held { model.holders.remove(&owner); }
                 }
                 Op::Extend { owner, ttl } => {
-                    let out = lock::extend(store.current(), OWNERS[owner as usize], ttl, now);
-                    let (reply, change) = (out.reply, owned(out.step));
-                    match live {
-                        Some((k, h, _, holds, t)) if h == owner => {
-                            prop_assert!(reply);
-                            model.holder = Some((k, h, now + ttl, holds, t));
-                        }
-                        _ => prop_assert!(!reply, "only the live holder extends"),
-                    }
-                    store.apply(change);
+                    let held = model.live(owner, now);
+                    prop_assert_eq!(&reply, &held.is_some().to_string());
+                    if let Some(h) = held { model.holders.insert(owner, Hold { deadline_ms: now + ttl, ..h }); }
                 }
+                Op::Exit { owner } => {
+                    let expected = match (kind_before, model.live(owner, now)) {
+                        (Some(k), _) if k != Kind::Reentrant => Exit::WrongKind { found: k },
+                        (_, Some(h)) => Exit::Left(h.holds - 1),
+                        _ => Exit::NotHeld,
+                    };
+                    prop_assert_eq!(&reply, &format!("{expected:?}"));
+                    if let Exit::Left(n) = expected {
+                        if n == 0 { model.holders.remove(&owner); } else if let Some(h) = model.holders.get_mut(&owner) { h.holds = n; }
+                    }
+                }
+                Op::Fence { owner, .. } => {
+                    let held = model.live(owner, now);
+                    prop_assert_eq!(&reply, &held.is_some().to_string());
+                    if let (Some(h), Some(stored)) = (held, memory.hold(OWNERS[owner as usize])) {
+                        prop_assert!(stored.fence >= h.fence, "a fence never lowers a token");
+                        model.holders.insert(owner, Hold { fence: stored.fence, ..h });
+                    }
+                }
+                Op::Advance { .. } => unreachable!(),
             }
-            // Invariant: the store and the model agree on the live holder.
-            let seen = lock::inspect(store.current(), now).map(|l| (l.kind, l.owner.to_vec(), l.deadline_ms, l.holds, l.fence));
-            let want = model.live(now).map(|(k, o, d, h, t)| (k, OWNERS[o as usize].to_vec(), d, h, t));
-            prop_assert_eq!(seen, want);
+            if model.holders.is_empty() { model.kind = None; }
+
+            // The live holders agree: model, in-memory store, stored form.
+            let live = |all: Vec<(Vec<u8>, Hold)>| -> Vec<(Vec<u8>, Hold)> {
+                let mut l: Vec<_> = all.into_iter().filter(|(_, h)| h.is_live(now)).collect();
+                l.sort_by(|a, b| a.0.cmp(&b.0));
+                l
+            };
+            let expected = live(model.holders.iter().map(|(o, h)| (OWNERS[*o as usize].to_vec(), *h)).collect());
+            prop_assert_eq!(&live(memory.holders()), &expected);
+            prop_assert_eq!(&live(key.holders()), &expected);
+            // Safety at every instant: a writer is alone, permits within the limit.
+            let present: Vec<Hold> = model.present(now, cool).map(|(_, h)| *h).collect();
+            if present.iter().any(|h| h.mode == Mode::Write) {
+                prop_assert_eq!(present.len(), 1);
+            }
+            if model.kind == Some(Kind::Semaphore) {
+                prop_assert!(present.len() as u32 <= model.limit);
+            }
         }
     }
 }

@@ -301,6 +301,15 @@ pub fn wait_until(within: Duration, what: &str, mut check: impl FnMut() -> bool)
     panic!("timed out after {within:?} waiting for {what}");
 }
 
+/// Runs a command given as words that must answer an integer.
+pub fn int(c: &mut Connection, words: &[&str]) -> i64 {
+    let mut command = redis::cmd(words[0]);
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    command.query(c).unwrap_or_else(|e| panic!("{words:?}: {e}"))
+}
+
 /// Runs a command given as words; returns the raw reply or the error.
 pub fn run(c: &mut Connection, words: &[&[u8]]) -> redis::RedisResult<Value> {
     let mut command = redis::cmd(std::str::from_utf8(words[0]).unwrap());

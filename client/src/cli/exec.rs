@@ -21,6 +21,9 @@ use super::exit;
 pub struct Options {
     /// The plain lock, a read or write hold, or a semaphore permit.
     pub mode: Mode,
+    /// Run the fencing round and pass REDLOCK_FENCING_TOKEN (the default;
+    /// `--no-fence` turns it off).
+    pub fenced: bool,
     pub ttl: Duration,
     pub wait: Duration,
     pub grace: Duration,
@@ -38,8 +41,9 @@ pub async fn run(redlock: &Redlock, resource: &str, command: &[OsString], option
         return exit::INVALID;
     };
     let policy = crate::retry_policy(options.wait);
-    let mut guard = match redlock.acquire_with(resource, options.mode, options.ttl, &policy).await {
-        Ok(guard) => guard,
+    let taken = crate::take(redlock, resource, options.mode, options.ttl, &policy, options.fenced).await;
+    let (mut guard, fence) = match taken {
+        Ok(taken) => taken,
         Err(e) => {
             eprintln!("redlock: not running {}: {e}", program.to_string_lossy());
             return exit::code(&e);
@@ -47,7 +51,7 @@ pub async fn run(redlock: &Redlock, resource: &str, command: &[OsString], option
     };
     guard.start_watchdog(Watchdog { renewals_max: u32::MAX, duration_max: options.max_hold });
 
-    let mut child = match spawn(program, args, &guard) {
+    let mut child = match spawn(program, args, &guard, fence) {
         Ok(child) => child,
         Err(e) => {
             eprintln!("redlock: cannot run {}: {e}", program.to_string_lossy());
@@ -86,15 +90,16 @@ pub async fn run(redlock: &Redlock, resource: &str, command: &[OsString], option
     }
 }
 
-fn spawn(program: &OsString, args: &[OsString], guard: &Guard) -> std::io::Result<Child> {
-    Command::new(program)
-        .args(args)
-        .env("REDLOCK_RESOURCE", guard.resource())
-        .env("REDLOCK_TOKEN", guard.token())
-        .env("REDLOCK_FENCING_TOKEN", guard.fencing_token().to_string())
-        .process_group(0)
-        .kill_on_drop(false)
-        .spawn()
+fn spawn(program: &OsString, args: &[OsString], guard: &Guard, fence: Option<u64>) -> std::io::Result<Child> {
+    let mut command = Command::new(program);
+    command.args(args).env("REDLOCK_RESOURCE", guard.resource()).env("REDLOCK_TOKEN", guard.token());
+    // Without fencing, no token at all: not one inherited from our own
+    // environment (an outer `redlock exec`), which would look valid.
+    match fence {
+        Some(fence) => command.env("REDLOCK_FENCING_TOKEN", fence.to_string()),
+        None => command.env_remove("REDLOCK_FENCING_TOKEN"),
+    };
+    command.process_group(0).kill_on_drop(false).spawn()
 }
 
 /// Waits for the command to exit or the lock to be lost, passing on the

@@ -54,6 +54,15 @@ pub fn assert_free(servers: &[&Server], key: &str) {
     }
 }
 
+/// `calls` of LOCK.FENCE on one node (`INFO commandstats`).
+pub fn fence_calls(server: &Server) -> i64 {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_lock.fence:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
 pub fn all(servers: &[Server]) -> Vec<&Server> {
     servers.iter().collect()
 }

@@ -163,7 +163,7 @@ impl Classic {
         let errors = replies.iter().filter(|r| matches!(r, Reply::Error)).count();
         let majority = quorum::majority(self.nodes.len());
         if granted >= majority && quorum::validity(ttl, elapsed).is_some() {
-            return Ok(ClassicLock { token, deadline: quorum::deadline(start, ttl) });
+            return Ok(ClassicLock { token, deadline: quorum::deadline(start.into(), ttl).into_std() });
         }
         self.release_all(resource, &token).await;
         let why = format!(

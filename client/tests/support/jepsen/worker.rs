@@ -125,11 +125,11 @@ impl Locker {
         ttl: Duration,
     ) -> Result<Held, (Outcome, String)> {
         match self {
-            Locker::Module(redlock) => match redlock.try_acquire_with(resource, mode(want), ttl).await {
-                Ok(guard) => Ok(Held {
+            Locker::Module(redlock) => match acquire_fenced(redlock, resource, mode(want), ttl).await {
+                Ok((guard, fence)) => Ok(Held {
                     token: guard.token().to_string(),
-                    fence: Some(guard.fencing_token()),
-                    deadline: guard.lease().deadline,
+                    fence: Some(fence),
+                    deadline: guard.lease().deadline.into_std(),
                     guard: Some(guard),
                 }),
                 Err(error) => {
@@ -156,8 +156,8 @@ impl Locker {
         let Some(guard) = &held.guard else { return Err("this recipe cannot extend".into()) };
         guard.extend(ttl).await.map_err(|e| e.to_string())?;
         let lease = guard.lease();
-        held.deadline = lease.deadline;
-        Ok((lease.start, lease.deadline))
+        held.deadline = lease.deadline.into_std();
+        Ok((lease.start.into_std(), held.deadline))
     }
 
     pub fn start_watchdog(&self, held: &mut Held) {
@@ -171,10 +171,12 @@ impl Locker {
         match &held.guard {
             Some(guard) => match guard.status() {
                 Status::Held { deadline, .. } => {
+                    // The client runs on tokio's clock; the history on std's.
+                    let deadline = deadline.into_std();
                     if Instant::now() >= deadline {
                         Standing::Lost("expired".into())
                     } else {
-                        Standing::Valid { deadline, since: guard.lease().start }
+                        Standing::Valid { deadline, since: guard.lease().start.into_std() }
                     }
                 }
                 Status::Lost(reason) => Standing::Lost(reason.to_string()),
@@ -214,7 +216,7 @@ impl Locker {
                 classic.release_all(resource, &held.token).await;
             }
             (Locker::Module(redlock), None) => {
-                let _ = redlock.release(resource, &held.token).await;
+                let _ = redlock.release(resource, &held.token, Mode::Exclusive).await;
             }
         }
     }
@@ -231,6 +233,25 @@ impl Locker {
     pub async fn settle(&self) {
         if let Locker::Module(redlock) = self {
             redlock.settle().await;
+        }
+    }
+}
+
+/// One attempt with the fencing round (the quorum client runs it when the
+/// token is asked for; every scenario writes a fenced register, so every
+/// grant reads it); a fencing round that fails releases the lock.
+async fn acquire_fenced(
+    redlock: &Redlock,
+    resource: &str,
+    mode: Mode,
+    ttl: Duration,
+) -> Result<(Guard, u64), Error> {
+    let guard = redlock.try_acquire(resource, mode, ttl).await?;
+    match guard.fencing_token().await {
+        Ok(fence) => Ok((guard, fence)),
+        Err(error) => {
+            let _ = guard.release().await;
+            Err(error)
         }
     }
 }

@@ -1,0 +1,173 @@
+//! A command invocation or a callback working on one lock key.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::slice;
+
+use redis_module::raw;
+
+use super::{api, constant, string_bytes, Constant, Key, RawArgv, RawCtx, Reply};
+use crate::core::queue::KeyId;
+use crate::errors;
+
+/// Arguments read into a stack array (every single-key command fits).
+const ARGS_INLINE: usize = 8;
+
+/// A cap far above any valid call, so that a huge malformed one is refused
+/// before its argument list is copied (the parsers enforce the real bounds
+/// with clearer errors).
+const ARGS_MAX: usize = 16 * crate::core::args::RENEW_KEYS_MAX;
+
+/// A context with one lock key: a command invocation (the key is argv[1])
+/// or a timer/event callback working on one key.
+pub struct Call<'a> {
+    pub(super) ctx: RawCtx,
+    pub(super) key: *mut raw::RedisModuleString,
+    /// The command's arguments (empty in callbacks), for commands with
+    /// several keys ([`Call::for_arg`]).
+    argv: &'a [*mut raw::RedisModuleString],
+}
+
+/// Runs `handler` for a command invocation, turning a panic into an error
+/// reply instead of an abort of redis-server.
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn dispatch(ctx: RawCtx, argv: RawArgv, argc: c_int, handler: fn(&Call<'_>, &[&[u8]]) -> Reply) -> c_int {
+    let count = usize::try_from(argc).unwrap_or(0);
+    let argv: &[*mut raw::RedisModuleString] = if argv.is_null() || count == 0 {
+        &[]
+    } else {
+        // SAFETY: Redis passes `argc` valid string pointers that live for the
+        // duration of the command call.
+        unsafe { slice::from_raw_parts(argv, count) }
+    };
+    let key = argv.get(1).copied().unwrap_or(ptr::null_mut());
+    let call = Call { ctx, key, argv };
+    let run = |args: &[&[u8]]| {
+        catch_unwind(AssertUnwindSafe(|| handler(&call, args)))
+            .unwrap_or_else(|_| Reply::Error(errors::internal()))
+    };
+    let reply = if argv.len() > ARGS_MAX {
+        Reply::Error(errors::arity(string_bytes(argv.first().copied().unwrap_or(ptr::null_mut()))))
+    } else if argv.len() > ARGS_INLINE {
+        let args: Vec<&[u8]> = argv.iter().map(|&arg| string_bytes(arg)).collect();
+        run(&args)
+    } else {
+        let mut bytes: [&[u8]; ARGS_INLINE] = [&[]; ARGS_INLINE];
+        for (slot, &arg) in bytes.iter_mut().zip(argv) {
+            *slot = string_bytes(arg);
+        }
+        run(bytes.get(..argv.len()).unwrap_or(&[]))
+    };
+    reply.send(ctx);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Why a lock was freed, as published on its channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Freed {
+    Released,
+    Expired,
+}
+
+impl<'a> Call<'a> {
+    /// A context for callbacks that work on no key.
+    pub(super) fn bare(ctx: RawCtx) -> Call<'static> {
+        Call { ctx, key: ptr::null_mut(), argv: &[] }
+    }
+
+    /// A context for a callback working on `key`.
+    pub(super) fn on_key(ctx: RawCtx, key: *mut raw::RedisModuleString) -> Call<'static> {
+        Call { ctx, key, argv: &[] }
+    }
+
+    /// The same call, working on the key at argument `index` (for commands
+    /// with several keys).
+    pub fn for_arg(&self, index: usize) -> Call<'a> {
+        Call { ctx: self.ctx, key: self.argv.get(index).copied().unwrap_or(ptr::null_mut()), argv: self.argv }
+    }
+
+    /// The lock key's bytes.
+    pub fn key_name(&self) -> &[u8] {
+        string_bytes(self.key)
+    }
+
+    /// The lock key as (selected database, key bytes).
+    pub fn key_id(&self) -> KeyId {
+        (self.db(), self.key_name().to_vec())
+    }
+
+    pub fn db(&self) -> i32 {
+        // SAFETY: ctx is live for this call.
+        unsafe { api(raw::RedisModule_GetSelectedDb)(self.ctx) }
+    }
+
+    /// Opens the call's key for reading, or for writing too.
+    pub fn open_key(&self, write: bool) -> Option<Key<'_>> {
+        Key::open(self, write)
+    }
+
+    fn flags(&self) -> u32 {
+        // SAFETY: ctx is live for this call.
+        unsafe { api(raw::RedisModule_GetContextFlags)(self.ctx) as u32 }
+    }
+
+    /// True where a command must not block: MULTI/EXEC, a script, ...
+    pub fn cannot_block(&self) -> bool {
+        // DENY_BLOCKING covers MULTI, scripts and functions, RM_Call from
+        // other modules, and the replication link.
+        let no_block = raw::REDISMODULE_CTX_FLAGS_MULTI
+            | raw::REDISMODULE_CTX_FLAGS_LUA
+            | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING;
+        self.flags() & no_block != 0
+    }
+
+    /// True when the command comes from the master's replication stream or
+    /// from the AOF being loaded (it was already checked where it first ran).
+    pub fn is_replicated_or_loading(&self) -> bool {
+        self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+    }
+
+    /// Replicates the command exactly as the client sent it.
+    pub fn replicate_verbatim(&self) {
+        // SAFETY: ctx is the live context of a command call.
+        unsafe {
+            api(raw::RedisModule_ReplicateVerbatim)(self.ctx);
+        }
+    }
+
+    /// Announces a freed lock on the key's channel `__lock@<db>__:<key>`
+    /// (not replicated). Built to cost little when nobody listens: the
+    /// channel name goes through a reused buffer and the two possible
+    /// messages are created once.
+    pub fn publish_freed(&self, reason: Freed) {
+        thread_local! {
+            static CHANNEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        let message = constant(match reason {
+            Freed::Released => Constant::Released,
+            Freed::Expired => Constant::Expired,
+        });
+        let db = self.db();
+        CHANNEL.with_borrow_mut(|channel| {
+            channel.clear();
+            channel.extend_from_slice(b"__lock@");
+            channel.extend_from_slice(itoa::Buffer::new().format(db).as_bytes());
+            channel.extend_from_slice(b"__:");
+            channel.extend_from_slice(self.key_name());
+            // SAFETY: ctx is live; the channel string is created and freed
+            // here; the message strings live forever (`constant`).
+            unsafe {
+                let channel = api(raw::RedisModule_CreateString)(
+                    self.ctx,
+                    channel.as_ptr().cast::<c_char>(),
+                    channel.len(),
+                );
+                api(raw::RedisModule_PublishMessage)(self.ctx, channel, message);
+                api(raw::RedisModule_FreeString)(self.ctx, channel);
+            }
+        });
+    }
+}

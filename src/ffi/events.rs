@@ -1,0 +1,164 @@
+//! Keyspace and server events: how the module learns that a lock was freed
+//! behind its back (DEL, an overwrite, Redis' own expiry, eviction, FLUSHDB,
+//! SWAPDB) and that the node was promoted.
+//!
+//! Keyspace events are subscribed to only when the first client waits
+//! ([`watch_keys`]): Redis builds a module context for every event a module
+//! subscribes to (about 1,000 instructions per `SET`, measured with
+//! callgrind), so a node where nobody waits pays nothing. Redis 7.0 cannot
+//! unsubscribe, so the subscription then stays.
+
+use std::ffi::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::raw;
+
+use super::block::with_key_context;
+use super::{api, handlers, Call, RawCtx, TimerId};
+use crate::core::queue::KeyId;
+
+static WATCHING: AtomicBool = AtomicBool::new(false);
+
+/// Subscribes to the keyspace events that can free a lock: deletion,
+/// overwrite, expiry, eviction, renames, hash edits. Idempotent.
+pub fn watch_keys(call: &Call<'_>) -> Result<(), String> {
+    if WATCHING.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let types = raw::REDISMODULE_NOTIFY_GENERIC
+        | raw::REDISMODULE_NOTIFY_STRING
+        | raw::REDISMODULE_NOTIFY_HASH
+        | raw::REDISMODULE_NOTIFY_EXPIRED
+        | raw::REDISMODULE_NOTIFY_EVICTED;
+    // SAFETY: ctx is live; the callback is an extern "C" function of this
+    // module that lives forever.
+    let status = unsafe {
+        api(raw::RedisModule_SubscribeToKeyspaceEvents)(call.ctx, types as c_int, Some(key_event_callback))
+    };
+    if status != raw::REDISMODULE_OK as c_int {
+        return Err("cannot subscribe to keyspace events".into());
+    }
+    WATCHING.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+impl Call<'_> {
+    /// Inside a keyspace notification: has the `key_timer` handler run for
+    /// `key` as soon as the module may write. On Redis 7.2+ that is a
+    /// post-notification job, right after the command that fired the event
+    /// (and replicated with it); on 7.0, where writing from a notification
+    /// is unsafe and there are no such jobs, a 0 ms timer. Returns the
+    /// timer's id when a timer was used.
+    pub fn after_notification(&self, key: KeyId) -> Option<TimerId> {
+        // SAFETY: the API table is written once at load and only read after.
+        let add_job = unsafe { raw::RedisModule_AddPostNotificationJob };
+        let Some(add_job) = add_job else {
+            return Some(self.start_timer(0, key));
+        };
+        let data = Box::into_raw(Box::new(key)).cast::<c_void>();
+        // SAFETY: ctx is the live notification context; `data` is a leaked
+        // Box<KeyId> that Redis hands to exactly one of the job or the free
+        // callback, which turn it back into a Box.
+        let status = unsafe { add_job(self.ctx, Some(post_job_callback), data, Some(free_key_box)) };
+        if status == raw::REDISMODULE_OK as c_int {
+            None
+        } else {
+            // SAFETY: Redis refused the job and did not take `data`.
+            let key = unsafe { Box::from_raw(data.cast::<KeyId>()) };
+            Some(self.start_timer(0, *key))
+        }
+    }
+}
+
+extern "C" fn post_job_callback(ctx: RawCtx, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: `data` is the Box<KeyId> given to AddPostNotificationJob;
+    // Redis calls the free callback for it afterwards, so it is only
+    // borrowed here.
+    let key = unsafe { &*data.cast::<KeyId>() };
+    if let Some(h) = handlers() {
+        with_key_context(ctx, key, |call| (h.key_timer)(call, key));
+    }
+}
+
+extern "C" fn free_key_box(data: *mut c_void) {
+    if !data.is_null() {
+        // SAFETY: the Box<KeyId> leaked in `after_notification`.
+        drop(unsafe { Box::from_raw(data.cast::<KeyId>()) });
+    }
+}
+
+extern "C" fn key_event_callback(
+    ctx: RawCtx,
+    _type: c_int,
+    _event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    if let Some(h) = handlers() {
+        let call = Call::on_key(ctx, key);
+        let _ = catch_unwind(AssertUnwindSafe(|| (h.key_changed)(&call)));
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn flush_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, data: *mut c_void) {
+    if subevent != raw::REDISMODULE_SUBEVENT_FLUSHDB_END || data.is_null() {
+        return;
+    }
+    // SAFETY: for FlushDB events Redis passes a RedisModuleFlushInfo.
+    let db = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
+    if let Some(h) = handlers() {
+        let call = Call::bare(ctx);
+        let _ = catch_unwind(AssertUnwindSafe(|| (h.db_changed)(&call, db)));
+    }
+}
+
+extern "C" fn swapdb_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, _subevent: u64, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: for SwapDB events Redis passes a RedisModuleSwapDbInfo.
+    let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
+    if let Some(h) = handlers() {
+        let call = Call::bare(ctx);
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            (h.db_changed)(&call, info.dbnum_first);
+            (h.db_changed)(&call, info.dbnum_second);
+        }));
+    }
+}
+
+extern "C" fn role_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
+    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
+        if let Some(h) = handlers() {
+            let _ = catch_unwind(h.promoted);
+        }
+    }
+}
+
+type ServerEventCallback = extern "C" fn(RawCtx, raw::RedisModuleEvent, u64, *mut c_void);
+
+/// Subscribes to flush and swapdb (locks freed behind the module's back)
+/// and to role changes (a promotion starts the failover quarantine).
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn subscribe_server_events(ctx: RawCtx) -> Result<(), String> {
+    let server_events: [(u64, ServerEventCallback, &str); 3] = [
+        (raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, role_callback, "role-change"),
+        (raw::REDISMODULE_EVENT_SWAPDB, swapdb_callback, "swapdb"),
+        (raw::REDISMODULE_EVENT_FLUSHDB, flush_callback, "flush"),
+    ];
+    for (id, callback, what) in server_events {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        // SAFETY: called from OnLoad with its live context; the callback is
+        // an extern "C" function of this module with the expected signature.
+        let status = unsafe { api(raw::RedisModule_SubscribeToServerEvent)(ctx, event, Some(callback)) };
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err(format!("cannot subscribe to {what} events"));
+        }
+    }
+    Ok(())
+}

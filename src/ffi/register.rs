@@ -1,0 +1,168 @@
+//! Registration at load: commands (with key specs), the INFO section, and
+//! the check that this server has every API entry the module calls.
+
+use std::ffi::c_int;
+use std::panic::catch_unwind;
+use std::ptr;
+
+use redis_module::raw;
+
+use super::{api, c_string, RawArgv, RawCtx};
+
+/// One command to register: name, entry point, flags, arity, key-spec flags.
+pub struct CommandDef {
+    pub name: &'static std::ffi::CStr,
+    pub entry: extern "C" fn(RawCtx, RawArgv, c_int) -> c_int,
+    pub flags: &'static std::ffi::CStr,
+    /// Redis arity: positive = exact, negative = at least.
+    pub arity: c_int,
+    /// REDISMODULE_CMD_KEY_* flags of the keys.
+    pub key_flags: u64,
+    /// Where the keys are: argv[first..=last] (last -1: to the end).
+    pub keys: (c_int, c_int),
+    pub summary: &'static std::ffi::CStr,
+}
+
+/// Registers a command with its keys at `def.keys` (step 1), for `COMMAND
+/// GETKEYS` and Cluster routing, and, where the server supports it (7.0+),
+/// its arity and a key spec.
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn register_command(ctx: RawCtx, def: &CommandDef) -> Result<(), String> {
+    // SAFETY: called from RedisModule_OnLoad with its live context; names and
+    // flags are static C strings.
+    let created = unsafe {
+        api(raw::RedisModule_CreateCommand)(
+            ctx,
+            def.name.as_ptr(),
+            Some(def.entry),
+            def.flags.as_ptr(),
+            1,
+            1,
+            1,
+        )
+    };
+    if created != raw::REDISMODULE_OK as c_int {
+        return Err(format!("cannot create command {:?}", def.name));
+    }
+    // SAFETY: the API table is written once by Redis before OnLoad runs and
+    // only read afterwards.
+    let entries = unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) };
+    let (Some(get_command), Some(set_info)) = entries else {
+        return Ok(());
+    };
+    // Redis reads these during SetCommandInfo and keeps its own copies; they
+    // are leaked anyway (a few hundred bytes, once per load) so that no
+    // pointer can outlive them.
+    let version = Box::leak(Box::new(raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    }));
+    // SAFETY: the key-spec and info structs are plain C data; all-zero is
+    // their documented "unset" value, and the array ends with a zeroed spec.
+    unsafe {
+        let mut spec: raw::RedisModuleCommandKeySpec = std::mem::zeroed();
+        spec.flags = def.key_flags;
+        spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+        spec.bs.index.pos = def.keys.0;
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+        // Relative to the first key: 0 = just it, -1 = to the end.
+        spec.fk.range.lastkey = if def.keys.1 < 0 { -1 } else { def.keys.1 - def.keys.0 };
+        spec.fk.range.keystep = 1;
+        spec.fk.range.limit = 0;
+        let specs = Box::leak(Box::new([spec, std::mem::zeroed()]));
+        let mut info: raw::RedisModuleCommandInfo = std::mem::zeroed();
+        info.version = version;
+        info.summary = def.summary.as_ptr();
+        info.arity = def.arity;
+        info.key_specs = specs.as_mut_ptr();
+        let info = Box::leak(Box::new(info));
+        let command = get_command(ctx, def.name.as_ptr());
+        if command.is_null() || set_info(command, info) != raw::REDISMODULE_OK as c_int {
+            return Err(format!("cannot set command info of {:?}", def.name));
+        }
+    }
+    Ok(())
+}
+
+/// One INFO field.
+pub enum InfoValue {
+    Unsigned(u64),
+    Signed(i64),
+    Text(&'static str),
+}
+
+type InfoFieldsFn = fn() -> Vec<(&'static str, InfoValue)>;
+
+static INFO_FIELDS: std::sync::OnceLock<InfoFieldsFn> = std::sync::OnceLock::new();
+
+extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    let Some(fields) = INFO_FIELDS.get() else {
+        return;
+    };
+    let Ok(fields) = catch_unwind(fields) else {
+        return;
+    };
+    // SAFETY: ctx is the live INFO context; a NULL section name is the
+    // module's default section (named after the module: "lock").
+    unsafe {
+        api(raw::RedisModule_InfoAddSection)(ctx, ptr::null_mut());
+        for (name, value) in fields {
+            let name = c_string(name);
+            match value {
+                InfoValue::Unsigned(v) => {
+                    api(raw::RedisModule_InfoAddFieldULongLong)(ctx, name.as_ptr(), v);
+                }
+                InfoValue::Signed(v) => {
+                    api(raw::RedisModule_InfoAddFieldLongLong)(ctx, name.as_ptr(), v);
+                }
+                InfoValue::Text(t) => {
+                    let t = c_string(t);
+                    api(raw::RedisModule_InfoAddFieldCString)(ctx, name.as_ptr(), t.as_ptr().cast_mut());
+                }
+            }
+        }
+    }
+}
+
+/// Makes `INFO lock` list `fields()`. Replaces the crate's default INFO hook.
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
+    let _ = INFO_FIELDS.set(fields);
+    // SAFETY: called from OnLoad with its live context.
+    let status = unsafe { api(raw::RedisModule_RegisterInfoFunc)(ctx, Some(info_callback)) };
+    if status != raw::REDISMODULE_OK as c_int {
+        return Err("cannot register the INFO callback".into());
+    }
+    Ok(())
+}
+
+/// Checks that every API entry the module calls exists in this server.
+pub fn missing_api() -> Option<&'static str> {
+    // SAFETY: the API table is written once by Redis before OnLoad runs and
+    // only read afterwards.
+    let checks: [(&str, bool); 16] = unsafe {
+        [
+            ("StringDMA", { raw::RedisModule_StringDMA }.is_some()),
+            ("StringSet", { raw::RedisModule_StringSet }.is_some()),
+            ("HashGet", { raw::RedisModule_HashGet }.is_some()),
+            ("HashSet", { raw::RedisModule_HashSet }.is_some()),
+            ("ScanKey", { raw::RedisModule_ScanKey }.is_some()),
+            ("GetAbsExpire", { raw::RedisModule_GetAbsExpire }.is_some()),
+            ("SetAbsExpire", { raw::RedisModule_SetAbsExpire }.is_some()),
+            ("Replicate", { raw::RedisModule_Replicate }.is_some()),
+            ("GetContextFlags", { raw::RedisModule_GetContextFlags }.is_some()),
+            ("RegisterInfoFunc", { raw::RedisModule_RegisterInfoFunc }.is_some()),
+            ("InfoAddFieldULongLong", { raw::RedisModule_InfoAddFieldULongLong }.is_some()),
+            ("ReplyWithStringBuffer", { raw::RedisModule_ReplyWithStringBuffer }.is_some()),
+            ("BlockClient", { raw::RedisModule_BlockClient }.is_some()),
+            ("SetDisconnectCallback", { raw::RedisModule_SetDisconnectCallback }.is_some()),
+            ("PublishMessage", { raw::RedisModule_PublishMessage }.is_some()),
+            ("SubscribeToServerEvent", { raw::RedisModule_SubscribeToServerEvent }.is_some()),
+        ]
+    };
+    checks.iter().find(|(_, present)| !present).map(|(name, _)| *name)
+}

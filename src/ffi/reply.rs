@@ -1,0 +1,88 @@
+//! Replies, built by safe code and written here.
+
+use std::ffi::{c_char, c_long};
+
+use redis_module::raw;
+
+use super::{api, c_string, RawCtx};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Int(i64),
+    Nil,
+    /// The whole error line without the leading `-`: `CODE message`.
+    Error(String),
+    /// A flat array of alternating field names and values (like XINFO).
+    Fields(Vec<(&'static str, Field)>),
+    /// The client was blocked; the reply comes when it is unblocked.
+    Blocked,
+    /// An array of integers (one per key of a multi-key command).
+    Ints(Vec<i64>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Field {
+    Int(i64),
+    Text(&'static str),
+    Bytes(Vec<u8>),
+    /// An array of field/value arrays (the holders of a lock).
+    List(Vec<Vec<(&'static str, Field)>>),
+}
+
+impl Reply {
+    /// Writes the reply to the client of `ctx`.
+    pub(super) fn send(&self, ctx: RawCtx) {
+        // SAFETY: ctx is the live context of the call being answered; the
+        // strings passed are valid for the duration of each call.
+        unsafe {
+            match self {
+                Reply::Blocked => {}
+                Reply::Ints(values) => {
+                    api(raw::RedisModule_ReplyWithArray)(ctx, values.len() as c_long);
+                    for n in values {
+                        api(raw::RedisModule_ReplyWithLongLong)(ctx, *n);
+                    }
+                }
+                Reply::Int(n) => {
+                    api(raw::RedisModule_ReplyWithLongLong)(ctx, *n);
+                }
+                Reply::Nil => {
+                    api(raw::RedisModule_ReplyWithNull)(ctx);
+                }
+                Reply::Error(line) => {
+                    let line = c_string(line);
+                    api(raw::RedisModule_ReplyWithError)(ctx, line.as_ptr());
+                }
+                Reply::Fields(fields) => reply_fields(ctx, fields),
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `ctx` must be the live context of the current call.
+unsafe fn reply_fields(ctx: RawCtx, fields: &[(&'static str, Field)]) {
+    api(raw::RedisModule_ReplyWithArray)(ctx, (fields.len() * 2) as c_long);
+    for (name, value) in fields {
+        reply_bytes(ctx, name.as_bytes());
+        match value {
+            Field::Int(n) => {
+                api(raw::RedisModule_ReplyWithLongLong)(ctx, *n);
+            }
+            Field::Text(t) => reply_bytes(ctx, t.as_bytes()),
+            Field::Bytes(b) => reply_bytes(ctx, b),
+            Field::List(items) => {
+                api(raw::RedisModule_ReplyWithArray)(ctx, items.len() as c_long);
+                for item in items {
+                    reply_fields(ctx, item);
+                }
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `ctx` must be the live context of the current call.
+unsafe fn reply_bytes(ctx: RawCtx, bytes: &[u8]) {
+    api(raw::RedisModule_ReplyWithStringBuffer)(ctx, bytes.as_ptr().cast::<c_char>(), bytes.len());
+}

@@ -1,0 +1,241 @@
+//! The key-state layer: between the FFI and the commands and hand-off. It
+//! reads what a lock key holds ([`Loaded`], the state machine's
+//! [`Stored`]), runs one transaction on it, and stores and replicates the
+//! [`Changes`] in one place.
+//!
+//! Storage, per kind (layouts in `core/codec.rs`):
+//! - plain and reentrant locks: one string, written whole (`SET ... PXAT`);
+//! - shared locks and semaphores: one hash, a field per holder; a call
+//!   writes only its holders' fields (`HSET` / `HDEL`), so its cost and the
+//!   bytes it replicates do not grow with the number of holders. The key's
+//!   native expiry is a backstop after the latest deadline (see
+//!   [`backstop_for`]);
+//! - shared locks and semaphores stored by the previous release as one
+//!   string are read as they are and converted to the hash on their first
+//!   write.
+
+use crate::clock;
+use crate::config;
+use crate::core::codec::{self, StringLock};
+use crate::core::hashform::{self, Fields, HashLock};
+use crate::core::kind::{Hold, Mode, Shape};
+use crate::core::memory::{Free, Holders, Single};
+use crate::core::txn::{Changes, Stored, Txn};
+use crate::ffi::{Call, Key, KeyKind};
+
+/// A hash key's fields, read through the FFI.
+pub struct KeyFields<'k, 'c> {
+    key: &'k Key<'c>,
+}
+
+impl Fields for KeyFields<'_, '_> {
+    fn get(&self, field: &[u8]) -> Option<Vec<u8>> {
+        self.key.hash_get(field)
+    }
+
+    fn field_count(&self) -> usize {
+        self.key.len()
+    }
+
+    fn all(&self) -> Vec<(Vec<u8>, Vec<u8>)> {
+        self.key.hash_all()
+    }
+}
+
+/// What a lock key holds, read once per call.
+pub enum Loaded<'k, 'c> {
+    Free(Free),
+    Single(Single<'k>),
+    /// A shared lock or semaphore in the previous release's string form.
+    Legacy(Holders),
+    Hash(HashLock<KeyFields<'k, 'c>>),
+}
+
+/// The key holds something that is not a lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NotALock;
+
+/// Reads the lock stored at `key`.
+pub fn load<'k, 'c>(key: &'k Key<'c>) -> Result<Loaded<'k, 'c>, NotALock> {
+    match key.kind() {
+        KeyKind::Empty => Ok(Loaded::Free(Free)),
+        KeyKind::String => match key.value().and_then(codec::decode_string) {
+            Some(StringLock::Single(single)) => Ok(Loaded::Single(single)),
+            Some(StringLock::Legacy(holders)) => Ok(Loaded::Legacy(holders)),
+            None => Err(NotALock),
+        },
+        KeyKind::Hash => HashLock::open(KeyFields { key }).map(Loaded::Hash).map_err(|_| NotALock),
+        KeyKind::Other => Err(NotALock),
+    }
+}
+
+macro_rules! each {
+    ($self:ident, $lock:ident => $e:expr) => {
+        match $self {
+            Loaded::Free($lock) => $e,
+            Loaded::Single($lock) => $e,
+            Loaded::Legacy($lock) => $e,
+            Loaded::Hash($lock) => $e,
+        }
+    };
+}
+
+impl Stored for Loaded<'_, '_> {
+    fn shape(&self) -> Option<Shape> {
+        each!(self, lock => lock.shape())
+    }
+    fn count(&self) -> u32 {
+        each!(self, lock => lock.count())
+    }
+    fn mode(&self) -> Option<Mode> {
+        each!(self, lock => lock.mode())
+    }
+    fn hold(&self, owner: &[u8]) -> Option<Hold> {
+        each!(self, lock => lock.hold(owner))
+    }
+    fn earliest_deadline_ms(&self) -> i64 {
+        each!(self, lock => lock.earliest_deadline_ms())
+    }
+    fn top_fence(&self) -> u64 {
+        each!(self, lock => lock.top_fence())
+    }
+    fn holders(&self) -> Vec<(Vec<u8>, Hold)> {
+        each!(self, lock => lock.holders())
+    }
+    fn owner_of(&self, fence: u64) -> Option<Vec<u8>> {
+        each!(self, lock => lock.owner_of(fence))
+    }
+}
+
+/// Why a transaction did not run or its changes were not stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    NotALock,
+    /// Redis refused a key write (a read-only replica, out of memory).
+    WriteFailed,
+}
+
+/// What storing a transaction's changes did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// The lock's last holder left: the key was deleted.
+    pub freed: bool,
+    /// Holders whose time had passed were removed.
+    pub found_expired: bool,
+}
+
+/// Opens the call's key for writing and [`run`]s `transition` on it.
+/// Returns the transition's result and the key, still open (the caller
+/// hands a freed lock to its waiters).
+pub fn transact<'c, 'o, T>(
+    call: &'c Call<'c>,
+    transition: impl for<'s, 'k> FnOnce(&mut Txn<'s, 'o, Loaded<'k, 'c>>) -> T,
+) -> Result<(T, Written, Key<'c>), Failure> {
+    let mut key = call.open_key(true).ok_or(Failure::WriteFailed)?;
+    let (answer, written) = run(&mut key, transition)?;
+    Ok((answer, written, key))
+}
+
+/// Runs `transition` on a transaction over the lock `key` (open for writing)
+/// holds, at the module clock's "now", then stores and replicates the
+/// changes: one read of the key, one write.
+pub fn run<'c, 'o, T>(
+    key: &mut Key<'c>,
+    transition: impl for<'s, 'k> FnOnce(&mut Txn<'s, 'o, Loaded<'k, 'c>>) -> T,
+) -> Result<(T, Written), Failure> {
+    let now = clock::now_ms();
+    let (answer, changes, converted) = {
+        let loaded = load(key).map_err(|NotALock| Failure::NotALock)?;
+        let mut txn = Txn::new(&loaded, now, config::EXPIRY_DELAY_MS.get());
+        let answer = transition(&mut txn);
+        let changes = txn.finish();
+        // A lock in the previous string form is rewritten whole, as a hash,
+        // by its first write.
+        let converted = match &loaded {
+            Loaded::Legacy(old) if !changes.is_empty() => Some(old.apply(&changes)),
+            _ => None,
+        };
+        (answer, changes, converted)
+    };
+    let written = match converted {
+        Some(after) => store_converted(key, &after, &changes, now)?,
+        None => store(key, &changes, now)?,
+    };
+    Ok((answer, written))
+}
+
+/// Stores a transaction's changes in `key` (opened for writing, holding the
+/// lock the transaction read) and replicates them.
+pub fn store(key: &mut Key<'_>, changes: &Changes<'_>, now_ms: i64) -> Result<Written, Failure> {
+    let written = Written { freed: changes.delete, found_expired: changes.found_expired };
+    if changes.is_empty() {
+        return Ok(written);
+    }
+    if changes.delete {
+        return key.delete().then_some(written).ok_or(Failure::WriteFailed);
+    }
+    let Some(shape) = changes.shape else { return Ok(written) };
+    let stored = if shape.kind.is_single() {
+        // One holder: the whole value, with the backstop after its deadline.
+        match changes.puts.last() {
+            Some(put) => {
+                let value = codec::encode_single(shape.kind, &put.owner, &put.hold);
+                key.set_string(value.as_bytes(), backstop_for(put.hold.deadline_ms, now_ms))
+            }
+            None => true,
+        }
+    } else {
+        let edits = hashform::field_edits(changes);
+        let edited = edits.is_empty() || key.hash_edit(edits.deletes(), edits.sets());
+        edited && keep_backstop(key, changes.last_put_deadline_ms(), now_ms)
+    };
+    stored.then_some(written).ok_or(Failure::WriteFailed)
+}
+
+/// The native expiry for a lock whose (latest) deadline is `deadline_ms`:
+/// `lock.clock-jump-tolerance-ms` after it, plus any lock-delay, laid onto
+/// the later of the wall and module clocks (see `clock::backstop_ms`).
+pub fn backstop_for(deadline_ms: i64, now_ms: i64) -> i64 {
+    let tolerance = config::CLOCK_JUMP_TOLERANCE_MS.get().saturating_add(config::EXPIRY_DELAY_MS.get());
+    clock::backstop_ms(deadline_ms, now_ms, clock::wall_ms(), tolerance)
+}
+
+/// Pushes a hash lock's expiry out when a new deadline needs it. It is set
+/// `lock.max-ttl-ms` further than needed, so that holders renewing one after
+/// another move it (one more replicated `PEXPIREAT`) about once per max-ttl,
+/// not on every renewal; the key may then outlive its last holder by that
+/// much more (memory only: a lock is free once its holders' deadlines pass).
+fn keep_backstop(key: &mut Key<'_>, deadline_ms: Option<i64>, now_ms: i64) -> bool {
+    let Some(deadline_ms) = deadline_ms else { return true };
+    let needed = backstop_for(deadline_ms, now_ms);
+    match key.expire_at() {
+        Some(at) if at >= needed => true,
+        _ => key.set_expire_at(needed.saturating_add(config::MAX_TTL_MS.get())),
+    }
+}
+
+/// Stores a lock read in the previous release's string form, after its
+/// first write, as a hash: every holder, token and deadline, and a native
+/// expiry at least the old one, replicated as `DEL`, `HSET`, `PEXPIREAT`.
+fn store_converted(
+    key: &mut Key<'_>,
+    after: &Holders,
+    changes: &Changes<'_>,
+    now_ms: i64,
+) -> Result<Written, Failure> {
+    let written = Written { freed: changes.delete, found_expired: changes.found_expired };
+    let old_expiry = key.expire_at();
+    if !key.delete() {
+        return Err(Failure::WriteFailed);
+    }
+    if changes.delete {
+        return Ok(written);
+    }
+    let fields = hashform::all_fields(after);
+    let last_deadline = after.records().iter().map(|(_, h)| h.deadline_ms).max();
+    let needed = last_deadline.map_or(0, |d| backstop_for(d, now_ms));
+    let expire_at = old_expiry.unwrap_or(0).max(needed);
+    let sets = fields.iter().map(|(f, v)| (f.as_slice(), v.as_slice()));
+    let stored = key.hash_edit(std::iter::empty(), sets) && (expire_at <= 0 || key.set_expire_at(expire_at));
+    stored.then_some(written).ok_or(Failure::WriteFailed)
+}
