@@ -134,7 +134,7 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "restart-aof",
         faults: &[Fault::KillRestart],
-        probes: &[Probe::Restart],
+        probes: &[Probe::Restart, Probe::RestartShared],
         work: Work::Long,
         quarantine_ms: QUARANTINE_MS,
         aof: true,

@@ -103,27 +103,35 @@ impl Run<'_> {
             Fault::HolderPause => {
                 let worker = self.workers[rng.gen_range(0..self.workers.len())];
                 let past_validity = ms(rng.gen_range(100..800));
-                let (done, finished) = oneshot::channel();
+                let (done, mut finished) = oneshot::channel();
                 self.ctx.request(worker, Request::Pause(PauseRequest { past_validity, done }));
                 // The worker records the event itself, when it pauses.
-                if tokio::time::timeout(3 * self.ttl() + self.bound, finished).await.is_err() {
-                    self.ctx.withdraw(worker);
+                if tokio::time::timeout(3 * self.ttl() + self.bound, &mut finished).await.is_err()
+                    && !self.ctx.withdraw(worker)
+                {
+                    // Taken meanwhile: the pause is under way. Wait for its
+                    // end (bounded: the validity left plus the pause), so
+                    // that its heal is in the history before the run's tail
+                    // looks for the last heal.
+                    let _ = tokio::time::timeout(self.bound + self.ttl() + past_validity, finished).await;
                 }
             }
             Fault::ClientCrash => {
                 let worker = self.workers[rng.gen_range(0..self.workers.len())];
-                let (done, crashed) = oneshot::channel();
+                let (done, mut crashed) = oneshot::channel();
                 self.ctx.request(worker, Request::Crash(done));
-                match tokio::time::timeout(3 * self.ttl() + self.bound, crashed).await {
-                    Ok(Ok(at)) => self.ctx.rec.event(
+                let mut outcome = tokio::time::timeout(3 * self.ttl() + self.bound, &mut crashed).await;
+                if outcome.is_err() && !self.ctx.withdraw(worker) {
+                    // Taken meanwhile: the crash is a moment away.
+                    outcome = tokio::time::timeout(self.bound, crashed).await;
+                }
+                if let Ok(Ok(at)) = outcome {
+                    self.ctx.rec.event(
                         fault.name(),
                         format!("client {worker} crashed holding its lock (never released)"),
                         at,
                         at,
-                    ),
-                    _ => {
-                        self.ctx.withdraw(worker);
-                    }
+                    );
                 }
             }
             Fault::KillRestart => {
@@ -236,7 +244,7 @@ impl Run<'_> {
             let resource = format!("probe-{}", self.probe_count);
             let result = match probe {
                 Probe::HolderPause => self.probe_holder_pause(&resource, rng).await,
-                Probe::Restart | Probe::ClockForward | Probe::Promotion => {
+                Probe::Restart | Probe::RestartShared | Probe::ClockForward | Probe::Promotion => {
                     self.probe_bare_majority(probe, &resource, rng).await
                 }
                 Probe::Fencing => self.probe_fencing(&resource).await,
@@ -351,6 +359,7 @@ impl Run<'_> {
     ) -> Result<String, String> {
         let [p1, p2, _] = self.probers;
         let cluster = self.cluster;
+        let want = if probe == Probe::RestartShared { Want::Write } else { Want::Exclusive };
         if probe == Probe::Promotion {
             if !cluster.has_replica(VICTIM) {
                 cluster.add_replica(VICTIM).await;
@@ -369,7 +378,7 @@ impl Run<'_> {
         // granting (a quarantine after a restart).
         let until = Instant::now() + self.bound;
         let h1 = loop {
-            match p1.try_acquire_ttl(resource, Want::Exclusive, ttl).await {
+            match p1.try_acquire_ttl(resource, want, ttl).await {
                 Ok(h1) => break Ok(h1),
                 Err(why) if Instant::now() >= until => break Err(why),
                 Err(_) => tokio::time::sleep(ms(rng.gen_range(20..60))).await,
@@ -406,7 +415,7 @@ impl Run<'_> {
         }
         let start = self.now();
         let what = match probe {
-            Probe::Restart => {
+            Probe::Restart | Probe::RestartShared => {
                 cluster.kill_restart(VICTIM, Duration::ZERO).await;
                 if self.scenario.aof {
                     format!(
@@ -433,8 +442,7 @@ impl Run<'_> {
         if !p2.reconnect().await {
             self.ctx.rec.note(format!("{probe:?} probe: P2 could not reach every node"));
         }
-        let (attempts, granted, first) =
-            self.keep_trying(p2, resource, Want::Exclusive, validity_end, rng).await;
+        let (attempts, granted, first) = self.keep_trying(p2, resource, want, validity_end, rng).await;
         let mut note = format!(
             "P2 tried {attempts} times from {} ms before the end of P1's validity: {}",
             validity_end.saturating_sub(first).as_millis(),
@@ -450,7 +458,7 @@ impl Run<'_> {
         }
         // Liveness: P2 gets it once P1's lock has run out (and the
         // quarantine ended).
-        if let Some(mut h2) = p2.acquire_within(resource, Want::Exclusive, self.bound, rng).await {
+        if let Some(mut h2) = p2.acquire_within(resource, want, self.bound, rng).await {
             if let Some(base) = p2.read(&mut h2) {
                 p2.careful_write(&mut h2, base);
             }

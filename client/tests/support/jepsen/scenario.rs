@@ -68,6 +68,10 @@ pub enum Probe {
     /// P1 holds on nodes 0-2 only; node 2 restarts (forgetting, unless its
     /// AOF has the lock); P2 keeps trying until P1's validity ends.
     Restart,
+    /// The same over a read-write lock: P1 and P2 take its write lock, which
+    /// the module stores as a hash (one field per holder), so the AOF must
+    /// hold the hash's fields.
+    RestartShared,
     /// The same, node 2's wall clock jumping forward instead.
     ClockForward,
     /// The same, node 2's master replaced by a replica that missed the grant.
