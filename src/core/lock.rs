@@ -588,4 +588,27 @@ mod tests {
         assert_eq!(g2.earliest_deadline_ms(), 100 + TTL, "b's deadline, now exact");
         assert_eq!(g2.count(), 3);
     }
+
+    #[test]
+    fn an_expired_semaphore_comes_back_with_another_size() {
+        // Every permit ran out but the key is still stored: the sweep
+        // empties it, so the new size counts (no LimitMismatch).
+        let mut f = Fencer::new(0);
+        let (_, g) = grant(&Holders::free(), Want::permit(3), b"a", 0, &mut f);
+        assert_eq!(grant(&g, Want::permit(2), b"b", 1, &mut f).0, Grant::LimitMismatch { limit: 3 });
+        let (r, after) = grant(&g, Want::permit(2), b"b", TTL, &mut f);
+        assert!(matches!(r, Grant::Granted(_)), "{r:?}");
+        assert_eq!(after.shape().map(|s| s.limit), Some(2));
+    }
+
+    #[test]
+    fn fencing_at_the_holders_own_token_writes_nothing() {
+        let mut f = Fencer::new(0);
+        let (Grant::Granted(t), lock) = grant(&Holders::free(), Want::plain(), b"a", 0, &mut f) else {
+            panic!()
+        };
+        let (fenced, _, changes) = run(&lock, 1, 0, |txn| fence(txn, b"a", t, &mut f));
+        assert!(fenced);
+        assert!(changes.is_empty(), "{changes:?}");
+    }
 }
