@@ -286,6 +286,30 @@ impl<'a> Call<'a> {
         flags & no_block != 0
     }
 
+    /// False when this node runs in a cluster and the key is not served here
+    /// (its slot belongs to another node, or is being migrated away and the
+    /// key is already gone): what the server would answer MOVED or ASK to.
+    /// Asked through `RedisModule_Call`, which applies the cluster's routing
+    /// check to calls that do not come from the master.
+    pub fn key_is_local(&self) -> bool {
+        // SAFETY: ctx is live for this call.
+        let flags = unsafe { api(raw::RedisModule_GetContextFlags)(self.ctx) } as u32;
+        if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 || self.key.is_null() {
+            return true;
+        }
+        // SAFETY: the format "s" matches the one RedisModuleString argument;
+        // a reply, when there is one, is freed before returning. Redis
+        // answers NULL when the routing check refuses the key.
+        unsafe {
+            let reply = api(raw::RedisModule_Call)(self.ctx, c"EXISTS".as_ptr(), c"s".as_ptr(), self.key);
+            if reply.is_null() {
+                return false;
+            }
+            api(raw::RedisModule_FreeCallReply)(reply);
+        }
+        true
+    }
+
     /// Replicates `SET key value PXAT at_ms` to replicas and the AOF.
     pub fn replicate_set_pxat(&self, value: &[u8], at_ms: i64) {
         // SAFETY: the format "sbsl" matches the arguments that follow: a
@@ -601,12 +625,69 @@ pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
     Ok(())
 }
 
+/// The server's wall clock in epoch ms (see `clock::wall_ms`).
+pub fn server_wall_ms() -> i64 {
+    // SAFETY: takes no arguments; the API table is filled before OnLoad.
+    unsafe { api(raw::RedisModule_Milliseconds)() }
+}
+
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (`1 << 5`) from
+/// Valkey 9's `src/valkeymodule.h` (valkey PR 2593): until every loaded
+/// module sets it, Valkey refuses `CLUSTER MIGRATESLOTS`. redis-module
+/// 2.0.8's bindings come from redismodule.h and lack it; on Redis the bit is
+/// not Valkey's, so it is set on Valkey 9 or later only.
+const VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` and its subevent
+/// `VALKEYMODULE_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED`, same
+/// header (Valkey 9.0+).
+const VALKEY_EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+const VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED: u64 = 5;
+
+/// A slot export finished on this (source) node. Valkey then deletes the
+/// slot's keys without keyspace events, so the hand-off code looks at every
+/// key with waiters again (and tells the waiters of moved keys to retry).
+extern "C" fn slot_migration_callback(
+    ctx: RawCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent != VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED || !handoff::any_waiters() {
+        return;
+    }
+    let call = Call { ctx, key: ptr::null_mut(), argv: &[] };
+    let _ = catch_unwind(AssertUnwindSafe(|| handoff::on_flush(&call, -1)));
+}
+
+/// Declares to Valkey 9+ that the module handles atomic slot migration
+/// (`CLUSTER MIGRATESLOTS`): locks are plain strings, copied to the target
+/// like any key, and waiters on the source learn when the export is done.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn declare_atomic_slot_migration(ctx: RawCtx) -> Result<(), String> {
+    let event = raw::RedisModuleEvent { id: VALKEY_EVENT_ATOMIC_SLOT_MIGRATION, dataver: 1 };
+    // SAFETY: called from OnLoad with its live context, on Valkey 9 or later
+    // (the caller checks), where the option bit and the event id mean what
+    // the constants above say; the callback lives forever.
+    unsafe {
+        api(raw::RedisModule_SetModuleOptions)(ctx, VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION);
+        let status = api(raw::RedisModule_SubscribeToServerEvent)(ctx, event, Some(slot_migration_callback));
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err("cannot subscribe to atomic slot migration events".into());
+        }
+    }
+    Ok(())
+}
+
 /// Checks that every API entry the module calls exists in this server.
 pub fn missing_api() -> Option<&'static str> {
     // SAFETY: the API table is written once by Redis before OnLoad runs and
     // only read afterwards.
-    let checks: [(&str, bool); 12] = unsafe {
+    let checks: [(&str, bool); 16] = unsafe {
         [
+            ("Call", { raw::RedisModule_Call }.is_some()),
+            ("FreeCallReply", { raw::RedisModule_FreeCallReply }.is_some()),
+            ("SetModuleOptions", { raw::RedisModule_SetModuleOptions }.is_some()),
+            ("Milliseconds", { raw::RedisModule_Milliseconds }.is_some()),
             ("StringDMA", { raw::RedisModule_StringDMA }.is_some()),
             ("StringTruncate", { raw::RedisModule_StringTruncate }.is_some()),
             ("SetAbsExpire", { raw::RedisModule_SetAbsExpire }.is_some()),
