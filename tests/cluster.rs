@@ -417,6 +417,33 @@ fn setslot(c: &mut Connection, slot: u16, how: &str, node_id: &str) {
     assert_eq!(reply, "OK");
 }
 
+/// The first half of a classic slot migration, node 0 -> node 1: the slot
+/// marked IMPORTING / MIGRATING and `key` moved with MIGRATE (which deletes
+/// it on node 0). Returns node 1's id, for [`assign_slot`].
+fn migrate_key(nodes: &[Server], direct: &mut [Connection], slot: u16, key: &str) -> String {
+    let from = myid(&mut direct[0]);
+    let to = myid(&mut direct[1]);
+    setslot(&mut direct[1], slot, "IMPORTING", &from);
+    setslot(&mut direct[0], slot, "MIGRATING", &to);
+    let moved: String = cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(nodes[1].port)
+        .arg(key)
+        .arg(0)
+        .arg(5000)
+        .query(&mut direct[0])
+        .expect("MIGRATE");
+    assert_eq!(moved, "OK");
+    to
+}
+
+/// The second half: every node learns that `owner` serves the slot.
+fn assign_slot(direct: &mut [Connection], slot: u16, owner: &str) {
+    for c in direct.iter_mut() {
+        setslot(c, slot, "NODE", owner);
+    }
+}
+
 /// Resharding moves a held lock like any key (MIGRATE copies the stored
 /// string and its expiry); a cluster client that still has the old slot map
 /// gets MOVED from the old owner, follows it, and finds the same holder and
@@ -432,22 +459,8 @@ fn held_lock_moves_with_its_slot_and_the_client_follows_moved() {
     let expire_at: i64 = cmd("PEXPIRETIME").arg(&key).query(&mut direct[0]).unwrap();
 
     // The standard slot migration, node 0 -> node 1.
-    let from = myid(&mut direct[0]);
-    let to = myid(&mut direct[1]);
-    setslot(&mut direct[1], slot, "IMPORTING", &from);
-    setslot(&mut direct[0], slot, "MIGRATING", &to);
-    let moved: String = cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(nodes[1].port)
-        .arg(&key)
-        .arg(0)
-        .arg(5000)
-        .query(&mut direct[0])
-        .expect("MIGRATE");
-    assert_eq!(moved, "OK");
-    for c in direct.iter_mut() {
-        setslot(c, slot, "NODE", &to);
-    }
+    let to = migrate_key(&nodes, &mut direct, slot, &key);
+    assign_slot(&mut direct, slot, &to);
     assert_eq!(exists(&mut direct[1], &key).unwrap(), 1, "key on new owner");
     let e = exists(&mut direct[0], &key).expect_err("old owner redirects");
     assert_eq!(e.kind(), ErrorKind::Moved, "{e}");
@@ -555,24 +568,10 @@ fn migrate_tells_waiters_on_the_old_owner_to_retry() {
     let c = spawn_waiter(&nodes[0], &key, "tok-c");
     wait_until(Duration::from_secs(5), "two waiters queued", || waiters(&mut direct[0], &key) == 2);
 
-    let from = myid(&mut direct[0]);
-    let to = myid(&mut direct[1]);
-    setslot(&mut direct[1], slot, "IMPORTING", &from);
-    setslot(&mut direct[0], slot, "MIGRATING", &to);
-    let moved: String = cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(nodes[1].port)
-        .arg(&key)
-        .arg(0)
-        .arg(5000)
-        .query(&mut direct[0])
-        .unwrap();
-    assert_eq!(moved, "OK");
+    let to = migrate_key(&nodes, &mut direct, slot, &key);
     assert_told_to_retry(b, "waiter tok-b");
     assert_told_to_retry(c, "waiter tok-c");
-    for c in direct.iter_mut() {
-        setslot(c, slot, "NODE", &to);
-    }
+    assign_slot(&mut direct, slot, &to);
 
     // The old owner granted nothing and kept nothing.
     let count: i64 = cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut direct[0]).unwrap();
