@@ -1802,9 +1802,14 @@ fn run() -> Res<()> {
     println!("- command: `{cmdline}`");
     println!(
         "- {server} (module lock ver {module_ver}), one server, {} client connections \
-         (own key ranges), {} CPUs on this machine",
+         (own key ranges); {}",
         opts.threads,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        // scripts/bench says how it pinned server and client (under taskset
+        // this process alone would see one CPU).
+        std::env::var("BENCH_PINNING").unwrap_or_else(|_| format!(
+            "{} CPUs available to the client",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        ))
     );
     println!(
         "- {} runs, medians shown; per phase {} ops pipelined (depth {}), {} ops unpipelined; \
