@@ -34,7 +34,7 @@ mod reply;
 
 pub use block::{unblock, TimerId, WaitResult, WaiterHandle};
 pub use call::{dispatch, Call, Freed};
-pub use events::{subscribe_server_events, watch_keys};
+pub use events::{declare_atomic_slot_migration, subscribe_server_events, watch_keys};
 pub use key::{Key, KeyKind};
 pub use register::{missing_api, register_command, register_info, CommandDef, InfoValue};
 pub use reply::{Field, Reply};
@@ -66,6 +66,12 @@ fn string_bytes<'a>(s: *mut raw::RedisModuleString) -> &'a [u8] {
         }
         slice::from_raw_parts(ptr.cast::<u8>(), len)
     }
+}
+
+/// The server's wall clock in epoch ms (see `clock::wall_ms`).
+pub fn server_wall_ms() -> i64 {
+    // SAFETY: takes no arguments; the API table is filled before OnLoad.
+    unsafe { api(raw::RedisModule_Milliseconds)() }
 }
 
 /// A Redis string owned by the module, freed on drop. Created without a
@@ -138,7 +144,8 @@ pub struct Handlers {
     /// A keyspace event on the call's key (deleted, overwritten, expired,
     /// evicted, ...); runs inside the notification: no writes.
     pub key_changed: fn(&Call<'_>),
-    /// FLUSHDB / FLUSHALL (`db` -1) or SWAPDB touched a database.
+    /// FLUSHDB / FLUSHALL (`db` -1) or SWAPDB touched a database, or a slot
+    /// export ended (-1: Valkey's atomic slot migration).
     pub db_changed: fn(&Call<'_>, i32),
     /// This node became a master.
     pub promoted: fn(),

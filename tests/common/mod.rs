@@ -3,13 +3,18 @@
 //! Every server gets a free loopback port, its own temporary directory and a
 //! log file there; every wait has a deadline; every process is killed by PID
 //! when its [`Server`] is dropped, also when the test panics.
+//!
+//! The server binary is `$LOCK_SERVER_BIN` (default `redis-server` on the
+//! PATH), so the same tests run on Redis 7.0, Redis 8.2 and Valkey 9.1
+//! (`scripts/test` runs them on each). A failing test names the server it
+//! ran against.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, Once, OnceLock};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -17,6 +22,63 @@ pub use redis::{cmd, Connection, Value};
 
 /// How long a server may take to answer PING after it is spawned.
 const START_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The server binary under test: `$LOCK_SERVER_BIN` (a path, or a name
+/// looked up on the PATH), by default `redis-server`.
+pub fn server_bin() -> String {
+    std::env::var("LOCK_SERVER_BIN")
+        .ok()
+        .filter(|bin| !bin.is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
+
+/// The server under test as "Valkey 9.1.2 (path)", read once from the
+/// binary's `--version` line ("Valkey server v=9.1.2 ..."): failure messages
+/// name it, so that a failure in CI says which server it happened on.
+pub fn server_name() -> &'static str {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| {
+        let bin = server_bin();
+        let version = Command::new(&bin).arg("--version").output();
+        let line =
+            version.as_ref().map(|out| String::from_utf8_lossy(&out.stdout).into_owned()).unwrap_or_default();
+        match parse_version_line(&line) {
+            Some((product, version)) => format!("{product} {version} ({bin})"),
+            None => format!("{bin} (version unknown: {:?})", version.map(|out| out.status)),
+        }
+    })
+}
+
+/// ("Valkey", "9.1.2") from "Valkey server v=9.1.2 sha=... bits=64 ...".
+fn parse_version_line(line: &str) -> Option<(&str, &str)> {
+    let mut words = line.split_whitespace();
+    let product = words.next()?;
+    let version = words.find_map(|word| word.strip_prefix("v="))?;
+    Some((product, version))
+}
+
+/// The server's product and version, e.g. ("Redis", (8, 2)), for the few
+/// tests whose expectations differ between servers.
+pub fn server_version() -> (String, (u32, u32)) {
+    let name = server_name();
+    let (product, version) = name.split_once(' ').unwrap_or((name, ""));
+    let mut numbers = version.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok());
+    (product.to_string(), (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)))
+}
+
+/// From the first server a test process starts: every panic message (a
+/// failed assertion anywhere in the test) ends with the server under test.
+fn name_server_in_panics() {
+    static HOOKED: Once = Once::new();
+    HOOKED.call_once(|| {
+        let name = server_name();
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            previous(info);
+            eprintln!("server under test: {name}");
+        }));
+    });
+}
 
 /// The repository root (the module crate), also when this harness is used
 /// by a workspace member such as `client/`.
@@ -152,6 +214,7 @@ impl Server {
     }
 
     pub fn with(opts: Opts) -> Server {
+        name_server_in_panics();
         let dir = fresh_dir();
         // A port can be taken by another process between our probe and the
         // server's bind: try a few.
@@ -161,12 +224,12 @@ impl Server {
                 return server;
             }
         }
-        panic!("could not start redis-server; see logs in {}", dir.display());
+        panic!("could not start {}; see logs in {}", server_name(), dir.display());
     }
 
     /// Spawns the process and waits for PING; false if it exited.
     fn spawn(&mut self) -> bool {
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(server_bin());
         command
             .arg("--port")
             .arg(self.port.to_string())
@@ -190,7 +253,9 @@ impl Server {
             command.env("LD_PRELOAD", clock_shim_path()).env("CLOCKSHIM_FILE", file);
         }
         command.stdout(Stdio::null()).stderr(Stdio::null());
-        let child = command.spawn().expect("spawn redis-server (is it installed? scripts/install-deps)");
+        let child = command.spawn().unwrap_or_else(|e| {
+            panic!("spawn {}: {e} (is it installed? scripts/install-deps)", server_name())
+        });
         self.child = Some(child);
         let deadline = Instant::now() + START_DEADLINE;
         while Instant::now() < deadline {
@@ -209,7 +274,8 @@ impl Server {
         }
         self.kill();
         panic!(
-            "redis-server on port {} did not answer within {:?}; log: {}",
+            "{} on port {} did not answer within {:?}; log: {}",
+            server_name(),
             self.port,
             START_DEADLINE,
             self.log()
@@ -237,11 +303,12 @@ impl Server {
         self.try_connect().unwrap_or_else(|e| panic!("connect to {}: {e}; log: {}", self.url(), self.log()))
     }
 
-    /// The tail of the server log, for failure messages.
+    /// The tail of the server log, for failure messages, after a line
+    /// naming the server.
     pub fn log(&self) -> String {
         let text = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        format!("[{} log, last lines]\n{}", server_name(), lines[lines.len().saturating_sub(30)..].join("\n"))
     }
 
     /// SIGKILL and reap: no shutdown save, no AOF rewrite.
