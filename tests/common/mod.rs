@@ -166,6 +166,12 @@ fn fresh_dir() -> PathBuf {
     dir
 }
 
+/// The `process_id` the server at the other end of `c` reports.
+fn process_id(c: &mut Connection) -> Option<u32> {
+    let text: String = redis::cmd("INFO").arg("server").query(c).ok()?;
+    text.lines().find_map(|line| line.strip_prefix("process_id:")).and_then(|pid| pid.trim().parse().ok())
+}
+
 /// How to start a server.
 #[derive(Clone, Debug, Default)]
 pub struct Opts {
@@ -227,7 +233,8 @@ impl Server {
         panic!("could not start {}; see logs in {}", server_name(), dir.display());
     }
 
-    /// Spawns the process and waits for PING; false if it exited.
+    /// Spawns the process and waits until it answers as itself (its
+    /// `process_id`); false if it exited.
     fn spawn(&mut self) -> bool {
         let mut command = Command::new(server_bin());
         command
@@ -266,7 +273,11 @@ impl Server {
                 }
             }
             if let Ok(mut c) = self.try_connect() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                // The server answering must be ours: another process may
+                // have bound the port between our probe and our server's
+                // bind (ours then exits with "Failed listening", above).
+                let ours = self.child.as_ref().map(|child| child.id());
+                if ours.is_some() && process_id(&mut c) == ours {
                     return true;
                 }
             }
@@ -436,7 +447,7 @@ pub fn err_text(result: redis::RedisResult<Value>) -> String {
 pub struct LockSnapshot {
     /// `LOCK.INFO` without `ttl-ms` (relative, so it shrinks between reads).
     pub info: Vec<(String, Value)>,
-    /// The raw stored value (`GET key`).
+    /// The stored value ([`stored_bytes`]).
     pub raw: Vec<u8>,
     /// The key's native absolute expiry (`PEXPIRETIME key`, epoch ms).
     pub pexpiretime: i64,
@@ -461,14 +472,38 @@ impl LockSnapshot {
     }
 }
 
-/// LOCK.INFO, GET and PEXPIRETIME of a held lock; panics if it is not held.
+/// What a lock key stores, as bytes to compare: a plain or reentrant lock's
+/// string, or a group's hash fields (sorted: a hash's field order is not
+/// part of what it stores), each `field=value` on its own line.
+/// None when the key does not exist.
+pub fn stored_bytes(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    let kind: String = cmd("TYPE").arg(key).query(c).unwrap();
+    match kind.as_str() {
+        "none" => return None,
+        "hash" => {}
+        _ => return Some(cmd("GET").arg(key).query(c).unwrap()),
+    }
+    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = cmd("HGETALL").arg(key).query(c).unwrap();
+    fields.sort();
+    let mut out = Vec::new();
+    for (field, value) in fields {
+        out.extend_from_slice(&field);
+        out.push(b'=');
+        out.extend_from_slice(&value);
+        out.push(b'\n');
+    }
+    Some(out)
+}
+
+/// LOCK.INFO, the stored bytes and PEXPIRETIME of a held lock; panics if it
+/// is not held.
 pub fn lock_snapshot(c: &mut Connection, key: &str) -> LockSnapshot {
     let info: Vec<(String, Value)> = lock_info(c, key)
         .unwrap_or_else(|| panic!("{key} is not held"))
         .into_iter()
         .filter(|(name, _)| name != "ttl-ms")
         .collect();
-    let raw: Vec<u8> = cmd("GET").arg(key).query(c).unwrap();
+    let raw = stored_bytes(c, key).unwrap_or_else(|| panic!("{key} is gone"));
     let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
     LockSnapshot { info, raw, pexpiretime }
 }
