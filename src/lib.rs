@@ -269,6 +269,14 @@ mod module {
         version.trim().split('.').next()?.parse().ok()
     }
 
+    /// After `CONFIG SET lock.quarantine-ms`: says when that ended the
+    /// quarantine in force.
+    fn log_quarantine_state() {
+        if crate::node::quarantine().is_none() {
+            redis_module::logging::log_notice("lock: no quarantine in force now; new grants are allowed");
+        }
+    }
+
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         std::panic::set_hook(Box::new(|info| {
             redis_module::logging::log_warning(format!("PANIC in lock module: {info}"));
@@ -280,6 +288,7 @@ mod module {
             return Status::Err;
         }
         crate::clock::start();
+        config::on_quarantine_set(log_quarantine_state);
         for def in &command_table() {
             if let Err(e) = ffi::register_command(ctx.ctx, def) {
                 ctx.log_warning(&format!("lock: {e}"));

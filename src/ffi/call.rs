@@ -8,7 +8,8 @@ use std::slice;
 
 use redis_module::raw;
 
-use super::{api, constant, string_bytes, Constant, Key, RawArgv, RawCtx, Reply};
+use super::api::{api, constant, string_bytes, Constant, RawArgv, RawCtx};
+use super::reply::Reply;
 use crate::core::queue::KeyId;
 use crate::errors;
 
@@ -102,11 +103,6 @@ impl<'a> Call<'a> {
     pub fn db(&self) -> i32 {
         // SAFETY: ctx is live for this call.
         unsafe { api(raw::RedisModule_GetSelectedDb)(self.ctx) }
-    }
-
-    /// Opens the call's key for reading, or for writing too.
-    pub fn open_key(&self, write: bool) -> Option<Key<'_>> {
-        Key::open(self, write)
     }
 
     fn flags(&self) -> u32 {

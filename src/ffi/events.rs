@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
+use super::api::{api, RawCtx, TimerId};
 use super::block::with_key_context;
-use super::{api, handlers, Call, RawCtx, TimerId};
+use super::call::Call;
+use super::handlers::handlers;
 use crate::core::queue::KeyId;
 
 static WATCHING: AtomicBool = AtomicBool::new(false);

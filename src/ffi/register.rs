@@ -7,7 +7,7 @@ use std::ptr;
 
 use redis_module::raw;
 
-use super::{api, c_string, RawArgv, RawCtx};
+use super::api::{api, c_string, RawArgv, RawCtx};
 
 /// One command to register: name, entry point, flags, arity, key-spec flags.
 pub struct CommandDef {
