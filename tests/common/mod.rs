@@ -276,8 +276,13 @@ impl Server {
                 // The server answering must be ours: another process may
                 // have bound the port between our probe and our server's
                 // bind (ours then exits with "Failed listening", above).
+                // PING also waits out the loading of the dataset (it
+                // answers LOADING until then; INFO does not).
                 let ours = self.child.as_ref().map(|child| child.id());
-                if ours.is_some() && process_id(&mut c) == ours {
+                if ours.is_some()
+                    && process_id(&mut c) == ours
+                    && redis::cmd("PING").query::<String>(&mut c).is_ok()
+                {
                     return true;
                 }
             }
