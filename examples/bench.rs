@@ -12,7 +12,10 @@
 //!   against Lua modelled on Redisson's RedissonPermitExpirableSemaphore (a
 //!   counter of free permits + a zset of permit ids scored by expiry);
 //! - hand-off latency (release sent -> waiter granted): `LOCK.ACQUIRE ... WAIT`
-//!   against a Redisson-style pub/sub wake-up and against polling every 50 ms.
+//!   against a Redisson-style pub/sub wake-up and against polling every 50 ms;
+//! - on servers that have them (Valkey 9: `DELIFEQ`, `SET ... IFEQ`), the plain
+//!   lock done with the server's own commands and no Lua: `SET NX PX`,
+//!   `SET key token IFEQ token PX ttl` (extend), `DELIFEQ key token` (release).
 //!
 //! Normally started by `scripts/bench`, which builds the module, starts a
 //! private server with it loaded and passes `--port`. By hand:
@@ -382,6 +385,10 @@ enum Side {
     /// SET NX PX + Lua via EVALSHA (plain), hash-counter Lua via EVALSHA
     /// (reentrant), Redisson-modelled read-lock and semaphore Lua via EVALSHA.
     Baseline,
+    /// The server's own compare commands (Valkey 9+): SET NX PX, SET IFEQ PX,
+    /// DELIFEQ. Only for the phases [`Phase::has_native`] names; elsewhere
+    /// the command builders treat it as the baseline, and it is never run.
+    Native,
 }
 
 const PHASES: [Phase; 8] = [
@@ -474,6 +481,22 @@ impl Phase {
         }
     }
 
+    /// The plain-lock phases the server's own commands can do without Lua.
+    /// (Acquire is `SET NX PX` on both the baseline and the native side.)
+    fn has_native(self) -> bool {
+        matches!(self, Phase::Release | Phase::Extend | Phase::Cycle)
+    }
+
+    /// The sides to run: ours and the baseline, and the native commands
+    /// where the server has them and the phase has a native form.
+    fn sides(self, native: bool) -> Vec<Side> {
+        let mut sides = vec![Side::Ours, Side::Baseline];
+        if native && self.has_native() {
+            sides.push(Side::Native);
+        }
+        sides
+    }
+
     /// Target for the pipelined comparison (ours vs baseline, >1 = better).
     fn target(self) -> Option<f64> {
         match self {
@@ -500,6 +523,10 @@ impl Phase {
             (Phase::Read, Side::Baseline) => "EVALSHA read lock + unlock",
             (Phase::Semaphore, Side::Ours) => "LOCK.SEMAPHORE + LOCK.RELEASE",
             (Phase::Semaphore, Side::Baseline) => "EVALSHA permit acquire + release",
+            (Phase::Release, Side::Native) => "DELIFEQ",
+            (Phase::Extend, Side::Native) => "SET IFEQ PX",
+            (Phase::Cycle, Side::Native) => "SET NX PX + DELIFEQ",
+            (_, Side::Native) => "(no native form)",
         }
     }
 
@@ -521,6 +548,10 @@ impl Phase {
             }
             (Phase::Read, Side::Ours) => &[("lock.shared", 1), ("lock.release", 1)],
             (Phase::Semaphore, Side::Ours) => &[("lock.semaphore", 1), ("lock.release", 1)],
+            (Phase::Acquire | Phase::Extend, Side::Native) => &[("set", 1)],
+            (Phase::Release, Side::Native) => &[("delifeq", 1)],
+            (Phase::Cycle, Side::Native) => &[("set", 1), ("delifeq", 1)],
+            (_, Side::Native) => &[],
         }
     }
 
@@ -539,7 +570,7 @@ impl Phase {
         match (self, side) {
             (Phase::Release | Phase::Extend, _) => vec![(acquire_cmd(side, key), Expect::Success)],
             (Phase::Reenter, _) => vec![enter_cmd(side, key, shas)],
-            (Phase::Semaphore, Side::Baseline) => {
+            (Phase::Semaphore, Side::Baseline | Side::Native) => {
                 let mut c = Cmd::new();
                 c.arg("SET").arg(key).arg(PERMITS);
                 vec![(c, Expect::Success)]
@@ -584,7 +615,7 @@ fn acquire_cmd(side: Side, key: &str) -> Cmd {
     let mut c = Cmd::new();
     match side {
         Side::Ours => c.arg("LOCK.ACQUIRE").arg(key).arg(TOKEN).arg(TTL_MS),
-        Side::Baseline => c.arg("SET").arg(key).arg(TOKEN).arg("NX").arg("PX").arg(TTL_MS),
+        Side::Baseline | Side::Native => c.arg("SET").arg(key).arg(TOKEN).arg("NX").arg("PX").arg(TTL_MS),
     };
     c
 }
@@ -594,6 +625,7 @@ fn release_cmd(side: Side, key: &str, shas: &Shas) -> Cmd {
     match side {
         Side::Ours => c.arg("LOCK.RELEASE").arg(key).arg(TOKEN),
         Side::Baseline => c.arg("EVALSHA").arg(&shas.del).arg(1).arg(key).arg(TOKEN),
+        Side::Native => c.arg("DELIFEQ").arg(key).arg(TOKEN),
     };
     c
 }
@@ -603,6 +635,7 @@ fn extend_cmd(side: Side, key: &str, shas: &Shas) -> Cmd {
     match side {
         Side::Ours => c.arg("LOCK.EXTEND").arg(key).arg(TOKEN).arg(TTL_MS),
         Side::Baseline => c.arg("EVALSHA").arg(&shas.pexpire).arg(1).arg(key).arg(TOKEN).arg(TTL_MS),
+        Side::Native => c.arg("SET").arg(key).arg(TOKEN).arg("IFEQ").arg(TOKEN).arg("PX").arg(TTL_MS),
     };
     c
 }
@@ -615,7 +648,7 @@ fn enter_cmd(side: Side, key: &str, shas: &Shas) -> (Cmd, Expect) {
             c.arg("LOCK.ENTER").arg(key).arg(REENTRANT_OWNER).arg(TTL_MS);
             (c, Expect::Success)
         }
-        Side::Baseline => {
+        Side::Baseline | Side::Native => {
             c.arg("EVALSHA").arg(&shas.hash_lock).arg(1).arg(key).arg(TTL_MS).arg(REENTRANT_OWNER);
             (c, Expect::Nil)
         }
@@ -628,7 +661,7 @@ fn exit_cmd(side: Side, key: &str, shas: &Shas) -> Cmd {
     let mut c = Cmd::new();
     match side {
         Side::Ours => c.arg("LOCK.EXIT").arg(key).arg(REENTRANT_OWNER),
-        Side::Baseline => c
+        Side::Baseline | Side::Native => c
             .arg("EVALSHA")
             .arg(&shas.hash_unlock)
             .arg(2)
@@ -650,7 +683,7 @@ fn read_cycle_cmds(side: Side, key: &str, shas: &Shas) -> Vec<(Cmd, Expect)> {
             unlock.arg("LOCK.RELEASE").arg(key).arg(READER);
             vec![(lock, Expect::Success), (unlock, Expect::Int(1))]
         }
-        Side::Baseline => {
+        Side::Baseline | Side::Native => {
             // Redisson's names: the lock's name in braces, so that all its
             // keys share a cluster slot.
             let prefix = format!("{{{key}}}");
@@ -687,7 +720,7 @@ fn permit_cycle_cmds(side: Side, key: &str, shas: &Shas) -> Vec<(Cmd, Expect)> {
             give.arg("LOCK.RELEASE").arg(key).arg(PERMIT_ID);
             vec![(take, Expect::Success), (give, Expect::Int(1))]
         }
-        Side::Baseline => {
+        Side::Baseline | Side::Native => {
             // Redisson passes the client's clock: the permit's expiry and
             // "now". The commands are built before the timed part starts,
             // seconds at most before they run, well within the lease.
@@ -962,6 +995,13 @@ fn info_field(ctl: &mut Connection, section: &str, field: &str) -> Res<String> {
     text.lines()
         .find_map(|l| l.trim().strip_prefix(field)?.strip_prefix(':').map(str::to_string))
         .ok_or_else(|| format!("INFO {section} has no {field}"))
+}
+
+/// Whether the server knows `name` (`COMMAND INFO` answers nil for an
+/// unknown command).
+fn has_command(ctl: &mut Connection, name: &str) -> Res<bool> {
+    let reply: Value = query(ctl, redis::cmd("COMMAND").arg("INFO").arg(name))?;
+    Ok(matches!(reply, Value::Array(items) if items.first().is_some_and(|v| !matches!(v, Value::Nil))))
 }
 
 /// The module's version from MODULE LIST, if it says.
@@ -1431,7 +1471,7 @@ fn spread(samples: &[Sample], f: fn(&Sample) -> f64) -> (f64, f64, f64) {
     (median(v), lo, hi)
 }
 
-fn report(opts: &Opts, depths: &[usize], results: &HashMap<Variant, Vec<Sample>>) -> String {
+fn report(opts: &Opts, depths: &[usize], results: &HashMap<Variant, Vec<Sample>>, native: bool) -> String {
     let phases = opts.phases();
     let mut s = String::new();
     let _ = writeln!(
@@ -1441,7 +1481,7 @@ fn report(opts: &Opts, depths: &[usize], results: &HashMap<Variant, Vec<Sample>>
     let _ = writeln!(s, "|---|---:|---|---:|---:|---:|---:|");
     for &phase in &phases {
         for &depth in depths {
-            for side in [Side::Ours, Side::Baseline] {
+            for side in phase.sides(native) {
                 let v = &results[&(phase, side, depth)];
                 let (ops, ops_lo, ops_hi) = spread(v, |x| x.ops_per_sec);
                 let (us, us_lo, us_hi) = spread(v, |x| x.usec_per_op);
@@ -1526,6 +1566,20 @@ fn report(opts: &Opts, depths: &[usize], results: &HashMap<Variant, Vec<Sample>>
                 cost_ratio,
                 verdict
             );
+            // Against what the server already has without Lua: what the
+            // module's fencing, waiting and quarantine cost on top.
+            if native && phase.has_native() {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} vs {} (native) | {:.2}x | {:.2}x | - |",
+                    phase.name(),
+                    depth,
+                    phase.label(Side::Ours),
+                    phase.label(Side::Native),
+                    med(Side::Ours, |x| x.ops_per_sec) / med(Side::Native, |x| x.ops_per_sec),
+                    med(Side::Native, |x| x.usec_per_op) / med(Side::Ours, |x| x.usec_per_op),
+                );
+            }
         }
     }
     let _ = writeln!(s, "\nRatios > 1 mean the module is better.");
@@ -1655,6 +1709,13 @@ fn run() -> Res<()> {
     let opts = Opts::parse()?;
     let mut ctl = connect(&opts)?;
     let version = info_field(&mut ctl, "server", "redis_version")?;
+    // Valkey answers redis_version 7.2.4 (for compatibility) and its own
+    // version in valkey_version.
+    let server = match info_field(&mut ctl, "server", "valkey_version") {
+        Ok(valkey) => format!("Valkey {valkey} (redis_version {version})"),
+        Err(_) => format!("Redis {version}"),
+    };
+    let native = has_command(&mut ctl, "DELIFEQ")?;
     let module_ver = module_version(&mut ctl)?;
     wait_until_granting(&mut ctl)?;
     let load = |ctl: &mut Connection, script: &str| -> Res<String> {
@@ -1680,11 +1741,14 @@ fn run() -> Res<()> {
     let mut handoffs: HashMap<Handoff, Vec<HandoffSample>> = HashMap::new();
     let started = Instant::now();
     for run in 0..opts.runs {
-        // Alternate which side goes first, so drift within a run evens out.
-        let sides = if run % 2 == 0 { [Side::Ours, Side::Baseline] } else { [Side::Baseline, Side::Ours] };
         for &phase in &opts.phases() {
+            // Alternate which side goes first, so drift within a run evens out.
+            let mut sides = phase.sides(native);
+            if run % 2 == 1 {
+                sides.reverse();
+            }
             for &depth in &depths {
-                for side in sides {
+                for &side in &sides {
                     let sample = run_phase(&mut ctl, &mut conns, &shas, &opts, phase, side, depth)?;
                     eprintln!(
                         "run {}/{} {:<22} depth {:<3} {:<32} {:>6} ops/s  {:>5.2} us/op",
@@ -1731,15 +1795,21 @@ fn run() -> Res<()> {
     let cmdline =
         std::env::var("BENCH_CMDLINE").unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" "));
     println!(
-        "## Benchmark: native LOCK.* vs SET NX PX + Lua (EVALSHA), Redisson-style Lua (reentrant, read \
-         lock, expirable semaphore), pub/sub and polling\n"
+        "## Benchmark on {server}: native LOCK.* vs SET NX PX + Lua (EVALSHA), Redisson-style Lua \
+         (reentrant, read lock, expirable semaphore), pub/sub and polling{}\n",
+        if native { ", and the server's own SET IFEQ / DELIFEQ" } else { "" }
     );
     println!("- command: `{cmdline}`");
     println!(
-        "- redis-server {version} (module lock ver {module_ver}), one server, {} client connections \
-         (own key ranges), {} CPUs on this machine",
+        "- {server} (module lock ver {module_ver}), one server, {} client connections \
+         (own key ranges); {}",
         opts.threads,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        // scripts/bench says how it pinned server and client (under taskset
+        // this process alone would see one CPU).
+        std::env::var("BENCH_PINNING").unwrap_or_else(|_| format!(
+            "{} CPUs available to the client",
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        ))
     );
     println!(
         "- {} runs, medians shown; per phase {} ops pipelined (depth {}), {} ops unpipelined; \
@@ -1751,7 +1821,7 @@ fn run() -> Res<()> {
         opts.handoff_total(),
         elapsed.as_secs_f64()
     );
-    print!("{}", report(&opts, &depths, &results));
+    print!("{}", report(&opts, &depths, &results, native));
     if opts.handoffs > 0 {
         println!("\n### Hand-off latency: holder's release sent -> waiter granted\n");
         print!("{}", handoff_report(&opts, &handoffs));

@@ -31,10 +31,20 @@ pub fn start() {
 }
 
 /// The current wall clock in epoch ms (what Redis uses for key expiry).
+///
+/// Read through the server (`RedisModule_Milliseconds`), so that module and
+/// server agree on the wall clock even where the server's clock calls are
+/// interposed: Valkey loads modules with `RTLD_DEEPBIND`, so an LD_PRELOAD
+/// clock shim (the clock-jump tests) moves the server's clock but not the
+/// module's own libc calls. Unit tests run without a server.
 pub fn wall_ms() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(since) => i64::try_from(since.as_millis()).unwrap_or(i64::MAX),
-        Err(_) => 0,
+    if cfg!(test) {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(since) => i64::try_from(since.as_millis()).unwrap_or(i64::MAX),
+            Err(_) => 0,
+        }
+    } else {
+        crate::ffi::server_wall_ms()
     }
 }
 

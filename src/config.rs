@@ -51,11 +51,22 @@ impl ConfigurationValue<i64> for BoundedI64 {
         }
         self.value.store(value, Ordering::Relaxed);
         redis_module::logging::log_notice(format!("lock.{} set to {}", self.name, value));
-        if self.name == QUARANTINE_MS.name && crate::node::quarantine().is_none() {
-            redis_module::logging::log_notice("lock: no quarantine in force now; new grants are allowed");
+        if self.name == QUARANTINE_MS.name {
+            if let Some(hook) = QUARANTINE_SET_HOOK.get() {
+                hook();
+            }
         }
         Ok(())
     }
+}
+
+/// Run after `lock.quarantine-ms` is set (the node logs whether grants are
+/// allowed now). A hook handed in by `lib.rs`, so that the settings do not
+/// depend on the node state that reads them.
+static QUARANTINE_SET_HOOK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+pub fn on_quarantine_set(hook: fn()) {
+    let _ = QUARANTINE_SET_HOOK.set(hook);
 }
 
 const DAY_MS: i64 = 86_400_000;

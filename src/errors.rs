@@ -66,6 +66,14 @@ pub fn too_many_waiters_node(max: usize) -> String {
     format!("MAXWAITERS too many clients waiting on this node (limit {max})")
 }
 
+/// A waiter whose key now belongs to another cluster node (its slot was
+/// migrated while it waited): it must send the command again, and the
+/// server's own MOVED / ASK redirect then takes it to the new owner.
+pub fn slot_moved() -> String {
+    "TRYAGAIN the lock's hash slot moved to another node while this client waited; send the command again"
+        .into()
+}
+
 /// Redis refused to block the client.
 pub fn cannot_block() -> String {
     "ERR lock module: this client cannot be blocked".into()

@@ -309,6 +309,13 @@ fn disarm(call: &Call<'_>, key: &KeyId) {
 }
 
 /// A hand-off timer fired, or a post-notification job ran: settle the key.
+///
+/// Unlike a command, a timer or a job is not routed by the cluster: when the
+/// key's slot was migrated away (MIGRATE deletes the key here and fires the
+/// event that armed this; Valkey's atomic slot migration deletes it
+/// silently), granting here would create a second lock on a node that no
+/// longer owns the key, while the real one lives on the new owner. The
+/// waiters are told to retry instead.
 pub fn on_key_timer(call: &Call<'_>, key: &KeyId) {
     // The timer that fired is gone; a job leaves the armed timer in place.
     with_timers(|t| {
@@ -316,6 +323,10 @@ pub fn on_key_timer(call: &Call<'_>, key: &KeyId) {
             t.remove(key);
         }
     });
+    if !call.key_is_local() {
+        fail_all(call, key, &errors::slot_moved());
+        return;
+    }
     if let Some(mut open) = call.open_key(true) {
         let _ = settle(call, &mut open);
     }

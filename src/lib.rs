@@ -254,6 +254,29 @@ mod module {
         }
     }
 
+    /// The major version when the server is Valkey (its INFO has a
+    /// `valkey_version` field; `redis_version` there says 7.2.4 for
+    /// compatibility), None on Redis.
+    fn valkey_major(ctx: &Context) -> Option<u32> {
+        let text = match ctx.call("INFO", &["server"][..]) {
+            Ok(redis_module::RedisValue::SimpleString(text)) => text,
+            Ok(redis_module::RedisValue::BulkString(text)) => text,
+            Ok(redis_module::RedisValue::BulkRedisString(text)) => text.to_string_lossy(),
+            Ok(redis_module::RedisValue::StringBuffer(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+            _ => return None,
+        };
+        let version = text.lines().find_map(|line| line.strip_prefix("valkey_version:"))?;
+        version.trim().split('.').next()?.parse().ok()
+    }
+
+    /// After `CONFIG SET lock.quarantine-ms`: says when that ended the
+    /// quarantine in force.
+    fn log_quarantine_state() {
+        if crate::node::quarantine().is_none() {
+            redis_module::logging::log_notice("lock: no quarantine in force now; new grants are allowed");
+        }
+    }
+
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         std::panic::set_hook(Box::new(|info| {
             redis_module::logging::log_warning(format!("PANIC in lock module: {info}"));
@@ -265,6 +288,7 @@ mod module {
             return Status::Err;
         }
         crate::clock::start();
+        config::on_quarantine_set(log_quarantine_state);
         for def in &command_table() {
             if let Err(e) = ffi::register_command(ctx.ctx, def) {
                 ctx.log_warning(&format!("lock: {e}"));
@@ -279,6 +303,13 @@ mod module {
         if let Err(e) = ffi::subscribe_server_events(ctx.ctx) {
             ctx.log_warning(&format!("lock: {e}"));
             return Status::Err;
+        }
+        if let Some(major) = valkey_major(ctx).filter(|&major| major >= 9) {
+            if let Err(e) = ffi::declare_atomic_slot_migration(ctx.ctx) {
+                ctx.log_warning(&format!("lock: {e}"));
+                return Status::Err;
+            }
+            ctx.log_notice(&format!("lock: Valkey {major}: declared support for CLUSTER MIGRATESLOTS"));
         }
         if let Err(e) = ffi::register_info(ctx.ctx, info_fields) {
             ctx.log_warning(&format!("lock: {e}"));

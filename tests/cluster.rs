@@ -417,6 +417,33 @@ fn setslot(c: &mut Connection, slot: u16, how: &str, node_id: &str) {
     assert_eq!(reply, "OK");
 }
 
+/// The first half of a classic slot migration, node 0 -> node 1: the slot
+/// marked IMPORTING / MIGRATING and `key` moved with MIGRATE (which deletes
+/// it on node 0). Returns node 1's id, for [`assign_slot`].
+fn migrate_key(nodes: &[Server], direct: &mut [Connection], slot: u16, key: &str) -> String {
+    let from = myid(&mut direct[0]);
+    let to = myid(&mut direct[1]);
+    setslot(&mut direct[1], slot, "IMPORTING", &from);
+    setslot(&mut direct[0], slot, "MIGRATING", &to);
+    let moved: String = cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(nodes[1].port)
+        .arg(key)
+        .arg(0)
+        .arg(5000)
+        .query(&mut direct[0])
+        .expect("MIGRATE");
+    assert_eq!(moved, "OK");
+    to
+}
+
+/// The second half: every node learns that `owner` serves the slot.
+fn assign_slot(direct: &mut [Connection], slot: u16, owner: &str) {
+    for c in direct.iter_mut() {
+        setslot(c, slot, "NODE", owner);
+    }
+}
+
 /// Resharding moves a held lock like any key (MIGRATE copies the stored
 /// string and its expiry); a cluster client that still has the old slot map
 /// gets MOVED from the old owner, follows it, and finds the same holder and
@@ -432,22 +459,8 @@ fn held_lock_moves_with_its_slot_and_the_client_follows_moved() {
     let expire_at: i64 = cmd("PEXPIRETIME").arg(&key).query(&mut direct[0]).unwrap();
 
     // The standard slot migration, node 0 -> node 1.
-    let from = myid(&mut direct[0]);
-    let to = myid(&mut direct[1]);
-    setslot(&mut direct[1], slot, "IMPORTING", &from);
-    setslot(&mut direct[0], slot, "MIGRATING", &to);
-    let moved: String = cmd("MIGRATE")
-        .arg("127.0.0.1")
-        .arg(nodes[1].port)
-        .arg(&key)
-        .arg(0)
-        .arg(5000)
-        .query(&mut direct[0])
-        .expect("MIGRATE");
-    assert_eq!(moved, "OK");
-    for c in direct.iter_mut() {
-        setslot(c, slot, "NODE", &to);
-    }
+    let to = migrate_key(&nodes, &mut direct, slot, &key);
+    assign_slot(&mut direct, slot, &to);
     assert_eq!(exists(&mut direct[1], &key).unwrap(), 1, "key on new owner");
     let e = exists(&mut direct[0], &key).expect_err("old owner redirects");
     assert_eq!(e.kind(), ErrorKind::Moved, "{e}");
@@ -484,4 +497,169 @@ fn held_lock_moves_with_its_slot_and_the_client_follows_moved() {
     let next = as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", &key, "tok-c", "1000"]).unwrap());
     assert!(next > fence, "{next} after migrated {fence}");
     assert_eq!(info_stat(&mut direct[1], "grants"), grants_before + 1);
+}
+
+/// Blocks `LOCK.ACQUIRE key token 30000 WAIT 0` (no timeout of its own) on
+/// a direct connection to `node`; the thread returns its reply, or the
+/// connection's read timeout error (10 s) if nobody answers it.
+fn spawn_waiter(node: &Server, key: &str, token: &str) -> std::thread::JoinHandle<RedisResult<Value>> {
+    let mut c = node.conn();
+    let (key, token) = (key.to_string(), token.to_string());
+    std::thread::spawn(move || {
+        cmd("LOCK.ACQUIRE").arg(&key).arg(&token).arg(30_000).arg("WAIT").arg(0).query(&mut c)
+    })
+}
+
+fn waiters(c: &mut Connection, key: &str) -> i64 {
+    info_int(c, key, "waiters").unwrap_or(0)
+}
+
+/// The waiter's answer must be the TRYAGAIN error, and must have come.
+fn assert_told_to_retry(waiter: std::thread::JoinHandle<RedisResult<Value>>, who: &str) {
+    match waiter.join().expect("waiter thread") {
+        Err(e) => {
+            assert_eq!(e.code(), Some("TRYAGAIN"), "{who}: {e}");
+            assert!(e.to_string().contains("moved to another node"), "{who}: {e}");
+        }
+        Ok(v) => panic!("{who} was answered {v:?} by the old owner; it must be told to retry"),
+    }
+}
+
+/// The holder's lock on its new owner, as a cluster client sees it: `token`
+/// holds it with `fence`; then a waiter that retries through the cluster
+/// client queues there and gets it, with a higher fencing token, when the
+/// holder releases.
+fn retry_finds_the_lock_on_the_new_owner(nodes: &[Server], new_owner: usize, key: &str, fence: i64) {
+    let mut cc = cluster_conn(nodes);
+    let info =
+        info_fields(&ccall(&mut cc, &["LOCK.INFO", key]).unwrap()).expect("lock held on its new owner");
+    assert_eq!(redis::from_redis_value::<String>(get(&info, "holder")).unwrap(), "tok-a");
+    assert_eq!(as_int(get(&info, "fence")), fence);
+    let urls: Vec<String> = nodes.iter().map(Server::url).collect();
+    let retry_key = key.to_string();
+    let retry = std::thread::spawn(move || {
+        let client = ClusterClient::builder(urls).response_timeout(Duration::from_secs(10)).build().unwrap();
+        let mut cc = client.get_connection().expect("cluster connection");
+        ccall(&mut cc, &["LOCK.ACQUIRE", &retry_key, "tok-b", "10000", "WAIT", "8000"])
+    });
+    let mut target = nodes[new_owner].conn();
+    wait_until(Duration::from_secs(8), "the retried waiter queued on the new owner", || {
+        waiters(&mut target, key) == 1
+    });
+    assert_eq!(ccall(&mut cc, &["LOCK.RELEASE", key, "tok-a"]).unwrap(), Value::Int(1));
+    let next = as_int(&retry.join().unwrap().expect("retried waiter served on the new owner"));
+    assert!(next > fence, "{next} after {fence}");
+}
+
+/// Legacy resharding (SETSLOT MIGRATING/IMPORTING + MIGRATE + SETSLOT NODE,
+/// what `redis-cli --cluster reshard` does) of a slot holding a lock with
+/// two clients blocked in WAIT on the old owner. MIGRATE deletes the key
+/// there and fires a `del` event; the hand-off must not take that for a
+/// release (it once granted the head waiter a second lock on the old owner
+/// while the holder's lock lived on the new one).
+#[test]
+fn migrate_tells_waiters_on_the_old_owner_to_retry() {
+    let nodes = start_cluster();
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    let (key, slot) = keys_per_node(&mut direct[0], "resharded", 1)[0][0].clone();
+    let fence = as_int(&run(&mut direct[0], &[b"LOCK.ACQUIRE", key.as_bytes(), b"tok-a", b"30000"]).unwrap());
+    let grants = info_stat(&mut direct[0], "grants");
+    let b = spawn_waiter(&nodes[0], &key, "tok-b");
+    let c = spawn_waiter(&nodes[0], &key, "tok-c");
+    wait_until(Duration::from_secs(5), "two waiters queued", || waiters(&mut direct[0], &key) == 2);
+
+    let to = migrate_key(&nodes, &mut direct, slot, &key);
+    assert_told_to_retry(b, "waiter tok-b");
+    assert_told_to_retry(c, "waiter tok-c");
+    assign_slot(&mut direct, slot, &to);
+
+    // The old owner granted nothing and kept nothing.
+    let count: i64 = cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut direct[0]).unwrap();
+    assert_eq!(count, 0, "a lock was left (or granted) on the old owner");
+    assert_eq!(info_stat(&mut direct[0], "grants"), grants, "the old owner granted a waiter");
+    assert_eq!(info_stat(&mut direct[0], "waits_failed"), 2);
+    assert_eq!(info_stat(&mut direct[0], "waiters"), 0);
+    retry_finds_the_lock_on_the_new_owner(&nodes, 1, &key, fence);
+}
+
+/// `CLUSTER GETSLOTMIGRATIONS` on the source until the job succeeded.
+fn wait_for_slot_migration(source: &mut Connection) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply: Value = cmd("CLUSTER").arg("GETSLOTMIGRATIONS").query(source).expect("GETSLOTMIGRATIONS");
+        let mut all = Vec::new();
+        words(&reply, &mut all);
+        if all.iter().any(|w| w == "success") {
+            return;
+        }
+        assert!(!all.iter().any(|w| w == "failed" || w == "cancelled"), "slot migration failed: {all:?}");
+        assert!(Instant::now() < deadline, "slot migration not done after 30 s: {all:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`), which Valkey
+/// refuses while a loaded module has not declared that it handles it (the
+/// module declares it on Valkey 9+). A slot with a plain lock, a reentrant
+/// lock entered twice and a semaphore with two holders moves with every
+/// holder, hold count, fencing token and deadline (and the key's backstop
+/// expiry) intact; two clients blocked in WAIT on the source are answered
+/// TRYAGAIN as soon as the export completes (the source deletes the slot's
+/// keys without keyspace events; the module hears the migration event).
+#[test]
+fn atomic_slot_migration_moves_locks_and_answers_waiters() {
+    let (product, (major, _)) = server_version();
+    if product != "Valkey" || major < 9 {
+        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9 ({} here)", server_name());
+        return;
+    }
+    let nodes = start_cluster();
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    // Three keys in one slot of node 0 (a shared hash tag).
+    let tag = (0..1000)
+        .map(|i| format!("asm{i}"))
+        .find(|tag| owner_of(keyslot(&mut direct[0], &format!("{{{tag}}}"))) == 0)
+        .expect("a tag on node 0");
+    let slot = keyslot(&mut direct[0], &format!("{{{tag}}}"));
+    let (plain, reentrant, semaphore) =
+        (format!("{{{tag}}}:plain"), format!("{{{tag}}}:reentrant"), format!("{{{tag}}}:semaphore"));
+    let source = &mut direct[0];
+    let fence = as_int(&run(source, &[b"LOCK.ACQUIRE", plain.as_bytes(), b"tok-a", b"30000"]).unwrap());
+    for _ in 0..2 {
+        run(source, &[b"LOCK.ENTER", reentrant.as_bytes(), b"owner-r", b"30000"]).unwrap();
+    }
+    for holder in [b"p1".as_slice(), b"p2"] {
+        run(source, &[b"LOCK.SEMAPHORE", semaphore.as_bytes(), holder, b"2", b"30000"]).unwrap();
+    }
+    let before: Vec<LockSnapshot> = [&plain, &reentrant, &semaphore].map(|k| lock_snapshot(source, k)).into();
+    let b = spawn_waiter(&nodes[0], &plain, "tok-b");
+    let c = spawn_waiter(&nodes[0], &plain, "tok-c");
+    wait_until(Duration::from_secs(5), "two waiters queued", || waiters(&mut direct[0], &plain) == 2);
+
+    let to = myid(&mut direct[1]);
+    let started: String = cmd("CLUSTER")
+        .arg("MIGRATESLOTS")
+        .arg("SLOTSRANGE")
+        .arg(slot)
+        .arg(slot)
+        .arg("NODE")
+        .arg(&to)
+        .query(&mut direct[0])
+        .unwrap_or_else(|e| panic!("MIGRATESLOTS refused with the module loaded: {e}"));
+    assert_eq!(started, "OK");
+    wait_for_slot_migration(&mut direct[0]);
+    assert_told_to_retry(b, "waiter tok-b");
+    assert_told_to_retry(c, "waiter tok-c");
+
+    // Every lock on the new owner exactly as it was (the stored value holds
+    // every holder, hold count, fencing token and deadline); nothing on the
+    // old one.
+    for (key, was) in [&plain, &reentrant, &semaphore].into_iter().zip(&before) {
+        let now = lock_snapshot(&mut direct[1], key);
+        assert_eq!((&now.raw, now.pexpiretime), (&was.raw, was.pexpiretime), "{key} after the migration");
+    }
+    let count: i64 = cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut direct[0]).unwrap();
+    assert_eq!(count, 0, "keys left (or a lock granted) on the old owner");
+    assert_eq!(info_stat(&mut direct[0], "waiters"), 0);
+    retry_finds_the_lock_on_the_new_owner(&nodes, 1, &plain, fence);
 }

@@ -529,7 +529,7 @@ fn invalid_config_at_startup_is_logged_clearly() {
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join("redis.log");
     let port = free_port();
-    let status = std::process::Command::new("redis-server")
+    let status = std::process::Command::new(server_bin())
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
         .arg("--dir")
         .arg(&dir)
@@ -541,8 +541,12 @@ fn invalid_config_at_startup_is_logged_clearly() {
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();
-    assert!(!status.success(), "a server with an invalid lock setting must not start");
+    assert!(!status.success(), "{}: a server with an invalid lock setting must not start", server_name());
     let text = std::fs::read_to_string(&log).unwrap();
-    assert!(text.contains("lock.max-ttl-ms must be between 1 and 86400000, got 0"), "{text}");
+    assert!(
+        text.contains("lock.max-ttl-ms must be between 1 and 86400000, got 0"),
+        "{}: {text}",
+        server_name()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -39,19 +39,9 @@ fn int(c: &mut Connection, words: &[&str]) -> i64 {
     command.query(c).unwrap()
 }
 
-/// The key's stored bytes, whatever its form: the string of a plain or
-/// reentrant lock, or every field of a shared lock's or semaphore's hash.
+/// The key's stored bytes, whatever its form (see [`stored_bytes`]).
 fn raw(c: &mut Connection, key: &str) -> Option<String> {
-    let kind: String = cmd("TYPE").arg(key).query(c).unwrap();
-    match kind.as_str() {
-        "none" => None,
-        "hash" => {
-            let mut fields: Vec<(String, String)> = cmd("HGETALL").arg(key).query(c).unwrap();
-            fields.sort();
-            Some(fields.iter().map(|(f, v)| format!("{f}={v}")).collect::<Vec<_>>().join(" "))
-        }
-        _ => cmd("GET").arg(key).query(c).unwrap(),
-    }
+    stored_bytes(c, key).map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The holders listed by LOCK.INFO: (holder, mode, fence).

@@ -227,9 +227,16 @@ fn a_held_lock_costs_about_as_much_as_set_nx_px() {
          100 readers: {hundred_cost} bytes ({per_holder} bytes per further reader with a {}-byte token)",
         TOKEN.len() + 4
     );
+    // A group is a small hash (see README "Storage layout"): the owner is
+    // stored twice (its record's field name and its token's index entry),
+    // plus the header field, three field names and the record. The bound is
+    // a fixed allowance over SET NX PX, not a ratio: servers differ a lot in
+    // what a plain string costs (104 bytes on Redis 7.0, 72 on Valkey 9.1,
+    // which embeds key and value) and much less in what a small hash costs.
+    let owner_copies = 2 * (TOKEN.len() as i64 + 4);
     for (what, cost) in [("read", shared_cost), ("semaphore", permit_cost)] {
         assert!(
-            cost <= set_cost * 5 / 2,
+            cost <= set_cost + owner_copies + 128,
             "a one-holder {what} lock costs {cost} bytes, SET NX PX {set_cost}"
         );
     }

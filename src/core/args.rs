@@ -22,14 +22,13 @@
 
 use std::fmt;
 
+use super::kind::HOLDERS_MAX;
+pub use super::kind::REQUEST_ID_LEN_MAX;
+
 /// Longest token or owner accepted, in bytes. A UUID plus a thread id is
 /// about 45 bytes; 256 leaves room without letting a client store megabytes
 /// per lock.
 pub const TOKEN_LEN_MAX: usize = 256;
-
-/// Longest EXIT request id. Ids are printable ASCII without `|` (they are
-/// stored inside the lock value); a UUID fits.
-pub const REQUEST_ID_LEN_MAX: usize = 64;
 
 pub fn is_request_id(id: &[u8]) -> bool {
     (1..=REQUEST_ID_LEN_MAX).contains(&id.len())
@@ -144,7 +143,7 @@ pub fn semaphore<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<(u32, Acquire<
     };
     // The token first, so that errors come in argument order.
     token(owner, "token")?;
-    let max = i64::from(super::kind::HOLDERS_MAX);
+    let max = i64::from(HOLDERS_MAX);
     let permits = u32::try_from(bounded(permits, "permits", 1, max, None)?).unwrap_or(0);
     Ok((permits, grant(owner, ttl, options, limits)?))
 }

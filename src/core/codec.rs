@@ -35,7 +35,8 @@
 //! LK1|<S|M>|<limit>|<count>|{<mode>|<fence>|<deadline-ms>|<owner-len>|<owner>|}
 //! ```
 
-use super::args::{is_request_id, REQUEST_ID_LEN_MAX, TOKEN_LEN_MAX};
+use super::args::{is_request_id, TOKEN_LEN_MAX};
+use super::kind::REQUEST_ID_LEN_MAX;
 use super::kind::{ExitId, Hold, Kind, Mode, Shape, HOLDERS_MAX};
 use super::memory::{Holders, Single};
 

@@ -8,8 +8,6 @@
 //!   writer alone;
 //! - semaphore (`LOCK.SEMAPHORE`): up to `limit` permit holders.
 
-use super::args::REQUEST_ID_LEN_MAX;
-
 /// Hold counts above this are refused: a client that enters a lock a billion
 /// times has a bug, and the count must fit the stored form.
 pub const HOLDS_MAX: u32 = 1_000_000;
@@ -18,6 +16,10 @@ pub const HOLDS_MAX: u32 = 1_000_000;
 /// largest semaphore limit. It bounds a key's size and the longest sweep of
 /// expired holders (see `txn.rs`).
 pub const HOLDERS_MAX: u32 = 1000;
+
+/// Longest EXIT request id. Ids are printable ASCII without `|` (they are
+/// stored inside the lock value); a UUID fits.
+pub const REQUEST_ID_LEN_MAX: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {

@@ -10,12 +10,11 @@ use std::ptr;
 
 use redis_module::raw;
 
-use super::{api, handlers, Call, RawArgv, RawCtx, Reply};
+use super::api::{api, RawArgv, RawCtx, TimerId, WaiterHandle};
+use super::call::Call;
+use super::handlers::handlers;
+use super::reply::Reply;
 use crate::core::queue::KeyId;
-
-/// The address of a blocked client: identifies a waiter.
-pub type WaiterHandle = usize;
-pub type TimerId = raw::RedisModuleTimerID;
 
 /// What a blocked waiter is told when it is unblocked.
 #[derive(Debug)]

@@ -8,7 +8,8 @@ use std::slice;
 
 use redis_module::raw;
 
-use super::{api, constant, string_bytes, Constant, Key, RawArgv, RawCtx, Reply};
+use super::api::{api, constant, string_bytes, Constant, RawArgv, RawCtx};
+use super::reply::Reply;
 use crate::core::queue::KeyId;
 use crate::errors;
 
@@ -104,14 +105,31 @@ impl<'a> Call<'a> {
         unsafe { api(raw::RedisModule_GetSelectedDb)(self.ctx) }
     }
 
-    /// Opens the call's key for reading, or for writing too.
-    pub fn open_key(&self, write: bool) -> Option<Key<'_>> {
-        Key::open(self, write)
-    }
-
     fn flags(&self) -> u32 {
         // SAFETY: ctx is live for this call.
         unsafe { api(raw::RedisModule_GetContextFlags)(self.ctx) as u32 }
+    }
+
+    /// False when this node runs in a cluster and the key is not served here
+    /// (its slot belongs to another node, or is being migrated away and the
+    /// key is already gone): what the server would answer MOVED or ASK to.
+    /// Asked through `RedisModule_Call`, which applies the cluster's routing
+    /// check to calls that do not come from the master.
+    pub fn key_is_local(&self) -> bool {
+        if self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER == 0 || self.key.is_null() {
+            return true;
+        }
+        // SAFETY: the format "s" matches the one RedisModuleString argument;
+        // a reply, when there is one, is freed before returning. Redis
+        // answers NULL when the routing check refuses the key.
+        unsafe {
+            let reply = api(raw::RedisModule_Call)(self.ctx, c"EXISTS".as_ptr(), c"s".as_ptr(), self.key);
+            if reply.is_null() {
+                return false;
+            }
+            api(raw::RedisModule_FreeCallReply)(reply);
+        }
+        true
     }
 
     /// True where a command must not block: MULTI/EXEC, a script, ...

@@ -1,6 +1,6 @@
 //! Keyspace and server events: how the module learns that a lock was freed
 //! behind its back (DEL, an overwrite, Redis' own expiry, eviction, FLUSHDB,
-//! SWAPDB) and that the node was promoted.
+//! SWAPDB, a slot migrated away on Valkey 9) and that the node was promoted.
 //!
 //! Keyspace events are subscribed to only when the first client waits
 //! ([`watch_keys`]): Redis builds a module context for every event a module
@@ -14,8 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
 
+use super::api::{api, RawCtx, TimerId};
 use super::block::with_key_context;
-use super::{api, handlers, Call, RawCtx, TimerId};
+use super::call::Call;
+use super::handlers::handlers;
 use crate::core::queue::KeyId;
 
 static WATCHING: AtomicBool = AtomicBool::new(false);
@@ -137,6 +139,58 @@ extern "C" fn role_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent:
             let _ = catch_unwind(h.promoted);
         }
     }
+}
+
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (`1 << 5`) from
+/// Valkey 9's `src/valkeymodule.h` (valkey PR 2593): until every loaded
+/// module sets it, Valkey refuses `CLUSTER MIGRATESLOTS`. redis-module
+/// 2.0.8's bindings come from redismodule.h and lack it; on Redis the bit is
+/// not Valkey's, so it is set on Valkey 9 or later only.
+const VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION` and its subevent
+/// `VALKEYMODULE_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED`, same
+/// header (Valkey 9.0+).
+const VALKEY_EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+const VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED: u64 = 5;
+
+/// A slot export finished on this (source) node. Valkey then deletes the
+/// slot's keys without keyspace events, so every key with waiters is looked
+/// at again, as after a FLUSHALL (the waiters of moved keys are told to
+/// retry).
+extern "C" fn slot_migration_callback(
+    ctx: RawCtx,
+    _eid: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent != VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED {
+        return;
+    }
+    if let Some(h) = handlers() {
+        let call = Call::bare(ctx);
+        let _ = catch_unwind(AssertUnwindSafe(|| (h.db_changed)(&call, -1)));
+    }
+}
+
+/// Declares to Valkey 9+ that the module handles atomic slot migration
+/// (`CLUSTER MIGRATESLOTS`): locks are ordinary strings and hashes, copied
+/// to the target like any key, and waiters on the source learn when the
+/// export is done.
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn declare_atomic_slot_migration(ctx: RawCtx) -> Result<(), String> {
+    let event = raw::RedisModuleEvent { id: VALKEY_EVENT_ATOMIC_SLOT_MIGRATION, dataver: 1 };
+    // SAFETY: called from OnLoad with its live context, on Valkey 9 or later
+    // (the caller checks), where the option bit and the event id mean what
+    // the constants above say; the callback lives forever.
+    unsafe {
+        api(raw::RedisModule_SetModuleOptions)(ctx, VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION);
+        let status = api(raw::RedisModule_SubscribeToServerEvent)(ctx, event, Some(slot_migration_callback));
+        if status != raw::REDISMODULE_OK as c_int {
+            return Err("cannot subscribe to atomic slot migration events".into());
+        }
+    }
+    Ok(())
 }
 
 type ServerEventCallback = extern "C" fn(RawCtx, raw::RedisModuleEvent, u64, *mut c_void);

@@ -8,7 +8,8 @@ use std::slice;
 
 use redis_module::raw;
 
-use super::{api, constant, string_bytes, Call, Constant, OwnedString};
+use super::api::{api, constant, string_bytes, Constant, OwnedString};
+use super::call::Call;
 
 /// What a key holds, as far as locks care.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,6 +20,13 @@ pub enum KeyKind {
     Other,
 }
 
+impl Call<'_> {
+    /// Opens the call's key for reading, or for writing too.
+    pub fn open_key(&self, write: bool) -> Option<Key<'_>> {
+        Key::open(self, write)
+    }
+}
+
 /// An open key (the call's key), closed on drop.
 pub struct Key<'c> {
     call: &'c Call<'c>,
@@ -26,7 +34,7 @@ pub struct Key<'c> {
 }
 
 impl<'c> Key<'c> {
-    pub(super) fn open(call: &'c Call<'c>, write: bool) -> Option<Key<'c>> {
+    fn open(call: &'c Call<'c>, write: bool) -> Option<Key<'c>> {
         if call.key.is_null() {
             return None;
         }

@@ -7,7 +7,7 @@ use std::ptr;
 
 use redis_module::raw;
 
-use super::{api, c_string, RawArgv, RawCtx};
+use super::api::{api, c_string, RawArgv, RawCtx};
 
 /// One command to register: name, entry point, flags, arity, key-spec flags.
 pub struct CommandDef {
@@ -144,8 +144,12 @@ pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
 pub fn missing_api() -> Option<&'static str> {
     // SAFETY: the API table is written once by Redis before OnLoad runs and
     // only read afterwards.
-    let checks: [(&str, bool); 16] = unsafe {
+    let checks: [(&str, bool); 20] = unsafe {
         [
+            ("Call", { raw::RedisModule_Call }.is_some()),
+            ("FreeCallReply", { raw::RedisModule_FreeCallReply }.is_some()),
+            ("SetModuleOptions", { raw::RedisModule_SetModuleOptions }.is_some()),
+            ("Milliseconds", { raw::RedisModule_Milliseconds }.is_some()),
             ("StringDMA", { raw::RedisModule_StringDMA }.is_some()),
             ("StringSet", { raw::RedisModule_StringSet }.is_some()),
             ("HashGet", { raw::RedisModule_HashGet }.is_some()),

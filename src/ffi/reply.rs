@@ -4,7 +4,7 @@ use std::ffi::{c_char, c_long};
 
 use redis_module::raw;
 
-use super::{api, c_string, RawCtx};
+use super::api::{api, c_string, RawCtx};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {

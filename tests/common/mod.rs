@@ -3,13 +3,18 @@
 //! Every server gets a free loopback port, its own temporary directory and a
 //! log file there; every wait has a deadline; every process is killed by PID
 //! when its [`Server`] is dropped, also when the test panics.
+//!
+//! The server binary is `$LOCK_SERVER_BIN` (default `redis-server` on the
+//! PATH), so the same tests run on Redis 7.0, Redis 8.2 and Valkey 9.1
+//! (`scripts/test` runs them on each). A failing test names the server it
+//! ran against.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, Once, OnceLock};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -17,6 +22,63 @@ pub use redis::{cmd, Connection, Value};
 
 /// How long a server may take to answer PING after it is spawned.
 const START_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The server binary under test: `$LOCK_SERVER_BIN` (a path, or a name
+/// looked up on the PATH), by default `redis-server`.
+pub fn server_bin() -> String {
+    std::env::var("LOCK_SERVER_BIN")
+        .ok()
+        .filter(|bin| !bin.is_empty())
+        .unwrap_or_else(|| "redis-server".into())
+}
+
+/// The server under test as "Valkey 9.1.2 (path)", read once from the
+/// binary's `--version` line ("Valkey server v=9.1.2 ..."): failure messages
+/// name it, so that a failure in CI says which server it happened on.
+pub fn server_name() -> &'static str {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(|| {
+        let bin = server_bin();
+        let version = Command::new(&bin).arg("--version").output();
+        let line =
+            version.as_ref().map(|out| String::from_utf8_lossy(&out.stdout).into_owned()).unwrap_or_default();
+        match parse_version_line(&line) {
+            Some((product, version)) => format!("{product} {version} ({bin})"),
+            None => format!("{bin} (version unknown: {:?})", version.map(|out| out.status)),
+        }
+    })
+}
+
+/// ("Valkey", "9.1.2") from "Valkey server v=9.1.2 sha=... bits=64 ...".
+fn parse_version_line(line: &str) -> Option<(&str, &str)> {
+    let mut words = line.split_whitespace();
+    let product = words.next()?;
+    let version = words.find_map(|word| word.strip_prefix("v="))?;
+    Some((product, version))
+}
+
+/// The server's product and version, e.g. ("Redis", (8, 2)), for the few
+/// tests whose expectations differ between servers.
+pub fn server_version() -> (String, (u32, u32)) {
+    let name = server_name();
+    let (product, version) = name.split_once(' ').unwrap_or((name, ""));
+    let mut numbers = version.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok());
+    (product.to_string(), (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)))
+}
+
+/// From the first server a test process starts: every panic message (a
+/// failed assertion anywhere in the test) ends with the server under test.
+fn name_server_in_panics() {
+    static HOOKED: Once = Once::new();
+    HOOKED.call_once(|| {
+        let name = server_name();
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            previous(info);
+            eprintln!("server under test: {name}");
+        }));
+    });
+}
 
 /// The repository root (the module crate), also when this harness is used
 /// by a workspace member such as `client/`.
@@ -104,6 +166,12 @@ fn fresh_dir() -> PathBuf {
     dir
 }
 
+/// The `process_id` the server at the other end of `c` reports.
+fn process_id(c: &mut Connection) -> Option<u32> {
+    let text: String = redis::cmd("INFO").arg("server").query(c).ok()?;
+    text.lines().find_map(|line| line.strip_prefix("process_id:")).and_then(|pid| pid.trim().parse().ok())
+}
+
 /// How to start a server.
 #[derive(Clone, Debug, Default)]
 pub struct Opts {
@@ -152,6 +220,7 @@ impl Server {
     }
 
     pub fn with(opts: Opts) -> Server {
+        name_server_in_panics();
         let dir = fresh_dir();
         // A port can be taken by another process between our probe and the
         // server's bind: try a few.
@@ -161,12 +230,13 @@ impl Server {
                 return server;
             }
         }
-        panic!("could not start redis-server; see logs in {}", dir.display());
+        panic!("could not start {}; see logs in {}", server_name(), dir.display());
     }
 
-    /// Spawns the process and waits for PING; false if it exited.
+    /// Spawns the process and waits until it answers as itself (its
+    /// `process_id`); false if it exited.
     fn spawn(&mut self) -> bool {
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(server_bin());
         command
             .arg("--port")
             .arg(self.port.to_string())
@@ -190,7 +260,9 @@ impl Server {
             command.env("LD_PRELOAD", clock_shim_path()).env("CLOCKSHIM_FILE", file);
         }
         command.stdout(Stdio::null()).stderr(Stdio::null());
-        let child = command.spawn().expect("spawn redis-server (is it installed? scripts/install-deps)");
+        let child = command.spawn().unwrap_or_else(|e| {
+            panic!("spawn {}: {e} (is it installed? scripts/install-deps)", server_name())
+        });
         self.child = Some(child);
         let deadline = Instant::now() + START_DEADLINE;
         while Instant::now() < deadline {
@@ -201,7 +273,16 @@ impl Server {
                 }
             }
             if let Ok(mut c) = self.try_connect() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                // The server answering must be ours: another process may
+                // have bound the port between our probe and our server's
+                // bind (ours then exits with "Failed listening", above).
+                // PING also waits out the loading of the dataset (it
+                // answers LOADING until then; INFO does not).
+                let ours = self.child.as_ref().map(|child| child.id());
+                if ours.is_some()
+                    && process_id(&mut c) == ours
+                    && redis::cmd("PING").query::<String>(&mut c).is_ok()
+                {
                     return true;
                 }
             }
@@ -209,7 +290,8 @@ impl Server {
         }
         self.kill();
         panic!(
-            "redis-server on port {} did not answer within {:?}; log: {}",
+            "{} on port {} did not answer within {:?}; log: {}",
+            server_name(),
             self.port,
             START_DEADLINE,
             self.log()
@@ -237,11 +319,12 @@ impl Server {
         self.try_connect().unwrap_or_else(|e| panic!("connect to {}: {e}; log: {}", self.url(), self.log()))
     }
 
-    /// The tail of the server log, for failure messages.
+    /// The tail of the server log, for failure messages, after a line
+    /// naming the server.
     pub fn log(&self) -> String {
         let text = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        format!("[{} log, last lines]\n{}", server_name(), lines[lines.len().saturating_sub(30)..].join("\n"))
     }
 
     /// SIGKILL and reap: no shutdown save, no AOF rewrite.
@@ -369,7 +452,7 @@ pub fn err_text(result: redis::RedisResult<Value>) -> String {
 pub struct LockSnapshot {
     /// `LOCK.INFO` without `ttl-ms` (relative, so it shrinks between reads).
     pub info: Vec<(String, Value)>,
-    /// The raw stored value (`GET key`).
+    /// The stored value ([`stored_bytes`]).
     pub raw: Vec<u8>,
     /// The key's native absolute expiry (`PEXPIRETIME key`, epoch ms).
     pub pexpiretime: i64,
@@ -394,14 +477,38 @@ impl LockSnapshot {
     }
 }
 
-/// LOCK.INFO, GET and PEXPIRETIME of a held lock; panics if it is not held.
+/// What a lock key stores, as bytes to compare: a plain or reentrant lock's
+/// string, or a group's hash fields (sorted: a hash's field order is not
+/// part of what it stores), each `field=value` on its own line.
+/// None when the key does not exist.
+pub fn stored_bytes(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    let kind: String = cmd("TYPE").arg(key).query(c).unwrap();
+    match kind.as_str() {
+        "none" => return None,
+        "hash" => {}
+        _ => return Some(cmd("GET").arg(key).query(c).unwrap()),
+    }
+    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = cmd("HGETALL").arg(key).query(c).unwrap();
+    fields.sort();
+    let mut out = Vec::new();
+    for (field, value) in fields {
+        out.extend_from_slice(&field);
+        out.push(b'=');
+        out.extend_from_slice(&value);
+        out.push(b'\n');
+    }
+    Some(out)
+}
+
+/// LOCK.INFO, the stored bytes and PEXPIRETIME of a held lock; panics if it
+/// is not held.
 pub fn lock_snapshot(c: &mut Connection, key: &str) -> LockSnapshot {
     let info: Vec<(String, Value)> = lock_info(c, key)
         .unwrap_or_else(|| panic!("{key} is not held"))
         .into_iter()
         .filter(|(name, _)| name != "ttl-ms")
         .collect();
-    let raw: Vec<u8> = cmd("GET").arg(key).query(c).unwrap();
+    let raw = stored_bytes(c, key).unwrap_or_else(|| panic!("{key} is gone"));
     let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
     LockSnapshot { info, raw, pexpiretime }
 }
