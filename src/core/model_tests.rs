@@ -8,6 +8,7 @@
 //! holder, a hash of fields for many) and read back, so the stored forms
 //! are checked to carry exactly the state the machine decided.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
@@ -15,7 +16,7 @@ use proptest::prelude::*;
 use super::codec;
 use super::fencing::Fencer;
 use super::hashform::{self, HashLock, MapFields};
-use super::kind::{Hold, Kind, Mode, Want};
+use super::kind::{ExitId, Hold, Kind, Mode, Shape, Want};
 use super::lock::{self, Admission, Exit, Grant};
 use super::memory::{Free, Holders};
 use super::txn::{Changes, Stored, Txn};
@@ -282,5 +283,70 @@ proptest! {
                 prop_assert!(present.len() as u32 <= model.limit);
             }
         }
+    }
+}
+
+/// One edit of [`txn_matches_a_map`]: grant or re-grant `owner` (a new
+/// token), or remove it.
+#[derive(Clone, Debug)]
+enum Edit {
+    Put(u8),
+    Remove(u8),
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// A transaction over a stored group answers every question as a plain
+    /// map of the same edits would, below and past the number of edits
+    /// where it starts looking owners up through its index (16), and what
+    /// it writes turns the stored lock into that map.
+    #[test]
+    fn txn_matches_a_map(stored_count in 0usize..24, edits in proptest::collection::vec(
+        prop_oneof![(0u8..40).prop_map(Edit::Put), (0u8..40).prop_map(Edit::Remove)], 1..80)) {
+        let now = 1_000i64;
+        let owner = |i: u8| format!("reader-{i:02}").into_bytes();
+        let hold = |fence: u64| Hold { mode: Mode::Read, fence, deadline_ms: now + 10_000, holds: 1, exit_id: ExitId::NONE };
+        let shape = Shape { kind: Kind::Shared, limit: 0 };
+        let records: Vec<(Vec<u8>, Hold)> =
+            (0..stored_count as u8).map(|i| (owner(i), hold(u64::from(i) + 1))).collect();
+        let stored = Holders::from_records(shape, records.clone());
+        let mut model: BTreeMap<Vec<u8>, Hold> = records.into_iter().collect();
+        let mut next_fence = 100u64;
+        let mut txn = Txn::new(&stored, now, 0);
+        for edit in edits {
+            match edit {
+                Edit::Put(i) => {
+                    next_fence += 1;
+                    txn.put(Cow::Owned(owner(i)), hold(next_fence), shape);
+                    model.insert(owner(i), hold(next_fence));
+                }
+                Edit::Remove(i) => {
+                    txn.remove(Cow::Owned(owner(i)));
+                    model.remove(&owner(i));
+                }
+            }
+            prop_assert_eq!(txn.count() as usize, model.len());
+            for i in 0..40u8 {
+                prop_assert_eq!(txn.hold(&owner(i)), model.get(&owner(i)).copied(), "hold of {}", i);
+            }
+            for (who, h) in &model {
+                prop_assert_eq!(txn.owner_of(h.fence).map(|o| o.into_owned()), Some(who.clone()));
+            }
+        }
+        let changes = txn.finish();
+        // Each stored record is deleted at most once, each owner put once.
+        let mut removed: Vec<&[u8]> = changes.removes.iter().map(|r| r.owner.as_ref()).collect();
+        let mut put: Vec<&[u8]> = changes.puts.iter().map(|p| p.owner.as_ref()).collect();
+        for list in [&mut removed, &mut put] {
+            let all = list.len();
+            list.sort();
+            list.dedup();
+            prop_assert_eq!(list.len(), all);
+        }
+        let after = stored.apply(&changes);
+        let mut written: Vec<(Vec<u8>, Hold)> = after.records().to_vec();
+        written.sort_by(|a, b| a.0.cmp(&b.0));
+        prop_assert_eq!(written, model.into_iter().collect::<Vec<_>>());
     }
 }
