@@ -344,6 +344,17 @@ proptest! {
             list.dedup();
             prop_assert_eq!(list.len(), all);
         }
+        // A put says which stored token it replaces (its index entry is
+        // deleted with it), unless the stored record itself is deleted.
+        for p in &changes.puts {
+            let owner = p.owner.as_ref();
+            let replaced = if changes.removes.iter().any(|r| r.owner.as_ref() == owner) {
+                None
+            } else {
+                stored.hold(owner).map(|h| h.fence).filter(|&f| f != p.hold.fence)
+            };
+            prop_assert_eq!(p.replaces_fence, replaced);
+        }
         let after = stored.apply(&changes);
         let mut written: Vec<(Vec<u8>, Hold)> = after.records().to_vec();
         written.sort_by(|a, b| a.0.cmp(&b.0));
