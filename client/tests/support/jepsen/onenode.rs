@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::conn::{command, Conn, Reply};
-use super::history::{Access, Op, Outcome, Want};
+use super::history::{Op, Outcome, Want};
 use super::worker::{Ctx, Request};
 
 /// How long a `WAIT` may block; the call's own timeout is a little longer.
@@ -126,14 +126,8 @@ impl OneNode {
 
     /// Reads the register under the session's lock.
     fn read(&self, s: &mut Session) -> Option<u64> {
-        let at = self.ctx.rec.now();
-        s.op.cs_start.get_or_insert(at);
-        let value = self.ctx.regs.read(&s.op.resource, at, self.id, s.op.fence);
-        s.op.read = Some(match value {
-            Some(v) => (Access::Accepted, v),
-            None => (Access::Rejected, 0),
-        });
-        value
+        let fence = s.op.fence;
+        self.ctx.read_register(self.id, &mut s.op, fence)
     }
 
     /// Writes `base + 1` if at least 50 ms of validity are left.
@@ -143,10 +137,8 @@ impl OneNode {
             s.op.aborted = true;
             return;
         }
-        let accepted = self.ctx.regs.write(&s.op.resource, at, self.id, s.op.fence, base);
-        s.op.write = Some(if accepted { Access::Accepted } else { Access::Rejected });
-        s.op.write_at = Some(at);
-        s.op.cs_end = Some(self.ctx.rec.now());
+        let fence = s.op.fence;
+        self.ctx.write_register(self.id, &mut s.op, fence, base);
     }
 
     /// Releases with `LOCK.RELEASE` and records the session.

@@ -285,6 +285,30 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// Reads `op`'s register with `fence`, recording the access in `op`
+    /// (the critical section starts at the first access).
+    pub fn read_register(&self, worker: usize, op: &mut Op, fence: Option<u64>) -> Option<u64> {
+        let at = self.rec.now();
+        op.cs_start.get_or_insert(at);
+        let value = self.regs.read(&op.resource, at, worker, fence);
+        op.read = Some(match value {
+            Some(v) => (Access::Accepted, v),
+            None => (Access::Rejected, 0),
+        });
+        value
+    }
+
+    /// Writes `base + 1` to `op`'s register with `fence`, recording the
+    /// access in `op` (the write ends the critical section).
+    pub fn write_register(&self, worker: usize, op: &mut Op, fence: Option<u64>, base: u64) -> bool {
+        let at = self.rec.now();
+        let accepted = self.regs.write(&op.resource, at, worker, fence, base);
+        op.write = Some(if accepted { Access::Accepted } else { Access::Rejected });
+        op.write_at = Some(at);
+        op.cs_end = Some(self.rec.now());
+        accepted
+    }
+
     pub fn new(fenced: bool, ttl: Duration, workers: usize) -> Ctx {
         Ctx {
             rec: Recorder::new(),
@@ -438,24 +462,12 @@ impl Worker {
 
     /// Reads the register with the lock's fencing token.
     pub fn read(&self, h: &mut Holding) -> Option<u64> {
-        let at = self.ctx.rec.now();
-        h.op.cs_start.get_or_insert(at);
-        let value = self.ctx.regs.read(&h.op.resource, at, self.id, h.held.fence);
-        h.op.read = Some(match value {
-            Some(v) => (Access::Accepted, v),
-            None => (Access::Rejected, 0),
-        });
-        value
+        self.ctx.read_register(self.id, &mut h.op, h.held.fence)
     }
 
     /// Writes `base + 1` with the lock's fencing token.
     pub fn write(&self, h: &mut Holding, base: u64) -> bool {
-        let at = self.ctx.rec.now();
-        let accepted = self.ctx.regs.write(&h.op.resource, at, self.id, h.held.fence, base);
-        h.op.write = Some(if accepted { Access::Accepted } else { Access::Rejected });
-        h.op.write_at = Some(at);
-        h.op.cs_end = Some(self.ctx.rec.now());
-        accepted
+        self.ctx.write_register(self.id, &mut h.op, h.held.fence, base)
     }
 
     /// Writes only with at least [`WRITE_MARGIN`] of validity left.
