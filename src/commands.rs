@@ -7,11 +7,11 @@ use crate::config;
 use crate::core::args::{self, ArgError};
 use crate::core::fencing::{self, Fencer};
 use crate::core::kind::{Kind, Want};
-use crate::core::lock::{self, Admission, Exit, Grant};
+use crate::core::lock::{self, Admission, AllGrant, Exit, Grant};
 use crate::core::queue::Waiter;
 use crate::core::txn::{Stored, Txn};
 use crate::errors;
-use crate::ffi::{Call, Field, Freed, Key, Reply};
+use crate::ffi::{Call, Field, Freed, Reply};
 use crate::handoff;
 use crate::keystate::{self, Failure, Loaded, Written};
 use crate::node;
@@ -63,15 +63,22 @@ fn grant_parsed(
     }
 }
 
+/// Whether a newcomer may be granted the call's key now.
+fn admission(call: &Call<'_>, quarantined: bool) -> Admission {
+    if quarantined {
+        return Admission::Quarantined;
+    }
+    // Only pay for the key name when someone waits or may wait.
+    if handoff::any_waiters() && handoff::queued(&call.key_id()) > 0 {
+        Admission::Queued
+    } else {
+        Admission::Open
+    }
+}
+
 fn grant(call: &Call<'_>, request: args::Acquire<'_>, want: Want) -> Reply {
     let quarantine = node::quarantine();
-    // Only pay for the key name when someone waits or may wait.
-    let queued = (handoff::any_waiters() && handoff::queued(&call.key_id()) > 0) as usize;
-    let admission = match (&quarantine, queued) {
-        (Some(_), _) => Admission::Quarantined,
-        (None, 0) => Admission::Open,
-        _ => Admission::Queued,
-    };
+    let admission = admission(call, quarantine.is_some());
     // WAIT blocks only where a client may block (not in MULTI or a script).
     let wait_ms = request.wait_ms.filter(|_| !call.cannot_block());
     let result = keystate::transact(call, |txn| {
@@ -79,12 +86,12 @@ fn grant(call: &Call<'_>, request: args::Acquire<'_>, want: Want) -> Reply {
             node::with_fencer(|f| lock::acquire(txn, want, request.owner, request.ttl_ms, admission, f));
         (grant, txn.next_free_at_ms())
     });
-    let ((grant, next_free_ms), written, mut key) = match result {
+    let ((grant, next_free_ms), written, key) = match result {
         Ok(done) => done,
         Err(failure) => return failed(failure),
     };
-    after_write(call, &mut key, written);
     drop(key);
+    after_write(call, written);
     match (grant, quarantine, wait_ms) {
         (Grant::Granted(fence), ..) => {
             stats::GRANTS.bump();
@@ -103,26 +110,101 @@ fn grant(call: &Call<'_>, request: args::Acquire<'_>, want: Want) -> Reply {
         }
         (Grant::Quarantined, None, _) => Reply::Error(errors::internal()),
         (Grant::Busy, None, Some(timeout_ms)) => {
-            stats::CONTENDED.bump();
-            let waiter = Waiter {
-                handle: (),
-                want,
-                owner: request.owner.to_vec(),
-                ttl_ms: request.ttl_ms,
-                timeout_at_ms: None,
-            };
+            contended(call);
+            let keys = std::iter::once((call.key_id(), want)).collect();
             // The hand-off timer must fire when a holder may leave.
-            let now = clock::now_ms();
-            handoff::wait(call, call.key_id(), waiter, timeout_ms, next_free_ms.unwrap_or(now))
+            handoff::wait(call, new_waiter(keys, request.owner, request.ttl_ms), timeout_ms, &[next_free_ms])
         }
         (Grant::Busy, _, None) => {
-            stats::CONTENDED.bump();
+            contended(call);
             Reply::Nil
         }
-        (Grant::WrongKind { found }, ..) => wrongtype(errors::wrong_kind(found.name(), want.kind.name())),
-        (Grant::LimitMismatch { limit }, ..) => refused(errors::limit_mismatch(limit, want.limit)),
-        (Grant::ModeMismatch { held }, ..) => refused(errors::mode_mismatch(held)),
-        (Grant::TooManyHolds, ..) => refused(errors::too_many_holds(crate::core::kind::HOLDS_MAX)),
+        (why, ..) => refused(errors::grant_refused(why, want)),
+    }
+}
+
+/// What a client about to wait asked for (the hand-off fills in the rest).
+fn new_waiter(keys: crate::core::queue::WaitSet, owner: &[u8], ttl_ms: i64) -> Waiter<()> {
+    Waiter { handle: (), keys, owner: owner.to_vec(), ttl_ms, timeout_at_ms: None, since_ms: 0 }
+}
+
+/// A grant refused because the key is held (or queued for): counted, and
+/// the key noted among the most contended.
+fn contended(call: &Call<'_>) {
+    stats::CONTENDED.bump();
+    stats::record_contended(call.db(), call.key_name(), clock::now_ms());
+}
+
+/// `LOCK.MACQUIRE token ttl-ms numkeys key [key ...] [WAIT timeout-ms]
+/// [MODES mode [mode ...]]`: every key granted to `token` with one fencing
+/// token, or none (see `lock::acquire_all`).
+pub fn acquire_all(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let request = match args::acquire_all(argv, config::limits()) {
+        Ok(request) => request,
+        Err(e) => return rejected("lock.macquire", &e),
+    };
+    let quarantine = node::quarantine();
+    let calls: Vec<Call<'_>> =
+        (0..request.wants.len()).map(|at| call.for_arg(args::MULTI_FIRST_KEY + at)).collect();
+    let admissions: Vec<Admission> = calls.iter().map(|c| admission(c, quarantine.is_some())).collect();
+    let wait_ms = request.wait_ms.filter(|_| !call.cannot_block());
+    let mut keys = Vec::with_capacity(calls.len());
+    for key_call in &calls {
+        match key_call.open_key(true) {
+            Some(key) => keys.push(key),
+            None => return Reply::Error(errors::write_failed()),
+        }
+    }
+    let mut next_free = Vec::new();
+    let result = keystate::run_all(&mut keys, |txns| {
+        let grant = node::with_fencer(|f| {
+            lock::acquire_all(txns, &request.wants, request.owner, request.ttl_ms, &admissions, f)
+        });
+        next_free = txns.iter().map(|t| t.next_free_at_ms()).collect::<Vec<_>>();
+        grant
+    });
+    drop(keys);
+    let (grant, written) = match result {
+        Ok(done) => done,
+        Err((at, failure)) => {
+            return match failed(failure) {
+                Reply::Error(line) => Reply::Error(errors::in_set(&line, at)),
+                other => other,
+            }
+        }
+    };
+    // A refused set may still have removed expired holders.
+    for (key_call, written) in calls.iter().zip(written) {
+        after_write(key_call, written);
+    }
+    match (grant, quarantine, wait_ms) {
+        (AllGrant::Granted(fence), ..) => {
+            stats::GRANTS.bump();
+            Reply::Int(fencing::to_reply(fence))
+        }
+        (AllGrant::Renewed(fence), ..) => {
+            stats::RENEWALS.bump();
+            Reply::Int(fencing::to_reply(fence))
+        }
+        (AllGrant::Refused { why: Grant::Quarantined, .. }, Some((reason, left_ms)), _)
+        | (AllGrant::Refused { why: Grant::Busy, .. }, Some((reason, left_ms)), Some(_)) => {
+            stats::QUARANTINED.bump();
+            Reply::Error(errors::quarantined(reason, left_ms))
+        }
+        (AllGrant::Refused { why: Grant::Quarantined, .. }, None, _) => Reply::Error(errors::internal()),
+        (AllGrant::Refused { why: Grant::Busy, at }, None, wait) => {
+            if let Some(busy) = calls.get(at) {
+                contended(busy);
+            }
+            let Some(timeout_ms) = wait else { return Reply::Nil };
+            let keys = calls.iter().map(Call::key_id).zip(request.wants.iter().copied()).collect();
+            handoff::wait(call, new_waiter(keys, request.owner, request.ttl_ms), timeout_ms, &next_free)
+        }
+        (AllGrant::Refused { why: Grant::Busy, .. }, Some(_), None) => Reply::Nil,
+        (AllGrant::Refused { at, why }, ..) => {
+            let want = request.wants.get(at).copied().unwrap_or_else(Want::plain);
+            refused(errors::in_set(&errors::grant_refused(why, want), at))
+        }
     }
 }
 
@@ -133,14 +215,60 @@ pub fn release(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected("lock.release", &e),
     };
-    let released = match write(call, |txn| lock::release(txn, request.owner)) {
-        Ok(released) => released,
-        Err(reply) => return reply,
-    };
-    if released {
-        stats::RELEASES.bump();
+    match write(call, |txn| release_one(txn, request.owner)) {
+        Ok(released) => Reply::Int(i64::from(released)),
+        Err(reply) => reply,
     }
-    Reply::Int(i64::from(released))
+}
+
+/// RELEASE of one key, counted, with the hold's duration recorded.
+fn release_one<'o, S: Stored + ?Sized>(txn: &mut Txn<'_, 'o, S>, owner: &'o [u8]) -> bool {
+    let fence = txn.hold(owner).map(|h| h.fence);
+    let released = lock::release(txn, owner);
+    if let (true, Some(fence)) = (released, fence) {
+        stats::RELEASES.bump();
+        stats::record_hold(txn.now_ms().saturating_sub(fencing::granted_at_ms(fence)));
+    }
+    released
+}
+
+/// `LOCK.MRELEASE token key [key ...]`: LOCK.RELEASE on every key for one
+/// token (a set taken with LOCK.MACQUIRE). Reply: 1 or 0 per key. A key
+/// that is not a lock fails the whole call before anything is released;
+/// waiters are served once every key is released (a waiter for the same
+/// set is then served at once, not after a look at a half-released set).
+pub fn release_all(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let request = match args::release_all(argv, config::limits()) {
+        Ok(request) => request,
+        Err(e) => return rejected("lock.mrelease", &e),
+    };
+    const FIRST_KEY: usize = 2;
+    let calls: Vec<Call<'_>> = (FIRST_KEY..argv.len()).map(|index| call.for_arg(index)).collect();
+    for key_call in &calls {
+        if let Err(reply) = read(key_call, |_| Reply::Nil) {
+            return reply;
+        }
+    }
+    let mut released = Vec::with_capacity(calls.len());
+    let mut writes = Vec::with_capacity(calls.len());
+    for key_call in &calls {
+        match keystate::transact(key_call, |txn| release_one(txn, request.owner)) {
+            Ok((done, written, key)) => {
+                drop(key);
+                released.push(i64::from(done));
+                writes.push(written);
+            }
+            Err(failure) => {
+                released.push(0);
+                writes.push(Default::default());
+                redis_module::logging::log_warning(format!("lock: LOCK.MRELEASE: {}", failed_line(failure)));
+            }
+        }
+    }
+    for (key_call, written) in calls.iter().zip(writes) {
+        after_write(key_call, written);
+    }
+    Reply::Ints(released)
 }
 
 /// `LOCK.EXTEND key token ttl-ms`
@@ -171,16 +299,29 @@ pub fn exit(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected("lock.exit", &e),
     };
-    match write(call, |txn| lock::exit(txn, request.owner, request.request_id)) {
-        Ok(Exit::Left(0)) => {
-            stats::RELEASES.bump();
-            Reply::Int(0)
-        }
+    match write(call, |txn| exit_one(txn, request.owner, request.request_id)) {
+        Ok(Exit::Left(0)) => Reply::Int(0),
         Ok(Exit::Left(holds)) => Reply::Int(i64::from(holds)),
         Ok(Exit::NotHeld) => Reply::Nil,
         Ok(Exit::WrongKind { found }) => wrongtype(errors::wrong_kind(found.name(), Kind::Reentrant.name())),
         Err(reply) => reply,
     }
+}
+
+/// EXIT of one hold; the last one counts as a release, with the hold's
+/// duration recorded.
+fn exit_one<'o, S: Stored + ?Sized>(
+    txn: &mut Txn<'_, 'o, S>,
+    owner: &'o [u8],
+    request_id: Option<&[u8]>,
+) -> Exit {
+    let fence = txn.hold(owner).map(|h| h.fence);
+    let exit = lock::exit(txn, owner, request_id);
+    if let (Exit::Left(0), Some(fence)) = (exit, fence) {
+        stats::RELEASES.bump();
+        stats::record_hold(txn.now_ms().saturating_sub(fencing::granted_at_ms(fence)));
+    }
+    exit
 }
 
 /// `LOCK.FENCE key token floor`
@@ -283,6 +424,69 @@ pub fn renew(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
     Reply::Ints(extended)
 }
 
+/// Most waiters one LOCK.WAITERS call lists (`LOCK.INFO` counts them all).
+pub const WAITERS_LIST_MAX: usize = 1000;
+
+/// `LOCK.WAITERS key [COUNT count]`: the clients waiting for the key, head
+/// first: position, token, mode, how long each has waited, its timeout
+/// left (-1: none), the TTL it asked for, and how many keys it waits for
+/// (more than 1: a LOCK.MACQUIRE set). An empty array when nobody waits.
+pub fn waiters(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let count = match args::list_count(argv, 2, WAITERS_LIST_MAX) {
+        Ok(count) => count,
+        Err(e) => return rejected("lock.waiters", &e),
+    };
+    if let Err(reply) = read(call, |_| Reply::Nil) {
+        return reply;
+    }
+    let key = call.key_id();
+    let now = clock::now_ms();
+    let listed = handoff::waiting_for(&key, count);
+    let rows = listed
+        .into_iter()
+        .enumerate()
+        .map(|(at, w)| {
+            let want = w.want_on(&key).unwrap_or_else(Want::plain);
+            vec![
+                ("position", Field::Int(i64::try_from(at).unwrap_or(i64::MAX).saturating_add(1))),
+                ("token", Field::Bytes(w.owner)),
+                ("kind", Field::Text(want.kind.name())),
+                ("mode", Field::Text(want.mode.name())),
+                ("waited-ms", Field::Int(now.saturating_sub(w.since_ms).max(0))),
+                ("timeout-ms", Field::Int(w.timeout_at_ms.map_or(-1, |at| at.saturating_sub(now).max(0)))),
+                ("ttl-ms", Field::Int(w.ttl_ms)),
+                ("keys", Field::Int(i64::try_from(w.keys.len()).unwrap_or(i64::MAX))),
+            ]
+        })
+        .collect();
+    Reply::List(rows)
+}
+
+/// `LOCK.CONTENDED [COUNT count]`: this node's most contended keys lately
+/// (grants refused or queued because the key was held or had waiters),
+/// the most contended first. Counts halve every minute; `error` bounds how
+/// much a count may overstate (see `core/hotkeys.rs`).
+pub fn contended_keys(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    let _ = call;
+    let count = match args::list_count(argv, 1, crate::core::hotkeys::SLOTS) {
+        Ok(count) => count,
+        Err(e) => return rejected("lock.contended", &e),
+    };
+    let rows = stats::most_contended(count, clock::now_ms())
+        .into_iter()
+        .map(|hot| {
+            vec![
+                ("db", Field::Int(i64::from(hot.db))),
+                ("key", Field::Bytes(hot.key)),
+                ("truncated", Field::Int(i64::from(hot.truncated))),
+                ("count", Field::Int(i64::try_from(hot.count).unwrap_or(i64::MAX))),
+                ("error", Field::Int(i64::try_from(hot.error).unwrap_or(i64::MAX))),
+            ]
+        })
+        .collect();
+    Reply::List(rows)
+}
+
 /// `LOCK.CHECK key fencing-token`: 1 if that token is a current, live grant
 /// of the key, else 0 (a resource server's check before acting).
 pub fn check(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
@@ -300,8 +504,9 @@ fn write<'c, 'o, T>(
     call: &'c Call<'c>,
     transition: impl for<'s, 'k> FnOnce(&mut Txn<'s, 'o, Loaded<'k, 'c>>) -> T,
 ) -> Result<T, Reply> {
-    let (answer, written, mut key) = keystate::transact(call, transition).map_err(failed)?;
-    after_write(call, &mut key, written);
+    let (answer, written, key) = keystate::transact(call, transition).map_err(failed)?;
+    drop(key);
+    after_write(call, written);
     Ok(answer)
 }
 
@@ -315,13 +520,14 @@ fn read(call: &Call<'_>, f: impl FnOnce(&Loaded<'_, '_>) -> Reply) -> Result<Rep
     }
 }
 
-/// After a write: count expiries found, serve the key's waiters, and tell
-/// pub/sub subscribers when a lock was freed and nobody took it.
-fn after_write(call: &Call<'_>, key: &mut Key<'_>, written: Written) {
+/// After a write (the key closed again): count expiries found, serve the
+/// key's waiters, and tell pub/sub subscribers when a lock was freed and
+/// nobody took it.
+fn after_write(call: &Call<'_>, written: Written) {
     if written.found_expired {
         stats::EXPIRIES.bump();
     }
-    let handed_off = handoff::settle(call, key);
+    let handed_off = handoff::settle(call);
     if written.freed && !handed_off && config::PUBLISH_FREED.load(std::sync::atomic::Ordering::Relaxed) {
         call.publish_freed(if written.found_expired { Freed::Expired } else { Freed::Released });
     }
@@ -338,6 +544,13 @@ fn failed(failure: Failure) -> Reply {
     match failure {
         Failure::NotALock => wrongtype(errors::not_a_lock()),
         Failure::WriteFailed => Reply::Error(errors::write_failed()),
+    }
+}
+
+fn failed_line(failure: Failure) -> String {
+    match failure {
+        Failure::NotALock => errors::not_a_lock(),
+        Failure::WriteFailed => errors::write_failed(),
     }
 }
 

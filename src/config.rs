@@ -83,8 +83,15 @@ pub fn limits() -> Limits {
     Limits {
         ttl_ms_max: MAX_TTL_MS.get(),
         renew_keys_max: usize::try_from(MAX_RENEW_KEYS.get()).unwrap_or(RENEW_KEYS_MAX),
+        multi_keys_max: usize::try_from(MAX_MULTI_KEYS.get()).unwrap_or(RENEW_KEYS_MAX),
     }
 }
+
+/// Keys one LOCK.MACQUIRE may grant (and one LOCK.MRELEASE release). Each
+/// costs about what a single grant costs, and a waiter for a set stands in
+/// the queue of every key of it, so a hand-off to it is O(keys); the
+/// default keeps a call far under a millisecond.
+pub static MAX_MULTI_KEYS: BoundedI64 = BoundedI64::new("max-multi-keys", 100, 1, RENEW_KEYS_MAX as i64);
 
 /// Keys one LOCK.RENEW may extend. Each costs a few microseconds of the
 /// main thread (measured: about 3 us on a loaded 2-core machine), so the

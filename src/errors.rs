@@ -2,7 +2,8 @@
 //! its code (`ERR`, `WRONGTYPE`, ...) as Redis clients expect.
 
 use crate::core::args::ArgError;
-use crate::core::kind::Mode;
+use crate::core::kind::{Mode, Want, HOLDS_MAX};
+use crate::core::lock::Grant;
 use crate::core::quarantine::Reason;
 
 /// A malformed call: arity, integers, ranges, tokens, options.
@@ -82,4 +83,22 @@ pub fn cannot_block() -> String {
 /// A grant refused because the node is in quarantine.
 pub fn quarantined(reason: Reason, left_ms: i64) -> String {
     format!("QUARANTINE {}, refusing new locks for {left_ms} ms", reason.describe())
+}
+
+/// Why a grant of `want` was refused, for the refusals that waiting cannot
+/// cure (`Busy` and `Quarantined` are answered otherwise).
+pub fn grant_refused(why: Grant, want: Want) -> String {
+    match why {
+        Grant::WrongKind { found } => wrong_kind(found.name(), want.kind.name()),
+        Grant::LimitMismatch { limit } => limit_mismatch(limit, want.limit),
+        Grant::ModeMismatch { held } => mode_mismatch(held),
+        Grant::TooManyHolds => too_many_holds(HOLDS_MAX),
+        Grant::Granted(_) | Grant::Renewed(_) | Grant::Busy | Grant::Quarantined => internal(),
+    }
+}
+
+/// An error about one key of a LOCK.MACQUIRE set (`at` counts from 0): the
+/// line says which key, by its position among the command's keys.
+pub fn in_set(line: &str, at: usize) -> String {
+    format!("{line} (key #{} of the set)", at.saturating_add(1))
 }

@@ -15,6 +15,17 @@
 //! - by FLUSHDB/FLUSHALL/SWAPDB: the server event does the same for every
 //!   key with waiters in that database.
 //!
+//! A waiter for a set of keys (LOCK.MACQUIRE ... WAIT) stands in the queue
+//! of every key of the set and holds nothing while it waits. It is served
+//! when it is at the head of all those queues and every key is grantable,
+//! all keys at once in one transaction; until then the keys where it is
+//! the head stay as they are (free ones too: nobody overtakes it there).
+//! Queues list waiters in arrival order (`core/queue.rs`), so the oldest
+//! waiter heads all its queues and waits only for holders, which all have
+//! deadlines: no deadlock, and no waiter is overtaken by a later one on any
+//! key it waits for. When a head leaves a queue (served, timed out, gone),
+//! the next head of each of its keys is looked at ([`wake`]).
+//!
 //! Everything here runs on Redis' main thread; the mutexes only make the
 //! statics safe and are never held across a call into Redis that could call
 //! back into this module.
@@ -26,10 +37,11 @@ use std::sync::{Mutex, MutexGuard};
 use crate::clock;
 use crate::config;
 use crate::core::fencing;
-use crate::core::lock::{self, Admission, Grant};
+use crate::core::kind::Want;
+use crate::core::lock::{self, Admission, AllGrant, Grant};
 use crate::core::queue::{Full, KeyId, Queues, Waiter, TOTAL_MAX};
 use crate::errors;
-use crate::ffi::{self, Call, Key, Reply, TimerId, WaitResult, WaiterHandle};
+use crate::ffi::{self, Call, Reply, TimerId, WaitResult, WaiterHandle};
 use crate::keystate::{self, Failure};
 use crate::node;
 use crate::stats;
@@ -89,12 +101,21 @@ pub fn queued(key: &KeyId) -> usize {
     with_queues(|q| q.len(key))
 }
 
-/// Blocks the calling client at the tail of the key's queue. `next_free_ms`
-/// is when a holder may next leave: the hand-off timer fires then.
-pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, next_free_ms: i64) -> Reply {
+/// Up to `count` waiters of `key`, head first (copies: LOCK.WAITERS).
+pub fn waiting_for(key: &KeyId, count: usize) -> Vec<Waiter<WaiterHandle>> {
+    if !any_waiters() {
+        return Vec::new();
+    }
+    with_queues(|q| q.waiters(key).take(count).cloned().collect())
+}
+
+/// Blocks the calling client at the tail of the queue of each of the
+/// waiter's keys. `next_free_ms[i]` is when a holder of key `i` may next
+/// leave (None when it has no holder): the hand-off timer fires then.
+pub fn wait(call: &Call<'_>, waiter: Waiter<()>, timeout_ms: i64, next_free_ms: &[Option<i64>]) -> Reply {
     let per_key_max = usize::try_from(config::MAX_WAITERS.get()).unwrap_or(0);
-    let (on_key, on_node) = with_queues(|q| (q.len(&key), q.total()));
-    if on_key >= per_key_max {
+    let on_node = with_queues(|q| q.total());
+    if with_queues(|q| waiter.keys.iter().any(|(key, _)| q.len(key) >= per_key_max)) {
         stats::REJECTED.bump();
         return Reply::Error(errors::too_many_waiters(per_key_max));
     }
@@ -110,17 +131,23 @@ pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, ne
     let Some(handle) = call.block() else {
         return Reply::Error(errors::cannot_block());
     };
+    let now = clock::now_ms();
     // WAIT 0 waits without bound.
-    let timeout_at_ms = (timeout_ms > 0).then(|| clock::now_ms().saturating_add(timeout_ms));
+    let timeout_at_ms = (timeout_ms > 0).then(|| now.saturating_add(timeout_ms));
+    let keys = waiter.keys;
+    let arms: Vec<(KeyId, i64)> =
+        keys.iter().zip(next_free_ms).map(|((key, _), free)| (key.clone(), free.unwrap_or(now))).collect();
     let waiter =
-        Waiter { handle, want: waiter.want, owner: waiter.owner, ttl_ms: waiter.ttl_ms, timeout_at_ms };
-    match with_queues(|q| q.push(key.clone(), waiter, per_key_max)) {
+        Waiter { handle, keys, owner: waiter.owner, ttl_ms: waiter.ttl_ms, timeout_at_ms, since_ms: now };
+    match with_queues(|q| q.push(waiter, per_key_max)) {
         Ok(()) => {
             stats::WAITS_STARTED.bump();
             if let Some(at) = timeout_at_ms {
                 add_timeout(call, at, handle);
             }
-            arm(call, &key, next_free_ms);
+            for (key, due) in &arms {
+                arm(call, key, *due);
+            }
         }
         Err(full) => {
             // Checked above; unreachable unless the bound changed under us.
@@ -135,47 +162,89 @@ pub fn wait(call: &Call<'_>, key: KeyId, waiter: Waiter<()>, timeout_ms: i64, ne
     Reply::Blocked
 }
 
-/// Serves waiters from the head of the key's queue for as long as the head
-/// can be granted: one waiter for an exclusive lock, a run of readers for a
-/// shared lock, as many as there are free permits for a semaphore. A head
-/// that cannot be granted yet stops the run (FIFO across modes: a queued
-/// writer is not overtaken by readers behind it).
+/// Hands the call's key to its waiters, from the head of its queue, for as
+/// long as the head can be served: a run of waiters for this key alone
+/// ([`serve_run`]), or a waiter for a set of keys ([`serve_set`]), then
+/// the next head. Stops at a head that cannot be served yet, with a timer
+/// armed for when it may be. Opens the key itself: call it with the key
+/// closed. Returns true if a waiter was handed the lock.
 ///
-/// The whole run is decided in one transaction over one read of the key and
-/// stored with one write (one replicated `HSET` for a run of readers): O(k)
-/// for k waiters served, whatever the number of holders or waiters.
-/// Called with the key open for writing, after any write of this module to
-/// it, and by timers. Returns true if a waiter was handed the lock.
-pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
+/// Each round serves at least one waiter or stops, so the loop is bounded
+/// by the queue's length (`lock.max-waiters`).
+pub fn settle(call: &Call<'_>) -> bool {
     if !any_waiters() {
         return false;
     }
     let key_id = call.key_id();
-    if queued(&key_id) == 0 {
-        disarm(call, &key_id);
-        return false;
-    }
     // No grant in quarantine (waiters cannot normally exist then: WAIT is
     // refused in quarantine, and replicas have none); try again after it.
     if let Some((_, left_ms)) = node::quarantine() {
-        arm(call, &key_id, clock::now_ms().saturating_add(left_ms));
+        if queued(&key_id) > 0 {
+            arm(call, &key_id, clock::now_ms().saturating_add(left_ms));
+        }
         return false;
     }
+    let mut any_served = false;
+    loop {
+        let head = with_queues(|q| q.peek(&key_id).map(|w| (w.handle, w.is_set())));
+        let next = match head {
+            None => {
+                disarm(call, &key_id);
+                return any_served;
+            }
+            Some((_, false)) => serve_run(call, &key_id),
+            Some((handle, true)) => serve_set(call, handle),
+        };
+        match next {
+            Round::Served => any_served = true,
+            Round::AtSetHead => {}
+            Round::Stop => return any_served,
+        }
+    }
+}
+
+/// How a round of [`settle`] ended.
+enum Round {
+    /// Waiters were served; look at the new head.
+    Served,
+    /// A run for this key alone served nobody: the head waits for a set.
+    AtSetHead,
+    /// The head cannot be served yet (a timer is armed if it needs one), or
+    /// the key can serve nobody.
+    Stop,
+}
+
+/// Serves waiters for the call's key alone from the head of its queue, for
+/// as long as the head can be granted: one waiter for an exclusive lock, a
+/// run of readers for a shared lock, as many as there are free permits for
+/// a semaphore. A head that cannot be granted yet stops the run (FIFO
+/// across modes: a queued writer is not overtaken by readers behind it),
+/// and so does a head that waits for a set of keys.
+///
+/// The whole run is decided in one transaction over one read of the key and
+/// stored with one write (one replicated `HSET` for a run of readers): O(k)
+/// for k waiters served, whatever the number of holders or waiters.
+fn serve_run(call: &Call<'_>, key_id: &KeyId) -> Round {
+    let Some(mut key) = call.open_key(true) else { return Round::Stop };
     // One outcome per waiter taken from the queue, in the same order:
     // granted (its fencing token) or refused (an error line).
     let mut outcomes: Vec<Result<u64, String>> = Vec::new();
     let mut retry_at: Option<i64> = None;
+    let mut at_set = false;
     // The run: waiters leave the head of the queue for as long as the head
     // can be granted (or must be refused), decided on one transaction. The
     // queue is bounded (lock.max-waiters), so the run is too.
     let mut taken = Vec::new();
-    let result = keystate::run(key, |txn| {
+    let result = keystate::run(&mut key, |txn| {
         taken = with_queues(|q| {
-            q.serve(&key_id, |head| {
+            q.serve(key_id, |head| {
+                let Some(want) = head.want_on(key_id).filter(|_| !head.is_set()) else {
+                    at_set = true;
+                    return false;
+                };
                 let owner = head.owner.clone();
-                let grant = node::with_fencer(|f| {
-                    lock::acquire(txn, head.want, owner, head.ttl_ms, Admission::Open, f)
-                });
+                let grant =
+                    node::with_fencer(|f| lock::acquire(txn, want, owner, head.ttl_ms, Admission::Open, f));
                 let outcome = match grant {
                     Grant::Granted(fence) | Grant::Renewed(fence) => Ok(fence),
                     Grant::Busy | Grant::Quarantined => {
@@ -186,20 +255,14 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
                         retry_at = Some(txn.next_free_at_ms().unwrap_or(now.saturating_add(head.ttl_ms)));
                         return false;
                     }
-                    // The key changed kind under the waiter, or the
-                    // semaphore's size.
-                    Grant::WrongKind { found } => {
-                        Err(errors::wrong_kind(found.name(), head.want.kind.name()))
-                    }
-                    Grant::LimitMismatch { limit } => Err(errors::limit_mismatch(limit, head.want.limit)),
-                    Grant::ModeMismatch { held } => Err(errors::mode_mismatch(held)),
-                    Grant::TooManyHolds => Err(errors::too_many_holds(crate::core::kind::HOLDS_MAX)),
+                    refused => Err(errors::grant_refused(refused, want)),
                 };
                 outcomes.push(outcome);
                 true
             })
         });
     });
+    drop(key);
     // Their timeouts no longer apply.
     drop_timeouts(taken.iter().filter_map(|w| w.timeout_at_ms.map(|at| (at, w.handle))));
     let stored = match result {
@@ -214,36 +277,122 @@ pub fn settle(call: &Call<'_>, key: &mut Key<'_>) -> bool {
         Err(Failure::NotALock) => {
             // The key now holds something that is not a lock (overwritten by
             // SET or another type): nobody can be granted it.
-            fail_all(call, &key_id, &errors::not_a_lock());
-            return false;
+            fail_all(call, key_id, &errors::not_a_lock());
+            return Round::Stop;
         }
         Err(Failure::WriteFailed) => false,
     };
-    let mut any_served = false;
+    let mut served = false;
     for (waiter, outcome) in taken.iter().zip(outcomes) {
-        let result = match outcome {
-            Ok(fence) if stored => {
-                stats::GRANTS.bump();
-                stats::WAITS_SERVED.bump();
-                any_served = true;
-                WaitResult::Granted(fencing::to_reply(fence))
-            }
-            Ok(_) => {
-                stats::WAITS_FAILED.bump();
-                WaitResult::Failed(errors::write_failed())
-            }
-            Err(line) => {
-                stats::WAITS_FAILED.bump();
-                WaitResult::Failed(line)
-            }
-        };
-        ffi::unblock(waiter.handle, result);
+        served |= outcome.is_ok() && stored;
+        answer(waiter, outcome.map_err(Some), stored);
     }
-    match retry_at {
-        Some(at) => arm(call, &key_id, at),
-        None => disarm(call, &key_id),
+    if let Some(at) = retry_at {
+        arm(call, key_id, at);
+        return Round::Stop;
     }
-    any_served
+    match (served, at_set, stored) {
+        (true, ..) => Round::Served,
+        (false, true, true) => Round::AtSetHead,
+        // Waiters were refused (answered with errors): look at the next.
+        (false, false, true) if !taken.is_empty() => Round::Served,
+        _ => Round::Stop,
+    }
+}
+
+/// Serves `handle`, a waiter for a set of keys at the head of the call's
+/// key, if it heads the queue of every key of its set and every key is
+/// grantable now: all keys in one transaction, with one fencing token, or
+/// none. Otherwise it keeps waiting, with a timer armed on each of its keys
+/// that is held.
+fn serve_set(call: &Call<'_>, handle: WaiterHandle) -> Round {
+    let Some(waiter) = with_queues(|q| q.at_every_head(handle).then(|| q.get(handle).cloned()).flatten())
+    else {
+        // Behind another waiter on one of its keys: that key's hand-off
+        // comes back to it.
+        return Round::Stop;
+    };
+    let names: Vec<&[u8]> = waiter.keys.iter().map(|((_, name), _)| name.as_slice()).collect();
+    let wants: Vec<_> = waiter.keys.iter().map(|&(_, want)| want).collect();
+    let admissions = vec![Admission::Open; wants.len()];
+    let (result, next_free) = call.for_keys(&names, |calls| {
+        let mut keys = Vec::with_capacity(calls.len());
+        for key_call in calls {
+            match key_call.open_key(true) {
+                Some(key) => keys.push(key),
+                None => return (Err((keys.len(), Failure::WriteFailed)), Vec::new()),
+            }
+        }
+        let mut next_free = Vec::new();
+        let result = keystate::run_all(&mut keys, |txns| {
+            let grant = node::with_fencer(|f| {
+                lock::acquire_all(txns, &wants, &waiter.owner, waiter.ttl_ms, &admissions, f)
+            });
+            next_free = txns.iter().map(|t| t.next_free_at_ms()).collect();
+            grant
+        });
+        (result, next_free)
+    });
+    let outcome = match result {
+        Ok((AllGrant::Granted(fence) | AllGrant::Renewed(fence), written)) => {
+            stats::EXPIRIES.add(written.iter().filter(|w| w.found_expired).count() as u64);
+            Ok(fence)
+        }
+        Ok((AllGrant::Refused { why: Grant::Busy | Grant::Quarantined, .. }, _)) => {
+            for ((key, _), free) in waiter.keys.iter().zip(&next_free) {
+                if let Some(at) = free {
+                    arm(call, key, *at);
+                }
+            }
+            return Round::Stop;
+        }
+        Ok((AllGrant::Refused { at, why }, _)) => {
+            let want = wants.get(at).copied().unwrap_or(Want::plain());
+            Err(errors::in_set(&errors::grant_refused(why, want), at))
+        }
+        Err((at, Failure::NotALock)) => Err(errors::in_set(&errors::not_a_lock(), at)),
+        Err((_, Failure::WriteFailed)) => Err(errors::write_failed()),
+    };
+    // Served or refused: it leaves every queue, and the next head of each
+    // of its other keys is looked at.
+    let Some(waiter) = with_queues(|q| q.remove(handle)) else { return Round::Stop };
+    drop_timeouts(waiter.timeout_at_ms.map(|at| (at, handle)).into_iter());
+    answer(&waiter, outcome.map_err(Some), true);
+    let here = call.key_id();
+    wake(call, waiter.keys.iter().map(|(key, _)| key).filter(|key| **key != here));
+    Round::Served
+}
+
+/// Answers a waiter taken from its queues: its fencing token if `stored`,
+/// else an error.
+fn answer(waiter: &Waiter<WaiterHandle>, outcome: Result<u64, Option<String>>, stored: bool) {
+    let result = match outcome {
+        Ok(fence) if stored => {
+            stats::GRANTS.bump();
+            stats::WAITS_SERVED.bump();
+            stats::record_wait(clock::now_ms().saturating_sub(waiter.since_ms));
+            WaitResult::Granted(fencing::to_reply(fence))
+        }
+        Ok(_) | Err(None) => {
+            stats::WAITS_FAILED.bump();
+            WaitResult::Failed(errors::write_failed())
+        }
+        Err(Some(line)) => {
+            stats::WAITS_FAILED.bump();
+            WaitResult::Failed(line)
+        }
+    };
+    ffi::unblock(waiter.handle, result);
+}
+
+/// The queues of `keys` have a new head (the old one left): look at them
+/// right after this command or callback, each with its own hand-off.
+fn wake<'k>(call: &Call<'_>, keys: impl Iterator<Item = &'k KeyId>) {
+    for key in keys {
+        if queued(key) > 0 {
+            arm(call, key, i64::MIN);
+        }
+    }
 }
 
 /// Registers a waiter's timeout; the timeout timer fires no later than it.
@@ -275,15 +424,18 @@ fn drop_timeouts(entries: impl Iterator<Item = (i64, WaiterHandle)>) {
     });
 }
 
-/// Answers every waiter of a key with an error and forgets the key.
+/// Answers every waiter of a key with an error and forgets the key. A
+/// waiter for a set leaves its other queues too; their next heads are
+/// looked at.
 fn fail_all(call: &Call<'_>, key_id: &KeyId, line: &str) {
     let waiters = with_queues(|q| q.drain(key_id));
     drop_timeouts(waiters.iter().filter_map(|w| w.timeout_at_ms.map(|at| (at, w.handle))));
-    for w in waiters {
+    for w in &waiters {
         stats::WAITS_FAILED.bump();
         ffi::unblock(w.handle, WaitResult::Failed(line.to_owned()));
     }
     disarm(call, key_id);
+    wake(call, waiters.iter().flat_map(|w| w.keys.iter().map(|(key, _)| key)).filter(|key| *key != key_id));
 }
 
 /// Makes sure a timer fires for `key` no later than `due_ms` (module clock).
@@ -327,9 +479,7 @@ pub fn on_key_timer(call: &Call<'_>, key: &KeyId) {
         fail_all(call, key, &errors::slot_moved());
         return;
     }
-    if let Some(mut open) = call.open_key(true) {
-        let _ = settle(call, &mut open);
-    }
+    let _ = settle(call);
 }
 
 /// A keyspace event on a key (inside the notification: no writes here).
@@ -372,10 +522,9 @@ pub fn on_wait_timeout(call: &Call<'_>) {
         (due, t.due.first().map(|&(at, _)| at))
     });
     for (_, handle) in due {
-        if let Some((key, _)) = with_queues(|q| q.remove(handle)) {
+        if let Some(waiter) = leave(call, handle) {
             stats::WAITS_TIMED_OUT.bump();
-            ffi::unblock(handle, WaitResult::TimedOut);
-            forget_if_idle(call, &key);
+            ffi::unblock(waiter.handle, WaitResult::TimedOut);
         }
     }
     if let Some(at) = next {
@@ -384,30 +533,40 @@ pub fn on_wait_timeout(call: &Call<'_>) {
     }
 }
 
-/// `CLIENT UNBLOCK` of a waiter (Redis answers it nil): it leaves its queue.
+/// `CLIENT UNBLOCK` of a waiter (Redis answers it nil): it leaves its queues.
 pub fn on_client_unblock(call: &Call<'_>, handle: WaiterHandle) {
-    if let Some((key, waiter)) = with_queues(|q| q.remove(handle)) {
+    if let Some(waiter) = leave(call, handle) {
         drop_timeouts(waiter.timeout_at_ms.map(|at| (at, handle)).into_iter());
         stats::WAITS_TIMED_OUT.bump();
-        forget_if_idle(call, &key);
     }
 }
 
 /// Returns true if the waiter was still queued (the caller then unblocks it).
 pub fn on_disconnect(call: &Call<'_>, handle: WaiterHandle) -> bool {
-    match with_queues(|q| q.remove(handle)) {
-        Some((key, waiter)) => {
+    match leave(call, handle) {
+        Some(waiter) => {
             drop_timeouts(waiter.timeout_at_ms.map(|at| (at, handle)).into_iter());
             stats::WAITS_ABANDONED.bump();
-            forget_if_idle(call, &key);
             true
         }
         None => false,
     }
 }
 
-fn forget_if_idle(call: &Call<'_>, key: &KeyId) {
-    if with_queues(|q| q.len(key)) == 0 {
-        disarm(call, key);
+/// Takes a waiter out of every queue it stands in (timeout, unblock,
+/// disconnect). Where it was the head, the next waiter may be servable now
+/// (a free key behind a waiter for a set, readers behind a writer), so that
+/// key is looked at; a queue left empty has its timer stopped.
+fn leave(call: &Call<'_>, handle: WaiterHandle) -> Option<Waiter<WaiterHandle>> {
+    let (waiter, headed) = with_queues(|q| {
+        let headed = q.heads_of(handle);
+        q.remove(handle).map(|w| (w, headed))
+    })?;
+    for (key, _) in &waiter.keys {
+        if queued(key) == 0 {
+            disarm(call, key);
+        }
     }
+    wake(call, headed.iter());
+    Some(waiter)
 }

@@ -149,19 +149,68 @@ pub fn run<'c, 'o, T>(
         let mut txn = Txn::new(&loaded, now, config::EXPIRY_DELAY_MS.get());
         let answer = transition(&mut txn);
         let changes = txn.finish();
-        // A lock in the previous string form is rewritten whole, as a hash,
-        // by its first write.
-        let converted = match &loaded {
-            Loaded::Legacy(old) if !changes.is_empty() => Some(old.apply(&changes)),
-            _ => None,
-        };
+        let converted = legacy_converted(&loaded, &changes);
         (answer, changes, converted)
     };
-    let written = match converted {
-        Some(after) => store_converted(key, &after, &changes, now)?,
-        None => store(key, &changes, now)?,
+    Ok((answer, store_any(key, converted.as_ref(), &changes, now)?))
+}
+
+/// [`run`] over several keys at once (LOCK.MACQUIRE, the hand-off of a set):
+/// every key is read first and the transition decides on all of them
+/// together; then each key's changes are stored, in order. `Err` names the
+/// key (its index) that is not a lock, before anything is stored, or whose
+/// write Redis refused.
+pub fn run_all<'c, 'o, T>(
+    keys: &mut [Key<'c>],
+    transition: impl for<'s, 'k> FnOnce(&mut [Txn<'s, 'o, Loaded<'k, 'c>>]) -> T,
+) -> Result<(T, Vec<Written>), (usize, Failure)> {
+    let now = clock::now_ms();
+    let (answer, prepared) = {
+        let mut loaded = Vec::with_capacity(keys.len());
+        for (at, key) in keys.iter().enumerate() {
+            loaded.push(load(key).map_err(|NotALock| (at, Failure::NotALock))?);
+        }
+        let delay = config::EXPIRY_DELAY_MS.get();
+        let mut txns: Vec<Txn<'_, 'o, Loaded<'_, 'c>>> =
+            loaded.iter().map(|l| Txn::new(l, now, delay)).collect();
+        let answer = transition(&mut txns);
+        let prepared: Vec<(Changes<'o>, Option<Holders>)> = txns
+            .into_iter()
+            .zip(&loaded)
+            .map(|(txn, stored)| {
+                let changes = txn.finish();
+                let converted = legacy_converted(stored, &changes);
+                (changes, converted)
+            })
+            .collect();
+        (answer, prepared)
     };
+    let mut written = Vec::with_capacity(keys.len());
+    for (at, (key, (changes, converted))) in keys.iter_mut().zip(prepared).enumerate() {
+        written.push(store_any(key, converted.as_ref(), &changes, now).map_err(|f| (at, f))?);
+    }
     Ok((answer, written))
+}
+
+/// A lock in the previous string form is rewritten whole, as a hash, by its
+/// first write: the holders it will have.
+fn legacy_converted(loaded: &Loaded<'_, '_>, changes: &Changes<'_>) -> Option<Holders> {
+    match loaded {
+        Loaded::Legacy(old) if !changes.is_empty() => Some(old.apply(changes)),
+        _ => None,
+    }
+}
+
+fn store_any(
+    key: &mut Key<'_>,
+    converted: Option<&Holders>,
+    changes: &Changes<'_>,
+    now_ms: i64,
+) -> Result<Written, Failure> {
+    match converted {
+        Some(after) => store_converted(key, after, changes, now_ms),
+        None => store(key, changes, now_ms),
+    }
 }
 
 /// Stores a transaction's changes in `key` (opened for writing, holding the

@@ -47,7 +47,7 @@ mod module {
 
     use crate::commands;
     use crate::config;
-    use crate::ffi::{self, CommandDef, InfoValue, RawArgv, RawCtx};
+    use crate::ffi::{self, CommandDef, InfoValue, Keys, RawArgv, RawCtx};
     use crate::stats;
 
     macro_rules! entry {
@@ -69,6 +69,18 @@ mod module {
     entry!(shared_entry => commands::shared);
     entry!(exclusive_entry => commands::exclusive);
     entry!(semaphore_entry => commands::semaphore);
+    extern "C" fn acquire_all_entry(ctx: RawCtx, argv: RawArgv, argc: c_int) -> c_int {
+        ffi::dispatch_counted_keys(
+            ctx,
+            argv,
+            argc,
+            crate::core::args::MULTI_FIRST_KEY - 1,
+            commands::acquire_all,
+        )
+    }
+    entry!(release_all_entry => commands::release_all);
+    entry!(waiters_entry => commands::waiters);
+    entry!(contended_entry => commands::contended_keys);
 
     // Key-spec flags (REDISMODULE_CMD_KEY_*), see redismodule.h.
     const RO: u64 = 1 << 0;
@@ -77,7 +89,7 @@ mod module {
     const UPDATE: u64 = 1 << 5;
     const DELETE: u64 = 1 << 7;
 
-    fn command_table() -> [CommandDef; 12] {
+    fn command_table() -> [CommandDef; 16] {
         [
             CommandDef {
                 name: c"lock.acquire",
@@ -85,7 +97,7 @@ mod module {
                 flags: c"write deny-oom",
                 arity: -4,
                 key_flags: RW | UPDATE,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Take a plain lock; reply: fencing token or nil",
             },
             CommandDef {
@@ -94,7 +106,7 @@ mod module {
                 flags: c"write fast",
                 arity: 3,
                 key_flags: RW | DELETE,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Free a lock held by token; reply: 1 or 0",
             },
             CommandDef {
@@ -103,7 +115,7 @@ mod module {
                 flags: c"write deny-oom fast",
                 arity: 4,
                 key_flags: RW | UPDATE,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Reset the TTL of a lock held by token; reply: 1 or 0",
             },
             CommandDef {
@@ -112,7 +124,7 @@ mod module {
                 flags: c"write deny-oom",
                 arity: -4,
                 key_flags: RW | UPDATE,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Enter a reentrant lock; reply: fencing token or nil",
             },
             CommandDef {
@@ -121,7 +133,7 @@ mod module {
                 flags: c"write fast",
                 arity: -3,
                 key_flags: RW | UPDATE,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Drop one hold of a reentrant lock; reply: holds left or nil",
             },
             CommandDef {
@@ -130,7 +142,7 @@ mod module {
                 flags: c"write fast",
                 arity: 4,
                 key_flags: RW | ACCESS,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Raise this node's fencing counter while holding the lock; reply: 1 or 0",
             },
             CommandDef {
@@ -139,7 +151,7 @@ mod module {
                 flags: c"readonly fast",
                 arity: 2,
                 key_flags: RO | ACCESS,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Describe the lock at key; reply: field/value array or nil",
             },
             CommandDef {
@@ -148,7 +160,7 @@ mod module {
                 flags: c"readonly fast",
                 arity: 3,
                 key_flags: RO | ACCESS,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Is this fencing token the current grant of key? reply: 1 or 0",
             },
             CommandDef {
@@ -157,7 +169,7 @@ mod module {
                 flags: c"write deny-oom",
                 arity: -4,
                 key_flags: RW | UPDATE,
-                keys: (3, -1),
+                keys: Keys::Range(3, -1),
                 summary: c"Extend many locks held by one token; reply: 1 or 0 per key",
             },
             CommandDef {
@@ -166,7 +178,7 @@ mod module {
                 flags: c"write deny-oom",
                 arity: -4,
                 key_flags: RW | UPDATE,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Take a read (shared) hold of a read-write lock; reply: fencing token or nil",
             },
             CommandDef {
@@ -175,7 +187,7 @@ mod module {
                 flags: c"write deny-oom",
                 arity: -4,
                 key_flags: RW | UPDATE,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Take the write (exclusive) hold of a read-write lock; reply: fencing token or nil",
             },
             CommandDef {
@@ -184,14 +196,50 @@ mod module {
                 flags: c"write deny-oom",
                 arity: -5,
                 key_flags: RW | UPDATE,
-                keys: (1, 1),
+                keys: Keys::Range(1, 1),
                 summary: c"Take one of a semaphore's permits; reply: fencing token or nil",
+            },
+            CommandDef {
+                name: c"lock.macquire",
+                entry: acquire_all_entry,
+                flags: c"write deny-oom getkeys-api",
+                arity: -5,
+                key_flags: RW | UPDATE,
+                keys: Keys::Counted { at: 3 },
+                summary: c"Take every lock of a set or none; reply: one fencing token or nil",
+            },
+            CommandDef {
+                name: c"lock.mrelease",
+                entry: release_all_entry,
+                flags: c"write",
+                arity: -3,
+                key_flags: RW | DELETE,
+                keys: Keys::Range(2, -1),
+                summary: c"Free the locks of a set held by token; reply: 1 or 0 per key",
+            },
+            CommandDef {
+                name: c"lock.waiters",
+                entry: waiters_entry,
+                flags: c"readonly",
+                arity: -2,
+                key_flags: RO | ACCESS,
+                keys: Keys::Range(1, 1),
+                summary: c"List the clients waiting for a lock, head first",
+            },
+            CommandDef {
+                name: c"lock.contended",
+                entry: contended_entry,
+                flags: c"readonly fast",
+                arity: -1,
+                key_flags: 0,
+                keys: Keys::None,
+                summary: c"The most contended locks of this node lately",
             },
         ]
     }
 
     fn info_fields() -> Vec<(&'static str, InfoValue)> {
-        use InfoValue::{Signed, Text, Unsigned};
+        use InfoValue::{Line, Signed, Text, Unsigned};
         let quarantine = crate::node::quarantine();
         vec![
             ("grants", Unsigned(stats::GRANTS.get())),
@@ -207,6 +255,8 @@ mod module {
             ("waits_abandoned", Unsigned(stats::WAITS_ABANDONED.get())),
             ("waits_failed", Unsigned(stats::WAITS_FAILED.get())),
             ("waiters", Unsigned(crate::handoff::waiting_now() as u64)),
+            ("wait_time_ms", Line(times(stats::wait_times()))),
+            ("hold_time_ms", Line(times(stats::hold_times()))),
             ("quarantine", Unsigned(u64::from(quarantine.is_some()))),
             ("quarantine_ms_left", Signed(quarantine.map_or(0, |(_, left)| left))),
             ("quarantine_reason", Text(quarantine.map_or("none", |(reason, _)| reason.name()))),
@@ -217,11 +267,21 @@ mod module {
             ("max_waiters", Signed(config::MAX_WAITERS.get())),
             ("expiry_delay_ms", Signed(config::EXPIRY_DELAY_MS.get())),
             ("max_renew_keys", Signed(config::MAX_RENEW_KEYS.get())),
+            ("max_multi_keys", Signed(config::MAX_MULTI_KEYS.get())),
             ("quarantine_ms", Signed(config::QUARANTINE_MS.get())),
             ("failover_quarantine", Unsigned(u64::from(config::FAILOVER_QUARANTINE.load(Ordering::Relaxed)))),
             ("publish_freed", Unsigned(u64::from(config::PUBLISH_FREED.load(Ordering::Relaxed)))),
             ("wall_clock_offset_ms", Signed(crate::clock::wall_offset_ms())),
         ]
+    }
+
+    /// A histogram of durations as one INFO line, in the `key=value,...`
+    /// form Redis uses for `db0:keys=...`.
+    fn times(s: crate::core::histogram::Summary) -> String {
+        format!(
+            "count={},sum={},p50={},p90={},p99={},max={}",
+            s.count, s.sum_ms, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms
+        )
     }
 
     /// The persistence settings that decide the start-up quarantine.
@@ -337,6 +397,7 @@ mod module {
                 [config::QUARANTINE_MS.name(), &config::QUARANTINE_MS, config::QUARANTINE_MS.default, i64::MIN, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::EXPIRY_DELAY_MS.name(), &config::EXPIRY_DELAY_MS, config::EXPIRY_DELAY_MS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [config::MAX_RENEW_KEYS.name(), &config::MAX_RENEW_KEYS, config::MAX_RENEW_KEYS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+                [config::MAX_MULTI_KEYS.name(), &config::MAX_MULTI_KEYS, config::MAX_MULTI_KEYS.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
             ],
             string: [],
             bool: [

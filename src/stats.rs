@@ -47,3 +47,47 @@ pub static WAITS_ABANDONED: Counter = Counter::new();
 pub static WAITS_FAILED: Counter = Counter::new();
 /// Grants refused because the node was in quarantine.
 pub static QUARANTINED: Counter = Counter::new();
+
+use std::sync::Mutex;
+
+use crate::core::histogram::{Histogram, Summary};
+use crate::core::hotkeys::{HotKey, HotKeys};
+
+/// How long served waiters waited (WAIT until granted), in ms.
+static WAIT_TIMES: Mutex<Histogram> = Mutex::new(Histogram::new());
+/// How long locks were held until released (RELEASE, EXIT to 0, MRELEASE),
+/// in ms. Locks that expire are counted in `expiries` instead.
+static HOLD_TIMES: Mutex<Histogram> = Mutex::new(Histogram::new());
+/// The most contended keys lately (fixed memory, see `core/hotkeys.rs`).
+static HOT_KEYS: Mutex<HotKeys> = Mutex::new(HotKeys::new());
+
+fn with<T, R>(lock: &Mutex<T>, f: impl FnOnce(&mut T) -> R) -> R {
+    let mut guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(&mut guard)
+}
+
+pub fn record_wait(ms: i64) {
+    with(&WAIT_TIMES, |h| h.record(ms));
+}
+
+pub fn record_hold(ms: i64) {
+    with(&HOLD_TIMES, |h| h.record(ms));
+}
+
+pub fn wait_times() -> Summary {
+    with(&WAIT_TIMES, |h| h.summary())
+}
+
+pub fn hold_times() -> Summary {
+    with(&HOLD_TIMES, |h| h.summary())
+}
+
+/// A grant refused because the key was held or had waiters.
+pub fn record_contended(db: i32, key: &[u8], now_ms: i64) {
+    with(&HOT_KEYS, |t| t.record(db, key, now_ms));
+}
+
+/// Up to `n` of the most contended keys lately, the most contended first.
+pub fn most_contended(n: usize, now_ms: i64) -> Vec<HotKey> {
+    with(&HOT_KEYS, |t| t.top(n, now_ms))
+}

@@ -663,3 +663,39 @@ fn atomic_slot_migration_moves_locks_and_answers_waiters() {
     assert_eq!(info_stat(&mut direct[0], "waiters"), 0);
     retry_finds_the_lock_on_the_new_owner(&nodes, 1, &plain, fence);
 }
+
+/// A set of keys in one slot (hash tags) goes to the slot's owner and is
+/// granted there; keys in different slots get CROSSSLOT from the server,
+/// on the owner itself too, and nothing is taken.
+#[test]
+fn a_set_needs_one_slot_and_goes_to_its_owner() {
+    let nodes = start_cluster();
+    let mut cc = cluster_conn(&nodes);
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    let tagged = ["{order:7}:stock", "{order:7}:payment", "{order:7}:ship"];
+    let slot = keyslot(&mut direct[0], tagged[0]);
+    let owner = owner_of(slot);
+    let mut words = vec!["LOCK.MACQUIRE", "t", "10000", "3"];
+    words.extend_from_slice(&tagged);
+    let fence = as_int(&ccall(&mut cc, &words).expect("a one-slot set is granted"));
+    for key in tagged {
+        let info = info_fields(&ccall(&mut cc, &["LOCK.INFO", key]).unwrap()).expect("held");
+        assert_eq!(as_int(get(&info, "fence")), fence);
+        assert_eq!(exists(&mut direct[owner], key).unwrap(), 1, "{key} lives on the slot's owner");
+    }
+    let released: Vec<i64> = cmd("LOCK.MRELEASE").arg("t").arg(&tagged[..]).query(&mut cc).unwrap();
+    assert_eq!(released, vec![1, 1, 1]);
+    // Two keys of different slots (both owned by one node, even): CROSSSLOT.
+    let per_node = keys_per_node(&mut direct[0], "multi", 2);
+    let (a, b) = (&per_node[owner][0].0, &per_node[owner][1].0);
+    assert_ne!(keyslot(&mut direct[0], a), keyslot(&mut direct[0], b));
+    let e = err_text(
+        cmd("LOCK.MACQUIRE").arg("t").arg(1000).arg(2).arg(a).arg(b).query::<Value>(&mut direct[owner]),
+    );
+    assert!(e.starts_with("CROSSSLOT"), "{e}");
+    let e = err_text(cmd("LOCK.MRELEASE").arg("t").arg(a).arg(b).query::<Value>(&mut direct[owner]));
+    assert!(e.starts_with("CROSSSLOT"), "{e}");
+    for key in [a, b] {
+        assert_eq!(exists(&mut direct[owner], key).unwrap(), 0, "{key} was not taken");
+    }
+}

@@ -14,6 +14,10 @@
 //! LOCK.SHARED    key token ttl-ms [WAIT timeout-ms]
 //! LOCK.EXCLUSIVE key token ttl-ms [WAIT timeout-ms]
 //! LOCK.SEMAPHORE key token permits ttl-ms [WAIT timeout-ms]
+//! LOCK.MACQUIRE  token ttl-ms numkeys key [key ...] [WAIT timeout-ms] [MODES mode [mode ...]]
+//! LOCK.MRELEASE  token key [key ...]
+//! LOCK.WAITERS   key [COUNT count]
+//! LOCK.CONTENDED [COUNT count]
 //! ```
 //! Integers follow Redis' own rules (`string2ll`): optional `-`, no `+`, no
 //! leading zeros, no spaces, no fraction, within i64. Option names are
@@ -22,8 +26,8 @@
 
 use std::fmt;
 
-use super::kind::HOLDERS_MAX;
 pub use super::kind::REQUEST_ID_LEN_MAX;
+use super::kind::{Want, HOLDERS_MAX};
 
 /// Longest token or owner accepted, in bytes. A UUID plus a thread id is
 /// about 45 bytes; 256 leaves room without letting a client store megabytes
@@ -49,20 +53,48 @@ pub struct Limits {
     pub ttl_ms_max: i64,
     /// Keys per LOCK.RENEW (`lock.max-renew-keys`).
     pub renew_keys_max: usize,
+    /// Keys per LOCK.MACQUIRE and LOCK.MRELEASE (`lock.max-multi-keys`).
+    pub multi_keys_max: usize,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArgError {
     Arity,
-    NotInteger { what: &'static str },
-    OutOfRange { what: &'static str, value: i64, min: i64, max: i64, config: Option<&'static str> },
-    EmptyToken { what: &'static str },
-    TokenTooLong { what: &'static str, len: usize },
+    NotInteger {
+        what: &'static str,
+    },
+    OutOfRange {
+        what: &'static str,
+        value: i64,
+        min: i64,
+        max: i64,
+        config: Option<&'static str>,
+    },
+    EmptyToken {
+        what: &'static str,
+    },
+    TokenTooLong {
+        what: &'static str,
+        len: usize,
+    },
     UnknownOption(String),
     DuplicateOption(&'static str),
     MissingValue(&'static str),
-    TooManyKeys { count: usize, max: usize },
+    TooManyKeys {
+        count: usize,
+        max: usize,
+    },
     BadRequestId,
+    /// The key at this position (1-based) of a set appears earlier too.
+    DuplicateKey {
+        at: usize,
+    },
+    UnknownMode(String),
+    /// MODES names neither one mode for every key nor one per key.
+    ModeCount {
+        given: usize,
+        keys: usize,
+    },
 }
 
 impl fmt::Display for ArgError {
@@ -89,6 +121,13 @@ impl fmt::Display for ArgError {
                 f,
                 "request id must be 1 to {REQUEST_ID_LEN_MAX} printable ASCII characters without '|'"
             ),
+            ArgError::DuplicateKey { at } => write!(f, "key #{at} appears twice in the set"),
+            ArgError::UnknownMode(name) => {
+                write!(f, "unknown mode '{name}' (PLAIN, SHARED or EXCLUSIVE)")
+            }
+            ArgError::ModeCount { given, keys } => {
+                write!(f, "MODES takes one mode for every key or one per key: {given} modes for {keys} keys")
+            }
         }
     }
 }
@@ -236,6 +275,135 @@ pub fn renew<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Extend<'a>, ArgErr
     Ok(Extend { owner: token(owner, "token")?, ttl_ms: ttl_ms(ttl, limits)? })
 }
 
+/// Where LOCK.MACQUIRE's keys start in argv (after the name, token, ttl-ms
+/// and numkeys).
+pub const MULTI_FIRST_KEY: usize = 4;
+
+/// LOCK.MACQUIRE: one owner and TTL for a set of keys, each with its mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquireAll<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: i64,
+    /// `Some(0)` waits without bound.
+    pub wait_ms: Option<i64>,
+    /// The mode asked on each key, in argument order (keys are
+    /// `argv[MULTI_FIRST_KEY..MULTI_FIRST_KEY + wants.len()]`).
+    pub wants: Vec<Want>,
+}
+
+/// `LOCK.MACQUIRE token ttl-ms numkeys key [key ...] [WAIT timeout-ms]
+/// [MODES mode [mode ...]]`. A mode is PLAIN (a plain lock, as
+/// LOCK.ACQUIRE), SHARED or EXCLUSIVE (the read or write side of a shared
+/// lock, as LOCK.SHARED / LOCK.EXCLUSIVE); one mode applies to every key,
+/// or one per key. A key named twice is an error.
+pub fn acquire_all<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<AcquireAll<'a>, ArgError> {
+    let [_, owner, ttl, numkeys, rest @ ..] = argv else { return Err(ArgError::Arity) };
+    let owner = token(owner, "token")?;
+    let ttl_ms = ttl_ms(ttl, limits)?;
+    let max = limits.multi_keys_max.clamp(1, RENEW_KEYS_MAX);
+    let max_i64 = i64::try_from(max).unwrap_or(i64::MAX);
+    let count = bounded(numkeys, "numkeys", 1, max_i64, Some("lock.max-multi-keys"))?;
+    let count = usize::try_from(count).unwrap_or(0);
+    let (Some(keys), Some(mut options)) = (rest.get(..count), rest.get(count..)) else {
+        return Err(ArgError::Arity);
+    };
+    if let Some(at) = first_duplicate(keys) {
+        return Err(ArgError::DuplicateKey { at: at + 1 });
+    }
+    let mut wait_ms = None;
+    let mut wants: Option<Vec<Want>> = None;
+    while let [name, tail @ ..] = options {
+        if name.eq_ignore_ascii_case(b"WAIT") {
+            if wait_ms.is_some() {
+                return Err(ArgError::DuplicateOption("WAIT"));
+            }
+            let [value, tail @ ..] = tail else { return Err(ArgError::MissingValue("WAIT")) };
+            wait_ms = Some(bounded(value, "timeout-ms", 0, WAIT_MS_MAX, None)?);
+            options = tail;
+        } else if name.eq_ignore_ascii_case(b"MODES") {
+            if wants.is_some() {
+                return Err(ArgError::DuplicateOption("MODES"));
+            }
+            // The modes run up to the next option name (or the end).
+            let given = tail
+                .iter()
+                .position(|w| w.eq_ignore_ascii_case(b"WAIT") || w.eq_ignore_ascii_case(b"MODES"))
+                .unwrap_or(tail.len());
+            let (words, tail) = tail.split_at(given);
+            let modes = words.iter().map(|w| set_mode(w)).collect::<Result<Vec<Want>, ArgError>>()?;
+            wants = Some(match modes.as_slice() {
+                [] => return Err(ArgError::MissingValue("MODES")),
+                [one] => vec![*one; count],
+                many if many.len() == count => modes,
+                many => return Err(ArgError::ModeCount { given: many.len(), keys: count }),
+            });
+            options = tail;
+        } else {
+            return Err(ArgError::UnknownOption(String::from_utf8_lossy(name).into_owned()));
+        }
+    }
+    Ok(AcquireAll { owner, ttl_ms, wait_ms, wants: wants.unwrap_or_else(|| vec![Want::plain(); count]) })
+}
+
+fn set_mode(word: &[u8]) -> Result<Want, ArgError> {
+    if word.eq_ignore_ascii_case(b"PLAIN") {
+        Ok(Want::plain())
+    } else if word.eq_ignore_ascii_case(b"SHARED") {
+        Ok(Want::read())
+    } else if word.eq_ignore_ascii_case(b"EXCLUSIVE") {
+        Ok(Want::write())
+    } else {
+        Err(ArgError::UnknownMode(String::from_utf8_lossy(word).into_owned()))
+    }
+}
+
+/// The position of the first key that an earlier one equals: O(k log k).
+fn first_duplicate(keys: &[&[u8]]) -> Option<usize> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by(|&a, &b| keys.get(a).cmp(&keys.get(b)).then(a.cmp(&b)));
+    order
+        .windows(2)
+        .filter_map(|pair| match pair {
+            [a, b] if keys.get(*a) == keys.get(*b) => Some(*b),
+            _ => None,
+        })
+        .min()
+}
+
+/// `LOCK.MRELEASE token key [key ...]`: the owner (keys are argv[2..]).
+pub fn release_all<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Owner<'a>, ArgError> {
+    let [_, owner, keys @ ..] = argv else { return Err(ArgError::Arity) };
+    if keys.is_empty() {
+        return Err(ArgError::Arity);
+    }
+    let max = limits.multi_keys_max.clamp(1, RENEW_KEYS_MAX);
+    if keys.len() > max {
+        return Err(ArgError::TooManyKeys { count: keys.len(), max });
+    }
+    Ok(Owner { owner: token(owner, "token")? })
+}
+
+/// Most entries LOCK.WAITERS and LOCK.CONTENDED list by default.
+pub const LIST_DEFAULT: usize = 100;
+
+/// `[COUNT count]` after `fixed` arguments: how many entries to list, at
+/// most `max`.
+pub fn list_count(argv: &[&[u8]], fixed: usize, max: usize) -> Result<usize, ArgError> {
+    let default = LIST_DEFAULT.min(max);
+    match argv.get(fixed..) {
+        Some([]) => Ok(default),
+        Some([name, value]) if name.eq_ignore_ascii_case(b"COUNT") => {
+            let max_i64 = i64::try_from(max).unwrap_or(i64::MAX);
+            Ok(usize::try_from(bounded(value, "count", 1, max_i64, None)?).unwrap_or(default))
+        }
+        Some([name]) if name.eq_ignore_ascii_case(b"COUNT") => Err(ArgError::MissingValue("COUNT")),
+        Some([name, ..]) if !name.eq_ignore_ascii_case(b"COUNT") => {
+            Err(ArgError::UnknownOption(String::from_utf8_lossy(name).into_owned()))
+        }
+        _ => Err(ArgError::Arity),
+    }
+}
+
 /// LOCK.CHECK: the fencing token to compare with the current grant.
 pub fn check(argv: &[&[u8]]) -> Result<u64, ArgError> {
     let [_, _, fence] = argv else { return Err(ArgError::Arity) };
@@ -311,7 +479,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const LIMITS: Limits = Limits { ttl_ms_max: 30_000, renew_keys_max: RENEW_KEYS_MAX };
+    const LIMITS: Limits = Limits { ttl_ms_max: 30_000, renew_keys_max: RENEW_KEYS_MAX, multi_keys_max: 100 };
 
     fn argv(line: &str) -> Vec<&[u8]> {
         line.split(' ').map(str::as_bytes).collect()

@@ -44,6 +44,16 @@ impl Fencer {
     }
 }
 
+/// When the grant that issued `fence` happened, on the module clock (ms):
+/// a token is the grant's clock in microsecond-ish units unless more than
+/// `TOKENS_PER_MS` grants a millisecond ran the counter ahead, or a FENCE
+/// raised the holder to another node's token (whose clock agrees with this
+/// one's as far as the quorum's drift bound). Good for statistics (hold
+/// times), not for safety.
+pub fn granted_at_ms(fence: u64) -> i64 {
+    i64::try_from(fence / TOKENS_PER_MS).unwrap_or(i64::MAX)
+}
+
 /// A token as a reply integer. Tokens stay far below i64::MAX until the
 /// year 2262 (`now_ms * 1000`); saturate rather than wrap past it.
 pub fn to_reply(fence: u64) -> i64 {

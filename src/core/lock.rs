@@ -63,6 +63,102 @@ pub fn admits<S: Stored + ?Sized>(txn: &Txn<'_, '_, S>, want: Want) -> bool {
     }
 }
 
+/// What a grant of one key to one owner would do, decided on the stored lock
+/// (after removing holders whose time passed); nothing of the grant itself
+/// is recorded yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Plan {
+    /// The owner holds it, live, in the asked mode: a renewal of this hold.
+    Renew(Hold),
+    /// A new holder fits.
+    New,
+    /// Not grantable: the reason (never `Granted` or `Renewed`).
+    Refuse(Grant),
+}
+
+fn plan<S: Stored + ?Sized>(
+    txn: &mut Txn<'_, '_, S>,
+    want: Want,
+    owner: &[u8],
+    admission: Admission,
+) -> Plan {
+    if let Some(shape) = txn.shape() {
+        if shape.kind != want.kind {
+            return Plan::Refuse(Grant::WrongKind { found: shape.kind });
+        }
+    }
+    txn.sweep_if_due();
+    let now = txn.now_ms();
+    if let Some(shape) = txn.shape() {
+        if want.kind == Kind::Semaphore && txn.count() > 0 && shape.limit != want.limit {
+            return Plan::Refuse(Grant::LimitMismatch { limit: shape.limit });
+        }
+    }
+    match txn.hold(owner) {
+        Some(held) if held.is_live(now) => {
+            if held.mode != want.mode {
+                return Plan::Refuse(Grant::ModeMismatch { held: held.mode });
+            }
+            if want.kind == Kind::Reentrant && held.holds >= HOLDS_MAX {
+                return Plan::Refuse(Grant::TooManyHolds);
+            }
+            return Plan::Renew(held);
+        }
+        // Its own earlier grant, expired but within the lock-delay: like
+        // every other requester, it waits for the delay to pass.
+        Some(_) => return Plan::Refuse(Grant::Busy),
+        None => {}
+    }
+    if !admits(txn, want) {
+        return Plan::Refuse(Grant::Busy);
+    }
+    match admission {
+        Admission::Queued => Plan::Refuse(Grant::Busy),
+        Admission::Quarantined => Plan::Refuse(Grant::Quarantined),
+        Admission::Open => Plan::New,
+    }
+}
+
+/// Renews `held`: a new deadline, one more hold of a reentrant lock, the
+/// same fencing token (a retry after a lost reply gets the same answer).
+fn renew<'o, S: Stored + ?Sized>(
+    txn: &mut Txn<'_, 'o, S>,
+    want: Want,
+    owner: Cow<'o, [u8]>,
+    ttl_ms: i64,
+    held: Hold,
+) {
+    let holds = if want.kind == Kind::Reentrant { held.holds.saturating_add(1) } else { held.holds };
+    let deadline_ms = txn.now_ms().saturating_add(ttl_ms);
+    txn.put(owner, Hold { deadline_ms, holds, ..held }, want.shape());
+}
+
+/// Records a new hold with token `fence` (replacing any hold `owner` had).
+fn put_new<'o, S: Stored + ?Sized>(
+    txn: &mut Txn<'_, 'o, S>,
+    want: Want,
+    owner: Cow<'o, [u8]>,
+    ttl_ms: i64,
+    fence: u64,
+) {
+    let now = txn.now_ms();
+    let deadline_ms = now.saturating_add(ttl_ms);
+    invariant!(fence > txn.top_fence(), "a new token is above the stored ones");
+    invariant!(deadline_ms > now, "a grant ends after it starts");
+    txn.put(owner, Hold::new(want.mode, fence, deadline_ms), want.shape());
+}
+
+/// A new token: above every token this node issued or saw, and above
+/// `stored_top`, the highest token stored in the keys it is for (a replica
+/// promoted, a restart from the AOF, a FENCE from the quorum: a token read
+/// back from a key is never issued again).
+fn issue(fencer: &mut Fencer, stored_top: u64, now_ms: i64) -> u64 {
+    fencer.raise_to(stored_top);
+    let fence = fencer.next(now_ms);
+    invariant!(fence > stored_top, "tokens strictly rise: {fence} after {stored_top}");
+    fence
+}
+
 /// LOCK.ACQUIRE, LOCK.ENTER, LOCK.SHARED, LOCK.EXCLUSIVE, LOCK.SEMAPHORE.
 /// `owner` is borrowed from the command's arguments, or owned (a waiter's,
 /// taken out of its queue by the hand-off).
@@ -75,58 +171,100 @@ pub fn acquire<'o, S: Stored + ?Sized>(
     fencer: &mut Fencer,
 ) -> Grant {
     let owner: Cow<'o, [u8]> = owner.into();
-    if let Some(shape) = txn.shape() {
-        if shape.kind != want.kind {
-            return Grant::WrongKind { found: shape.kind };
+    match plan(txn, want, &owner, admission) {
+        Plan::Refuse(why) => why,
+        Plan::Renew(held) => {
+            renew(txn, want, owner, ttl_ms, held);
+            Grant::Renewed(held.fence)
+        }
+        Plan::New => {
+            let fence = issue(fencer, txn.top_fence(), txn.now_ms());
+            put_new(txn, want, owner, ttl_ms, fence);
+            Grant::Granted(fence)
         }
     }
-    txn.sweep_if_due();
-    let now = txn.now_ms();
-    let deadline_ms = now.saturating_add(ttl_ms);
-    if let Some(shape) = txn.shape() {
-        if want.kind == Kind::Semaphore && txn.count() > 0 && shape.limit != want.limit {
-            return Grant::LimitMismatch { limit: shape.limit };
-        }
+}
+
+/// What LOCK.MACQUIRE did with a set of keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllGrant {
+    /// Every key granted, all with this one new fencing token.
+    Granted(u64),
+    /// The owner already held every key, in the asked modes, with this one
+    /// token: every deadline reset, the same token.
+    Renewed(u64),
+    /// Nothing granted: the first key (index in the set) that refused, and
+    /// why. An error (wrong kind, mode) wins over `Busy`, `Busy` over
+    /// `Quarantined`, so that the reply names a reason waiting cannot cure
+    /// before one it can.
+    Refused { at: usize, why: Grant },
+}
+
+/// LOCK.MACQUIRE: grants every key of a set to `owner`, or none.
+///
+/// `txns` are transactions over the set's keys (one each, in the set's
+/// order), `wants` and `admissions` the mode and admission of each. One
+/// fencing token covers the whole set: it is new, above every token issued
+/// by this node and every token stored in any of the keys, so it is above
+/// every earlier grant of each key (per-key monotonicity is what a resource
+/// checks), and a client passes one number to every resource it writes. A
+/// set the owner already holds whole with one token is renewed with that
+/// token (a retry after a lost reply); a set it holds in part, or with
+/// different tokens, is granted anew: its held keys move to the new token,
+/// so that the set never mixes tokens.
+pub fn acquire_all<'o, S: Stored + ?Sized>(
+    txns: &mut [Txn<'_, 'o, S>],
+    wants: &[Want],
+    owner: &'o [u8],
+    ttl_ms: i64,
+    admissions: &[Admission],
+    fencer: &mut Fencer,
+) -> AllGrant {
+    let mut plans: Vec<Plan> = Vec::with_capacity(txns.len());
+    for ((txn, &want), &admission) in txns.iter_mut().zip(wants).zip(admissions) {
+        plans.push(plan(txn, want, owner, admission));
     }
-    match txn.hold(&owner) {
-        Some(held) if held.is_live(now) => {
-            if held.mode != want.mode {
-                return Grant::ModeMismatch { held: held.mode };
-            }
-            let holds = if want.kind == Kind::Reentrant {
-                if held.holds >= HOLDS_MAX {
-                    return Grant::TooManyHolds;
+    let rank = |why: &Grant| match why {
+        Grant::Quarantined => 0,
+        Grant::Busy => 1,
+        _ => 2,
+    };
+    let refused = plans
+        .iter()
+        .enumerate()
+        .filter_map(|(at, p)| match p {
+            Plan::Refuse(why) => Some((at, *why)),
+            _ => None,
+        })
+        .max_by_key(|(at, why)| (rank(why), std::cmp::Reverse(*at)));
+    if let Some((at, why)) = refused {
+        return AllGrant::Refused { at, why };
+    }
+    let held_fences: Vec<u64> = plans
+        .iter()
+        .filter_map(|p| match p {
+            Plan::Renew(held) => Some(held.fence),
+            _ => None,
+        })
+        .collect();
+    let whole = held_fences.len() == plans.len();
+    if let (true, Some(&fence)) = (whole, held_fences.first()) {
+        if held_fences.iter().all(|&f| f == fence) {
+            for ((txn, &want), plan) in txns.iter_mut().zip(wants).zip(&plans) {
+                if let Plan::Renew(held) = *plan {
+                    renew(txn, want, Cow::Borrowed(owner), ttl_ms, held);
                 }
-                held.holds + 1
-            } else {
-                held.holds
-            };
-            // Idempotent: a retry after a lost reply gets the same token.
-            txn.put(owner, Hold { deadline_ms, holds, ..held }, want.shape());
-            return Grant::Renewed(held.fence);
+            }
+            return AllGrant::Renewed(fence);
         }
-        // Its own earlier grant, expired but within the lock-delay: like
-        // every other requester, it waits for the delay to pass.
-        Some(_) => return Grant::Busy,
-        None => {}
     }
-    if !admits(txn, want) {
-        return Grant::Busy;
+    let now = txns.first().map_or(0, |t| t.now_ms());
+    let stored_top = txns.iter().map(|t| t.top_fence()).max().unwrap_or(0);
+    let fence = issue(fencer, stored_top, now);
+    for (txn, &want) in txns.iter_mut().zip(wants) {
+        put_new(txn, want, Cow::Borrowed(owner), ttl_ms, fence);
     }
-    match admission {
-        Admission::Queued => return Grant::Busy,
-        Admission::Quarantined => return Grant::Quarantined,
-        Admission::Open => {}
-    }
-    // A token read back from the stored lock (a replica promoted, a restart
-    // from the AOF, a FENCE from the quorum) is never issued again.
-    let before = txn.top_fence();
-    fencer.raise_to(before);
-    let fence = fencer.next(now);
-    invariant!(fence > before, "tokens strictly rise: {fence} after {before}");
-    invariant!(deadline_ms > now, "a grant ends after it starts");
-    txn.put(owner, Hold::new(want.mode, fence, deadline_ms), want.shape());
-    Grant::Granted(fence)
+    AllGrant::Granted(fence)
 }
 
 /// LOCK.RELEASE: frees `owner`'s hold (all holds of a reentrant lock).

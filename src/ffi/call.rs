@@ -8,7 +8,7 @@ use std::slice;
 
 use redis_module::raw;
 
-use super::api::{api, constant, string_bytes, Constant, RawArgv, RawCtx};
+use super::api::{api, constant, string_bytes, Constant, OwnedString, RawArgv, RawCtx};
 use super::reply::Reply;
 use crate::core::queue::KeyId;
 use crate::errors;
@@ -66,6 +66,46 @@ pub fn dispatch(ctx: RawCtx, argv: RawArgv, argc: c_int, handler: fn(&Call<'_>, 
     raw::REDISMODULE_OK as c_int
 }
 
+/// [`dispatch`] for a command whose keys follow a count at `argv[count_at]`
+/// (registered with the `getkeys-api` flag). Redis 7.0's cluster routing
+/// (and its ACL key checks) find keys through the legacy (first, last,
+/// step) triple, which cannot express a count, or through this call: so a
+/// call that only asks where the keys are is answered here, and the
+/// command runs otherwise.
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn dispatch_counted_keys(
+    ctx: RawCtx,
+    argv: RawArgv,
+    argc: c_int,
+    count_at: usize,
+    handler: fn(&Call<'_>, &[&[u8]]) -> Reply,
+) -> c_int {
+    // SAFETY: ctx is the live context of this call.
+    if unsafe { api(raw::RedisModule_IsKeysPositionRequest)(ctx) } == 0 {
+        return dispatch(ctx, argv, argc, handler);
+    }
+    let count = usize::try_from(argc).unwrap_or(0);
+    let args: &[*mut raw::RedisModuleString] = if argv.is_null() || count == 0 {
+        &[]
+    } else {
+        // SAFETY: Redis passes `argc` valid string pointers for this call.
+        unsafe { slice::from_raw_parts(argv, count) }
+    };
+    // A count that is not a valid number names no keys: the command then
+    // runs and answers the error.
+    let keys = args
+        .get(count_at)
+        .and_then(|&arg| std::str::from_utf8(string_bytes(arg)).ok())
+        .and_then(|text| text.parse::<usize>().ok())
+        .filter(|&n| count_at.saturating_add(n) < args.len());
+    for position in (1..=keys.unwrap_or(0)).map(|i| count_at + i) {
+        // SAFETY: ctx is live and `position` is within argv.
+        unsafe { api(raw::RedisModule_KeyAtPos)(ctx, position as c_int) };
+    }
+    raw::REDISMODULE_OK as c_int
+}
+
 /// Why a lock was freed, as published on its channel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Freed {
@@ -88,6 +128,16 @@ impl<'a> Call<'a> {
     /// with several keys).
     pub fn for_arg(&self, index: usize) -> Call<'a> {
         Call { ctx: self.ctx, key: self.argv.get(index).copied().unwrap_or(ptr::null_mut()), argv: self.argv }
+    }
+
+    /// Runs `f` with a context for each of `names`, keys of the call's
+    /// database: work on several keys from a callback (the hand-off of a
+    /// set of keys), where the keys are not the command's arguments.
+    pub fn for_keys<T>(&self, names: &[&[u8]], f: impl FnOnce(&[Call<'_>]) -> T) -> T {
+        let strings: Vec<OwnedString> = names.iter().map(|name| OwnedString::new(name)).collect();
+        let calls: Vec<Call<'_>> =
+            strings.iter().map(|name| Call { ctx: self.ctx, key: name.ptr(), argv: &[] }).collect();
+        f(&calls)
     }
 
     /// The lock key's bytes.

@@ -18,28 +18,45 @@ pub struct CommandDef {
     pub arity: c_int,
     /// REDISMODULE_CMD_KEY_* flags of the keys.
     pub key_flags: u64,
-    /// Where the keys are: argv[first..=last] (last -1: to the end).
-    pub keys: (c_int, c_int),
+    /// Where the keys are.
+    pub keys: Keys,
     pub summary: &'static std::ffi::CStr,
 }
 
-/// Registers a command with its keys at `def.keys` (step 1), for `COMMAND
-/// GETKEYS` and Cluster routing, and, where the server supports it (7.0+),
-/// its arity and a key spec.
+/// Where a command's keys are in its arguments.
+#[derive(Clone, Copy, Debug)]
+pub enum Keys {
+    /// argv[first..=last] (last -1: to the end).
+    Range(c_int, c_int),
+    /// argv[at] is the number of keys, which follow it.
+    Counted { at: c_int },
+    /// A command about the node, not about keys.
+    None,
+}
+
+/// Registers a command with its keys at `def.keys`, for `COMMAND GETKEYS`
+/// and Cluster routing (which answers CROSSSLOT when the keys of one call
+/// are in different slots), with its arity and a key spec.
 // Raw pointers come from Redis itself and are only passed back to it.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn register_command(ctx: RawCtx, def: &CommandDef) -> Result<(), String> {
     // SAFETY: called from RedisModule_OnLoad with its live context; names and
     // flags are static C strings.
+    // The legacy (first, last, step) triple; the key spec below is what
+    // Redis 7 uses. A count of keys has no legacy form.
+    let legacy: (c_int, c_int, c_int) = match def.keys {
+        Keys::Range(first, last) => (first, last, 1),
+        Keys::Counted { .. } | Keys::None => (0, 0, 0),
+    };
     let created = unsafe {
         api(raw::RedisModule_CreateCommand)(
             ctx,
             def.name.as_ptr(),
             Some(def.entry),
             def.flags.as_ptr(),
-            1,
-            1,
-            1,
+            legacy.0,
+            legacy.1,
+            legacy.2,
         )
     };
     if created != raw::REDISMODULE_OK as c_int {
@@ -66,13 +83,30 @@ pub fn register_command(ctx: RawCtx, def: &CommandDef) -> Result<(), String> {
         let mut spec: raw::RedisModuleCommandKeySpec = std::mem::zeroed();
         spec.flags = def.key_flags;
         spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
-        spec.bs.index.pos = def.keys.0;
-        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-        // Relative to the first key: 0 = just it, -1 = to the end.
-        spec.fk.range.lastkey = if def.keys.1 < 0 { -1 } else { def.keys.1 - def.keys.0 };
-        spec.fk.range.keystep = 1;
-        spec.fk.range.limit = 0;
-        let specs = Box::leak(Box::new([spec, std::mem::zeroed()]));
+        match def.keys {
+            Keys::Range(first, last) => {
+                spec.bs.index.pos = first;
+                spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+                // Relative to the first key: 0 = just it, -1 = to the end.
+                spec.fk.range.lastkey = if last < 0 { -1 } else { last - first };
+                spec.fk.range.keystep = 1;
+                spec.fk.range.limit = 0;
+            }
+            Keys::Counted { at } => {
+                spec.bs.index.pos = at;
+                spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+                // Relative to `at`: the count there, the keys right after.
+                spec.fk.keynum.keynumidx = 0;
+                spec.fk.keynum.firstkey = 1;
+                spec.fk.keynum.keystep = 1;
+            }
+            Keys::None => {}
+        }
+        // A zeroed spec ends the array; a command without keys has only it.
+        let specs: &mut [raw::RedisModuleCommandKeySpec] = match def.keys {
+            Keys::None => Box::leak(Box::new([std::mem::zeroed()])),
+            _ => Box::leak(Box::new([spec, std::mem::zeroed()])),
+        };
         let mut info: raw::RedisModuleCommandInfo = std::mem::zeroed();
         info.version = version;
         info.summary = def.summary.as_ptr();
@@ -92,6 +126,8 @@ pub enum InfoValue {
     Unsigned(u64),
     Signed(i64),
     Text(&'static str),
+    /// A line built for this INFO call.
+    Line(String),
 }
 
 type InfoFieldsFn = fn() -> Vec<(&'static str, InfoValue)>;
@@ -117,6 +153,10 @@ extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report
                 }
                 InfoValue::Signed(v) => {
                     api(raw::RedisModule_InfoAddFieldLongLong)(ctx, name.as_ptr(), v);
+                }
+                InfoValue::Line(t) => {
+                    let t = c_string(&t);
+                    api(raw::RedisModule_InfoAddFieldCString)(ctx, name.as_ptr(), t.as_ptr().cast_mut());
                 }
                 InfoValue::Text(t) => {
                     let t = c_string(t);
@@ -144,8 +184,10 @@ pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
 pub fn missing_api() -> Option<&'static str> {
     // SAFETY: the API table is written once by Redis before OnLoad runs and
     // only read afterwards.
-    let checks: [(&str, bool); 20] = unsafe {
+    let checks: [(&str, bool); 22] = unsafe {
         [
+            ("IsKeysPositionRequest", { raw::RedisModule_IsKeysPositionRequest }.is_some()),
+            ("KeyAtPos", { raw::RedisModule_KeyAtPos }.is_some()),
             ("Call", { raw::RedisModule_Call }.is_some()),
             ("FreeCallReply", { raw::RedisModule_FreeCallReply }.is_some()),
             ("SetModuleOptions", { raw::RedisModule_SetModuleOptions }.is_some()),

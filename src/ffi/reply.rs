@@ -18,6 +18,8 @@ pub enum Reply {
     Blocked,
     /// An array of integers (one per key of a multi-key command).
     Ints(Vec<i64>),
+    /// An array of field/value arrays (one per waiter, per key listed).
+    List(Vec<Vec<(&'static str, Field)>>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +56,12 @@ impl Reply {
                     api(raw::RedisModule_ReplyWithError)(ctx, line.as_ptr());
                 }
                 Reply::Fields(fields) => reply_fields(ctx, fields),
+                Reply::List(items) => {
+                    api(raw::RedisModule_ReplyWithArray)(ctx, items.len() as c_long);
+                    for item in items {
+                        reply_fields(ctx, item);
+                    }
+                }
             }
         }
     }
