@@ -79,6 +79,7 @@
 //! [`quorum::semaphore_quorum`] for why and for the proof. The fencing
 //! round stays a majority.
 
+mod claim;
 mod error;
 mod guard;
 mod node;
