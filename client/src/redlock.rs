@@ -55,6 +55,52 @@
 //! argument applies with the grant in place of the FENCE. Reentrant
 //! [`Redlock::enter`] runs the fencing round at once (it returns the token
 //! as a value, with no guard to ask later).
+//!
+//! # Sets of resources
+//!
+//! [`Redlock::try_acquire_many`] takes several resources with one token,
+//! one TTL and one quorum token T (the commands are in `claim.rs`). On each
+//! node `LOCK.MACQUIRE` grants every key of the set or none, and answers
+//! one fencing token g for the whole grant, stored as the holder's token
+//! of every key; like a single grant, g is above every token that node
+//! granted earlier on any of those keys (and a later grant there, on any
+//! of them, is above g). Across nodes the set is one lock to the majority
+//! rule: a node counts as a grant only if it granted the whole set (it
+//! cannot grant part of it), and every later round counts a node only if
+//! it did the whole set: extend (`LOCK.RENEW`, every key 1), release
+//! (`LOCK.MRELEASE`, every key 1) and fence (`LOCK.FENCE` on every key, in
+//! one pipeline, every key 1).
+//!
+//! Why that is as safe as one resource, key by key. Take any key k of the
+//! set. Mutual exclusion: our grant majority holds k for us, so it meets
+//! the majority of any other holder of k (alone or in a set, at least a
+//! majority too) in a node that would not grant k to both at once. The
+//! quorum token: T is the highest g among the grants that decided the
+//! round. Our FENCE majority is a majority on which `LOCK.FENCE k token T`
+//! answered 1 (for every key, so in particular for k): each of its nodes
+//! held k for us at that moment and raised its counter to T. The next
+//! holder B of k, after our hold ends, is granted k by a majority that
+//! meets our FENCE majority in a node X; the argument of the previous
+//! section, read for k, puts B's grant of k on X after our FENCE there,
+//! so its token is above T, and B's quorum token (the highest of its
+//! grants) is above T too. A node whose MACQUIRE answered T itself counts
+//! as fenced without a command: its counter reached T when it granted us
+//! every key. So T is above the quorum token of every earlier fenced
+//! holder of any key of the set, the same guarantee as for one resource,
+//! and a resource server can check T per key (`LOCK.CHECK key T`).
+//!
+//! Counting a node only for the whole set (rather than a majority per
+//! key, which would be safe too) keeps one tally, one error and one lease
+//! per round. A node holds part of a set only after a hand-made per-key
+//! release or a failover; there it counts as "not holding", as it should:
+//! the guard promises every key.
+//!
+//! No deadlock: the client never waits while holding. A node grants the
+//! whole set at once or refuses it at once (the client does not use
+//! `WAIT`), and a failed round releases whatever it got with MRELEASE on
+//! all N (also the nodes that did not answer, queued behind the grant), so
+//! two clients naming overlapping sets in opposite orders retry instead of
+//! each holding half.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
