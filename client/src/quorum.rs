@@ -27,9 +27,11 @@ pub const TOKEN_BYTES_MAX: usize = 256;
 /// the parallel fan-out (Redlock deployments use 3, 5 or 7).
 pub const NODES_MAX: usize = 31;
 
-/// The most resources one set may hold: a set is renewed by one
-/// `LOCK.RENEW`, which takes at most `lock.max-renew-keys` keys (100 by
-/// default), so a larger set could be granted but never extended.
+/// The most resources one set may hold: the nodes' defaults for one
+/// `LOCK.MACQUIRE` / `LOCK.MRELEASE` (`lock.max-multi-keys`, 100) and for
+/// one `LOCK.RENEW` (`lock.max-renew-keys`, 100), which renews the set; a
+/// larger set is refused before any round rather than by every node (or,
+/// worse, granted and then never extended).
 pub const SET_KEYS_MAX: usize = 100;
 
 const _: () = assert!(RENEWAL_DIVISOR >= 2, "renewing only at the deadline would always be late");
