@@ -25,6 +25,12 @@
 //! after a random delay in `--retry-min-ms ..= --retry-max-ms` (the same
 //! delays the node-redlock driver uses). tokio current-thread runtime (as
 //! node is one thread).
+//!
+//! `--set K` takes K resources per cycle (issue 15): as one set
+//! (`try_acquire_many`: one LOCK.MACQUIRE round, one LOCK.MRELEASE round),
+//! or with `--separate` as K acquires one after another (in name order,
+//! as a caller without sets must, to avoid deadlock), each guard then
+//! released (K rounds each way). Uncontended only.
 
 use std::time::{Duration, Instant};
 
@@ -76,6 +82,12 @@ struct Args {
     retry_min_ms: u64,
     #[arg(long, default_value_t = 10)]
     retry_max_ms: u64,
+    /// Resources per cycle, taken as one set (`try_acquire_many`).
+    #[arg(long, default_value_t = 1)]
+    set: usize,
+    /// With --set: K separate acquires (and releases) instead of one set.
+    #[arg(long)]
+    separate: bool,
 }
 
 fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
@@ -118,6 +130,15 @@ async fn cycles(
         RetryPolicy::attempts(1)
     };
     let mut out = Samples::default();
+    if args.set > 1 {
+        for _ in 0..cycles {
+            if Instant::now() > stop {
+                break;
+            }
+            set_cycle(&redlock, &args, &resources, ttl, &mut out).await;
+        }
+        return out;
+    }
     for i in 0..cycles {
         if Instant::now() > stop {
             break;
@@ -149,6 +170,45 @@ async fn cycles(
     out
 }
 
+/// One cycle over all of `resources`: one set, or one acquire each (in
+/// order), then the release(s).
+async fn set_cycle(redlock: &Redlock, args: &Args, resources: &[String], ttl: Duration, out: &mut Samples) {
+    let t0 = Instant::now();
+    let taken = if args.separate {
+        let mut guards = Vec::with_capacity(resources.len());
+        for resource in resources {
+            match redlock.try_acquire(resource, Mode::Exclusive, ttl).await {
+                Ok(guard) => guards.push(guard),
+                Err(e) => {
+                    out.failures += 1;
+                    eprintln!("bench_quorum: acquire {resource}: {e}");
+                    break;
+                }
+            }
+        }
+        guards
+    } else {
+        let set: Vec<(&str, Mode)> = resources.iter().map(|r| (r.as_str(), Mode::Exclusive)).collect();
+        match redlock.try_acquire_many(&set, ttl).await {
+            Ok(guard) => vec![guard],
+            Err(e) => {
+                out.failures += 1;
+                eprintln!("bench_quorum: acquire the set: {e}");
+                Vec::new()
+            }
+        }
+    };
+    let t1 = Instant::now();
+    out.acquire.push(t1 - t0);
+    for guard in taken {
+        if let Err(e) = guard.release().await {
+            out.failures += 1;
+            eprintln!("bench_quorum: release: {e}");
+        }
+    }
+    out.release.push(t1.elapsed());
+}
+
 /// Runs `total` cycles split over the tasks; returns the samples and the
 /// wall time.
 async fn run(redlock: &Redlock, args: &Args, total: usize, max: Duration) -> (Samples, f64) {
@@ -159,6 +219,9 @@ async fn run(redlock: &Redlock, args: &Args, total: usize, max: Duration) -> (Sa
     for t in 0..tasks {
         let resources: Vec<String> = if args.shared > 0 {
             vec![format!("{}:shared:{}", args.prefix, t % args.shared)]
+        } else if args.set > 1 {
+            // One hash tag: the set's keys would share a Cluster slot.
+            (0..args.set).map(|i| format!("{{{}:{t}}}:{i}", args.prefix)).collect()
         } else {
             (0..4).map(|i| format!("{}:{t}:{i}", args.prefix)).collect()
         };
@@ -178,6 +241,9 @@ async fn run(redlock: &Redlock, args: &Args, total: usize, max: Duration) -> (Sa
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
+    if args.set > 1 && (args.shared > 0 || args.fenced) {
+        return Err("--set runs uncontended and unfenced cycles only".into());
+    }
     if args.n == 0 || args.n > args.ports.len() {
         return Err(format!("--n {} must be 1..={} (the ports given)", args.n, args.ports.len()).into());
     }
@@ -200,6 +266,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let done = samples.acquire.len();
     println!(
         "{{\"client\":\"redlock-client\",\"label\":{:?},\"n\":{},\"tasks\":{},\"shared\":{},\"fenced\":{},\
+         \"set\":{},\"separate\":{},\
          \"iterations\":{},\"completed\":{},\"failures\":{},\"seconds\":{},\"ops_per_s\":{},\
          \"acquire_p50_ms\":{},\"acquire_p99_ms\":{},\"release_p50_ms\":{}}}",
         args.label,
@@ -207,6 +274,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         args.tasks,
         args.shared,
         args.fenced,
+        args.set,
+        args.separate,
         args.iterations,
         done,
         samples.failures,

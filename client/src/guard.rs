@@ -16,6 +16,7 @@ use tokio::sync::{watch, Mutex, OnceCell};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::claim::Claim;
 use crate::error::{Error, Lost, Result};
 use crate::quorum::{self, Answer, Mode, Tally};
 use crate::redlock::{Granted, Lease, Redlock};
@@ -201,10 +202,10 @@ where
 
 pub(crate) struct Shared {
     redlock: Redlock,
-    resource: String,
+    /// What was granted (one resource, or a set); its quorum is also the
+    /// extensions' and release's.
+    claim: Claim,
     token: String,
-    /// What was granted; its quorum is also the extensions' and release's.
-    mode: Mode,
     /// The quorum token T: the highest token among the grants that decided
     /// the grant round. Held with it once the fencing round confirmed it.
     floor: u64,
@@ -242,7 +243,10 @@ pub struct Guard {
 /// until its TTL runs out or someone releases it with the token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Detached {
+    /// The resource (a set's first).
     pub resource: String,
+    /// Every resource held, with its mode.
+    pub resources: Vec<(String, Mode)>,
     pub token: String,
     /// The quorum fencing token, if [`Guard::fencing_token`] was asked for.
     pub fencing_token: Option<u64>,
@@ -252,7 +256,7 @@ pub struct Detached {
 impl std::fmt::Debug for Guard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Guard")
-            .field("resource", &self.shared.resource)
+            .field("resources", &self.shared.claim.keys())
             .field("token", &self.shared.token)
             .field("fencing_token", &self.shared.fenced.get())
             .field("status", &self.status())
@@ -261,18 +265,11 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(
-        redlock: Redlock,
-        resource: String,
-        token: String,
-        mode: Mode,
-        granted: Granted,
-    ) -> Guard {
+    pub(crate) fn new(redlock: Redlock, claim: Claim, token: String, granted: Granted) -> Guard {
         let shared = Shared {
             redlock,
-            resource,
+            claim,
             token,
-            mode,
             floor: granted.floor,
             grants: granted.grants,
             fenced: OnceCell::new(),
@@ -282,14 +279,23 @@ impl Guard {
         Guard { shared: Arc::new(shared), watchdog: None, finished: false }
     }
 
+    /// The resource; for a set ([`Redlock::try_acquire_many`]), the first
+    /// one given (all are in [`Guard::resources`]).
     pub fn resource(&self) -> &str {
-        &self.shared.resource
+        self.shared.claim.first().0
     }
 
     /// What this guard holds: the plain lock, a read or write hold, or a
-    /// semaphore permit.
+    /// semaphore permit; for a set, the first resource's mode.
     pub fn mode(&self) -> Mode {
-        self.shared.mode
+        self.shared.claim.first().1
+    }
+
+    /// Every resource held, in the order given, with its mode: one for
+    /// [`Redlock::try_acquire`], the whole set for
+    /// [`Redlock::try_acquire_many`].
+    pub fn resources(&self) -> &[(String, Mode)] {
+        self.shared.claim.keys()
     }
 
     /// The random 128-bit token (32 hex digits) this lock is held with.
@@ -304,7 +310,9 @@ impl Guard {
     /// should refuse writes that carry a lower one.
     ///
     /// The first call runs the fencing round (`LOCK.FENCE key token T` on
-    /// the nodes that need it, returning at a majority of 1s); T counts
+    /// the nodes that need it, returning at a majority of 1s; for a set,
+    /// on every key, and a node counts only if every key answered 1: T is
+    /// then the token of every resource of the set); T counts
     /// only when that majority answered within the validity. Later calls
     /// (and calls while one is running) get the same T without a round.
     /// Errors: [`Error::NoQuorum`] (phase `Fence`) when no majority
@@ -351,8 +359,10 @@ impl Guard {
         self.shared.life.lost()
     }
 
-    /// `LOCK.EXTEND` on every node: held for `ttl` from the start of the
-    /// round when the mode's quorum (a majority, or a semaphore's) confirms.
+    /// `LOCK.EXTEND` on every node (for a set, `LOCK.RENEW` of every
+    /// resource, a node counting only if it extended them all): held for
+    /// `ttl` from the start of the round when the mode's quorum (a
+    /// majority, or a semaphore's) confirms.
     /// A failure means the lock is lost (the guard's status says so and
     /// [`Guard::lost`] fires), as does calling this after the validity ran
     /// out.
@@ -374,7 +384,8 @@ impl Guard {
         }));
     }
 
-    /// `LOCK.RELEASE` on every node (also those that did not grant).
+    /// `LOCK.RELEASE` on every node (also those that did not grant; for a
+    /// set, `LOCK.MRELEASE`, a node counting only if it released them all).
     /// Returns once the mode's quorum confirmed; the other nodes' releases
     /// go on in the background (`Tally::pending` counts them; call
     /// [`Redlock::settle`] before the process exits so that they all get
@@ -398,7 +409,8 @@ impl Guard {
             watchdog.abort();
         }
         Detached {
-            resource: self.shared.resource.clone(),
+            resource: self.resource().to_string(),
+            resources: self.resources().to_vec(),
             token: self.shared.token.clone(),
             fencing_token: self.shared.fenced.get().copied(),
             deadline: self.shared.life.lease().deadline,
@@ -433,18 +445,20 @@ impl Shared {
     /// `op`: it changes no lease, and an extension may run meanwhile; the
     /// deadline it is held to is the one before the round, the earlier.
     async fn fence(&self) -> Result<u64> {
-        self.life.check_held(&self.resource)?;
+        let label = self.claim.label();
+        self.life.check_held(label)?;
         let deadline = self.life.lease().deadline;
-        self.redlock.fence(&self.resource, &self.token, self.floor, &self.grants, deadline).await?;
+        self.redlock.fence(&self.claim, &self.token, self.floor, &self.grants, deadline).await?;
         // The majority must have answered within the validity.
-        self.life.check_held(&self.resource)?;
+        self.life.check_held(label)?;
         Ok(self.floor)
     }
 
     async fn extend(&self, ttl: Duration) -> Result<Duration> {
         let _op = self.op.lock().await;
-        self.life.check_held(&self.resource)?;
-        match self.redlock.extend(&self.resource, &self.token, self.mode, ttl).await {
+        self.life.check_held(self.claim.label())?;
+        let ttl = crate::redlock::check_ttl(ttl)?;
+        match self.redlock.extend_claim(&self.claim, &self.token, ttl).await {
             Ok(lease) => {
                 self.life.renewed(lease);
                 Ok(quorum::remaining(lease.deadline, Instant::now()))
@@ -461,7 +475,7 @@ impl Shared {
         // Waits for an extension in flight (an aborted watchdog lets go of
         // the lock at once), so the RELEASE is queued after its EXTEND.
         let _op = self.op.lock().await;
-        let result = self.redlock.release_quorum(&self.resource, &self.token, self.mode).await;
+        let result = self.redlock.release_quorum(&self.claim, &self.token).await;
         self.life.released();
         result
     }

@@ -29,7 +29,10 @@
 //! The API, in the spirit of etcd's `Mutex`: [`Redlock::try_acquire`] (one
 //! attempt) and [`Redlock::acquire`] (retried within a [`RetryPolicy`]),
 //! both taking a [`Mode`] (exclusive, read, write, or one of a semaphore's
-//! permits) and returning a [`Guard`]; reentrant [`Redlock::enter`] and
+//! permits) and returning a [`Guard`]; [`Redlock::try_acquire_many`] and
+//! [`Redlock::acquire_many`] for a set of resources taken all or nothing
+//! (one `LOCK.MACQUIRE` per node, the same [`Guard`] for the whole set);
+//! reentrant [`Redlock::enter`] and
 //! [`Redlock::exit`]; [`Redlock::release`] and [`Redlock::extend`] by token
 //! for tools; [`Redlock::info`].
 //!
@@ -38,6 +41,10 @@
 //!   reads (majority, drift, validity, reply classification, counts,
 //!   verdicts, the fencing round's plan, retry delays, renewal schedule),
 //!   unit-tested with a fake clock.
+//! - `claim`: what a guard holds (one resource, or a set) and the command
+//!   each round sends for it: the single-key commands for one resource,
+//!   `LOCK.MACQUIRE` / `RENEW` / `MRELEASE` and pipelined `LOCK.FENCE`s
+//!   for a set; pure, unit-tested.
 //! - `node`: one node's address and its single ordered multiplexed
 //!   connection, with the connect and per-command timeouts.
 //! - [`Redlock`] (`redlock.rs`): the rounds: acquire on all N in parallel,
@@ -68,7 +75,8 @@
 //!    in the background are bounded by their timeouts, and
 //!    [`Redlock::settle`] waits for them (before a process exits).
 //!
-//! Why returning at the majority is safe is written down in `redlock.rs`.
+//! Why returning at the majority is safe, and why a set's quorum token is
+//! as safe as one resource's, is written down in `redlock.rs`.
 //!
 //! Read-write locks and semaphores ([`Mode::Read`], [`Mode::Write`],
 //! [`Mode::Permit`]) run the same rounds with
@@ -79,6 +87,7 @@
 //! [`quorum::semaphore_quorum`] for why and for the proof. The fencing
 //! round stays a majority.
 
+mod claim;
 mod error;
 mod guard;
 mod node;

@@ -66,14 +66,25 @@ Examples:
   redlock exec --mode read catalog -- ./export-catalog.sh
   redlock exec --mode write catalog --wait 30000 -- ./rebuild-catalog.sh
 
+  # Several resources at once, all or nothing (one LOCK.MACQUIRE per node;
+  # no deadlock whatever order other clients name them in): the command
+  # gets one REDLOCK_FENCING_TOKEN for the set, and REDLOCK_RESOURCES lists
+  # them, one per line. One --mode for all, or one per resource, in order:
+  redlock exec accounts:17 accounts:42 ledger --wait 5000 -- ./transfer.sh
+  redlock exec --mode read --mode read --mode write rates fees ledger -- ./post.sh
+  out=$(redlock acquire a b c --ttl 20000) && eval \"$out\"
+  redlock release a b c --token \"$REDLOCK_TOKEN\"
+
 Modes (--mode, for acquire and exec; release and extend take the same
---mode/--permits so that they count the right quorum):
+--mode/--permits so that they count the right quorum; with several
+resources, give it once for all or once per resource, and never permit):
   exclusive  the plain lock (LOCK.ACQUIRE), the default: one holder
   read       a read hold (LOCK.SHARED): shared with readers, never a writer
   write      a write hold (LOCK.EXCLUSIVE): no reader, no other writer
   permit     one of --permits permits (LOCK.SEMAPHORE); every client must
              give the same count
-exclusive, read and write need a majority (N/2+1) of grants. A semaphore
+exclusive, read and write need a majority (N/2+1) of grants (a set too: a
+node counts only if it granted, extended or released the whole set). A semaphore
 with L permits needs floor(L*N/(L+1))+1, more than a majority from L=2 on:
 with majorities, 3 clients could each hold 2 of 3 nodes while every node has
 only 2 holders. For 5 nodes: L=1 -> 3, L=2 or 3 -> 4, L>=4 -> 5 (no node may
@@ -128,37 +139,64 @@ struct FenceArgs {
 }
 
 /// What to take (or what was taken, for release/extend).
-#[derive(Args, Clone, Copy, Debug)]
+#[derive(Args, Clone, Debug)]
 struct ModeArgs {
-    /// Lock kind: the plain lock, a read or write hold of a read-write
-    /// lock, or a semaphore permit.
-    #[arg(long, value_enum, default_value_t = ModeName::Exclusive)]
-    mode: ModeName,
+    /// Lock kind: the plain lock (the default), a read or write hold of a
+    /// read-write lock, or a semaphore permit. With several resources:
+    /// once for all, or once per resource in their order (repeated, or
+    /// comma-separated); permit takes one resource only.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    mode: Vec<ModeName>,
     /// The semaphore's permit count (with --mode permit, and required by it).
     #[arg(long, value_name = "N", required_if_eq("mode", "permit"))]
     permits: Option<u32>,
 }
 
 impl ModeArgs {
-    fn mode(self) -> Result<Mode, String> {
-        match (self.mode, self.permits) {
-            (ModeName::Permit, Some(permits)) => Ok(Mode::Permit { permits }),
-            (ModeName::Permit, None) => Err("--mode permit needs --permits".into()),
-            (_, Some(_)) => Err("--permits goes with --mode permit".into()),
-            (ModeName::Exclusive, None) => Ok(Mode::Exclusive),
-            (ModeName::Read, None) => Ok(Mode::Read),
-            (ModeName::Write, None) => Ok(Mode::Write),
+    /// The mode of each of `resources` resources.
+    fn modes(&self, resources: usize) -> Result<Vec<Mode>, String> {
+        let names = match self.mode.as_slice() {
+            [] => vec![ModeName::Exclusive; resources],
+            [one] => vec![*one; resources],
+            each if each.len() == resources => each.to_vec(),
+            each => {
+                return Err(format!(
+                    "--mode given {} times for {resources} resources: give it once (for all of \
+                     them) or once per resource",
+                    each.len()
+                ))
+            }
+        };
+        let permit = names.contains(&ModeName::Permit);
+        if permit && resources > 1 {
+            return Err("--mode permit takes one resource: a semaphore permit cannot be part of a set".into());
         }
+        match (permit, self.permits) {
+            (true, None) => return Err("--mode permit needs --permits".into()),
+            (false, Some(_)) => return Err("--permits goes with --mode permit".into()),
+            _ => {}
+        }
+        Ok(names
+            .into_iter()
+            .map(|name| match name {
+                ModeName::Exclusive => Mode::Exclusive,
+                ModeName::Read => Mode::Read,
+                ModeName::Write => Mode::Write,
+                ModeName::Permit => Mode::Permit { permits: self.permits.unwrap_or(0) },
+            })
+            .collect())
     }
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Take the lock and print its token and fencing token (as shell
-    /// assignments). The lock stays held after this exits, until its TTL
-    /// runs out or `release`.
+    /// Take the lock (several resources: all or nothing, one token and one
+    /// fencing token for the set) and print its token and fencing token
+    /// (as shell assignments). The lock stays held after this exits, until
+    /// its TTL runs out or `release`.
     Acquire {
-        resource: String,
+        #[arg(value_name = "RESOURCE", required = true, num_args = 1..)]
+        resources: Vec<String>,
         /// Time to live, in ms (at most the nodes' lock.max-ttl-ms).
         #[arg(long, value_name = "MS")]
         ttl: u64,
@@ -170,17 +208,21 @@ enum Command {
         #[command(flatten)]
         fence: FenceArgs,
     },
-    /// Release the lock held with TOKEN, on every node.
+    /// Release the lock held with TOKEN, on every node (several resources:
+    /// the set acquired together, LOCK.MRELEASE).
     Release {
-        resource: String,
+        #[arg(value_name = "RESOURCE", required = true, num_args = 1..)]
+        resources: Vec<String>,
         #[arg(long, env = "REDLOCK_TOKEN")]
         token: String,
         #[command(flatten)]
         mode: ModeArgs,
     },
-    /// Extend the lock held with TOKEN to TTL from now.
+    /// Extend the lock held with TOKEN to TTL from now (several resources:
+    /// the set acquired together, LOCK.RENEW).
     Extend {
-        resource: String,
+        #[arg(value_name = "RESOURCE", required = true, num_args = 1..)]
+        resources: Vec<String>,
         #[arg(long, env = "REDLOCK_TOKEN")]
         token: String,
         #[arg(long, value_name = "MS")]
@@ -190,12 +232,15 @@ enum Command {
     },
     /// Show LOCK.INFO from every node, as a table.
     Info { resource: String },
-    /// Run a command while holding the lock: renewed in the background
-    /// every ttl/3, the command stopped if the lock is lost, released when
-    /// the command exits. The command gets REDLOCK_RESOURCE, REDLOCK_TOKEN
-    /// and REDLOCK_FENCING_TOKEN (unless --no-fence) in its environment.
+    /// Run a command while holding the lock (several resources: all or
+    /// nothing, as one set): renewed in the background every ttl/3, the
+    /// command stopped if the lock is lost, released when the command
+    /// exits. The command gets REDLOCK_RESOURCE (the first resource),
+    /// REDLOCK_RESOURCES (all of them, one per line), REDLOCK_TOKEN and
+    /// REDLOCK_FENCING_TOKEN (unless --no-fence) in its environment.
     Exec {
-        resource: String,
+        #[arg(value_name = "RESOURCE", required = true, num_args = 1..)]
+        resources: Vec<String>,
         /// Time to live, in ms; renewed every ttl/3 while the command runs.
         #[arg(long, value_name = "MS", default_value_t = 10_000)]
         ttl: u64,
@@ -248,26 +293,38 @@ async fn run(cli: Cli) -> u8 {
             return exit::code(&e);
         }
     };
-    let mode = match cli.command.mode().map(ModeArgs::mode).transpose() {
-        Ok(mode) => mode.unwrap_or_default(),
+    let resources = match cli.command.resources() {
+        Ok(resources) => resources,
         Err(why) => {
             eprintln!("redlock: {why}");
             return exit::USAGE;
         }
     };
     let code = match cli.command {
-        Command::Acquire { resource, ttl, wait, fence, .. } => {
-            acquire(&redlock, &resource, mode, ttl, wait, !fence.no_fence).await
+        Command::Acquire { ttl, wait, fence, .. } => {
+            acquire(&redlock, &resources, ttl, wait, !fence.no_fence).await
         }
-        Command::Release { resource, token, .. } => match redlock.release(&resource, &token, mode).await {
-            Ok(tally) => {
-                eprintln!("redlock: released '{resource}' on {} of {} nodes", tally.yes, tally.nodes);
-                exit::OK
+        Command::Release { token, .. } => {
+            let released = match resources.as_slice() {
+                [(resource, mode)] => redlock.release(resource, &token, *mode).await,
+                set => redlock.release_many(&names(set), &token).await,
+            };
+            match released {
+                Ok(tally) => {
+                    let what = label(&resources);
+                    eprintln!("redlock: released '{what}' on {} of {} nodes", tally.yes, tally.nodes);
+                    exit::OK
+                }
+                Err(e) => failed(&e),
             }
-            Err(e) => failed(&e),
-        },
-        Command::Extend { resource, token, ttl, .. } => {
-            match redlock.extend(&resource, &token, mode, Duration::from_millis(ttl)).await {
+        }
+        Command::Extend { token, ttl, .. } => {
+            let ttl = Duration::from_millis(ttl);
+            let extended = match resources.as_slice() {
+                [(resource, mode)] => redlock.extend(resource, &token, *mode, ttl).await,
+                set => redlock.extend_many(&names(set), &token, ttl).await,
+            };
+            match extended {
                 Ok(lease) => {
                     let left = lease.deadline.saturating_duration_since(tokio::time::Instant::now());
                     println!("REDLOCK_VALIDITY_MS={}", left.as_millis());
@@ -280,16 +337,15 @@ async fn run(cli: Cli) -> u8 {
             print!("{}", info_table(&redlock.info(&resource).await));
             exit::OK
         }
-        Command::Exec { resource, ttl, wait, grace, max_hold, command, fence, .. } => {
+        Command::Exec { ttl, wait, grace, max_hold, command, fence, .. } => {
             let options = cli::exec::Options {
-                mode,
                 fenced: !fence.no_fence,
                 ttl: Duration::from_millis(ttl),
                 wait: Duration::from_millis(wait),
                 grace: Duration::from_millis(grace),
                 max_hold: Duration::from_millis(max_hold),
             };
-            cli::exec::run(&redlock, &resource, &command, options).await
+            cli::exec::run(&redlock, &resources, &command, options).await
         }
     };
     // Rounds return at their majority and leave the slower nodes' calls
@@ -314,33 +370,52 @@ pub fn retry_policy(wait: Duration) -> RetryPolicy {
 }
 
 impl Command {
-    fn mode(&self) -> Option<ModeArgs> {
-        match self {
-            Command::Acquire { mode, .. }
-            | Command::Release { mode, .. }
-            | Command::Extend { mode, .. }
-            | Command::Exec { mode, .. } => Some(*mode),
-            Command::Info { .. } => None,
-        }
+    /// The resources named, each with its mode (`--mode` once for all, or
+    /// once per resource); none for `info`.
+    fn resources(&self) -> Result<Vec<(String, Mode)>, String> {
+        let (resources, mode) = match self {
+            Command::Acquire { resources, mode, .. }
+            | Command::Release { resources, mode, .. }
+            | Command::Extend { resources, mode, .. }
+            | Command::Exec { resources, mode, .. } => (resources, mode),
+            Command::Info { .. } => return Ok(Vec::new()),
+        };
+        let modes = mode.modes(resources.len())?;
+        Ok(resources.iter().cloned().zip(modes).collect())
     }
 }
 
-/// Takes the lock within `policy`, and with `fenced` its fencing token
-/// too: an attempt whose fencing round fails is released and retried like
-/// one whose grant failed (as when the fencing round was part of every
-/// acquire). A fencing round that ends past the validity counts as the
-/// rounds taking too long (`ExpiredBeforeUse`, retried), as it did then.
+fn names(resources: &[(String, Mode)]) -> Vec<&str> {
+    resources.iter().map(|(resource, _)| resource.as_str()).collect()
+}
+
+/// What messages call the resources: the one, or `{a, b, c}` for a set.
+fn label(resources: &[(String, Mode)]) -> String {
+    match resources {
+        [(one, _)] => one.clone(),
+        set => format!("{{{}}}", names(set).join(", ")),
+    }
+}
+
+/// Takes the lock (one resource, or the set all or nothing) within
+/// `policy`, and with `fenced` its fencing token too: an attempt whose
+/// fencing round fails is released and retried like one whose grant
+/// failed (as when the fencing round was part of every acquire). A fencing
+/// round that ends past the validity counts as the rounds taking too long
+/// (`ExpiredBeforeUse`, retried), as it did then.
 pub async fn take(
     redlock: &Redlock,
-    resource: &str,
-    mode: Mode,
+    resources: &[(String, Mode)],
     ttl: Duration,
     policy: &RetryPolicy,
     fenced: bool,
 ) -> Result<(Guard, Option<u64>), Error> {
     policy
         .retry(|| async {
-            let guard = redlock.try_acquire(resource, mode, ttl).await?;
+            let guard = match resources {
+                [(resource, mode)] => redlock.try_acquire(resource, *mode, ttl).await?,
+                set => redlock.try_acquire_many(set, ttl).await?,
+            };
             if !fenced {
                 return Ok((guard, None));
             }
@@ -362,25 +437,32 @@ pub async fn take(
         .await
 }
 
-async fn acquire(redlock: &Redlock, resource: &str, mode: Mode, ttl: u64, wait: u64, fenced: bool) -> u8 {
+async fn acquire(redlock: &Redlock, resources: &[(String, Mode)], ttl: u64, wait: u64, fenced: bool) -> u8 {
     let policy = retry_policy(Duration::from_millis(wait));
-    match take(redlock, resource, mode, Duration::from_millis(ttl), &policy, fenced).await {
+    match take(redlock, resources, Duration::from_millis(ttl), &policy, fenced).await {
         Ok((guard, fence)) => {
             let validity = guard.validity_remaining();
             let held = guard.detach();
             println!("REDLOCK_RESOURCE={}", shell_quote(&held.resource));
+            // Only for a set, so that one resource's output is as before.
+            if let [_, _, ..] = resources {
+                println!("REDLOCK_RESOURCES={}", shell_quote(&names(resources).join("\n")));
+            }
             println!("REDLOCK_TOKEN={}", held.token);
             if let Some(fence) = fence {
                 println!("REDLOCK_FENCING_TOKEN={fence}");
             }
             println!("REDLOCK_VALIDITY_MS={}", validity.as_millis());
             // Only for the new kinds, so the plain lock's output is as before;
-            // `release`/`extend` need them back as --mode/--permits.
-            if mode != Mode::Exclusive {
-                println!("REDLOCK_MODE={}", mode.name());
-            }
-            if let Mode::Permit { permits } = mode {
-                println!("REDLOCK_PERMITS={permits}");
+            // `release`/`extend` need them back as --mode/--permits (not for
+            // a set, which always needs a majority).
+            if let [(_, mode)] = resources {
+                if *mode != Mode::Exclusive {
+                    println!("REDLOCK_MODE={}", mode.name());
+                }
+                if let Mode::Permit { permits } = mode {
+                    println!("REDLOCK_PERMITS={permits}");
+                }
             }
             exit::OK
         }
@@ -506,13 +588,58 @@ mod tests {
 
     #[test]
     fn modes_from_flags() {
-        let args = |mode, permits| ModeArgs { mode, permits };
-        assert_eq!(args(ModeName::Exclusive, None).mode(), Ok(Mode::Exclusive));
-        assert_eq!(args(ModeName::Read, None).mode(), Ok(Mode::Read));
-        assert_eq!(args(ModeName::Write, None).mode(), Ok(Mode::Write));
-        assert_eq!(args(ModeName::Permit, Some(2)).mode(), Ok(Mode::Permit { permits: 2 }));
-        assert!(args(ModeName::Permit, None).mode().is_err());
-        assert!(args(ModeName::Read, Some(2)).mode().is_err());
+        use ModeName::*;
+        let one = |mode, permits| ModeArgs { mode: vec![mode], permits }.modes(1);
+        assert_eq!(ModeArgs { mode: vec![], permits: None }.modes(1), Ok(vec![Mode::Exclusive]));
+        assert_eq!(one(Exclusive, None), Ok(vec![Mode::Exclusive]));
+        assert_eq!(one(Read, None), Ok(vec![Mode::Read]));
+        assert_eq!(one(Write, None), Ok(vec![Mode::Write]));
+        assert_eq!(one(Permit, Some(2)), Ok(vec![Mode::Permit { permits: 2 }]));
+        assert!(one(Permit, None).is_err());
+        assert!(one(Read, Some(2)).is_err());
+        // Several resources: none or one --mode for all, or one each.
+        let many = |mode: Vec<ModeName>, n| ModeArgs { mode, permits: None }.modes(n);
+        assert_eq!(many(vec![], 3), Ok(vec![Mode::Exclusive; 3]));
+        assert_eq!(many(vec![Read], 2), Ok(vec![Mode::Read; 2]));
+        assert_eq!(many(vec![Read, Write, Exclusive], 3), Ok(vec![Mode::Read, Mode::Write, Mode::Exclusive]));
+        assert!(many(vec![Read, Write], 3).unwrap_err().contains("--mode given 2 times for 3 resources"));
+        let permit = ModeArgs { mode: vec![Permit], permits: Some(2) }.modes(2);
+        assert!(permit.unwrap_err().contains("cannot be part of a set"));
+    }
+
+    #[test]
+    fn several_resources_parse_before_the_command() {
+        let cli = Cli::try_parse_from([
+            "redlock",
+            "--nodes",
+            "redis://n1",
+            "exec",
+            "a",
+            "b",
+            "--mode",
+            "read,write",
+            "c",
+            "--mode",
+            "exclusive",
+            "--ttl",
+            "900",
+            "--",
+            "sh",
+            "-c",
+            "x",
+        ])
+        .unwrap();
+        let resources = cli.command.resources().unwrap();
+        let expected = [("a", Mode::Read), ("b", Mode::Write), ("c", Mode::Exclusive)];
+        assert_eq!(resources, expected.map(|(r, m)| (r.to_string(), m)));
+        let Command::Exec { command, ttl, .. } = cli.command else { panic!("exec") };
+        assert_eq!((command.len(), ttl), (3, 900));
+        assert_eq!(label(&resources), "{a, b, c}");
+        // One resource, as before.
+        let cli =
+            Cli::try_parse_from(["redlock", "--nodes", "n", "release", "deploy", "--token", "t"]).unwrap();
+        assert_eq!(cli.command.resources().unwrap(), [("deploy".to_string(), Mode::Exclusive)]);
+        assert!(Cli::try_parse_from(["redlock", "--nodes", "n", "acquire", "--ttl", "5"]).is_err(), "none");
     }
 
     #[test]

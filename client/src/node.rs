@@ -32,8 +32,9 @@ use std::sync::Mutex as StdMutex;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, Value};
+use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisResult, Value};
 use tokio::sync::Mutex;
+use tokio::time::error::Elapsed;
 use tokio::time::{timeout, Instant};
 
 use crate::quorum::Raw;
@@ -155,29 +156,51 @@ impl Node {
         }
     }
 
-    /// Sends one command and waits at most `command_timeout` for its reply.
-    /// If the future is dropped (or times out) after the command was queued,
-    /// the command is sent in order, before any later command, or not at
-    /// all (when the connection's task had not taken it yet); never after
-    /// a later one.
-    pub async fn call(&self, cmd: &Cmd, limits: Limits, command_timeout: Duration) -> Raw {
-        match self.query(cmd, limits, command_timeout).await {
+    /// Sends `request` and waits at most `command_timeout` for its reply
+    /// (a pipeline's: all its replies, as one [`Raw::Array`]). If the future
+    /// is dropped (or times out) after the request was queued, it is sent
+    /// in order, before any later request, or not at all (when the
+    /// connection's task had not taken it yet); never after a later one. A
+    /// pipeline is one write: its commands go out together, in order.
+    pub async fn call(&self, request: &Request, limits: Limits, command_timeout: Duration) -> Raw {
+        let reply = match request {
+            Request::One(cmd) => self.query(cmd, limits, command_timeout).await,
+            Request::Each { pipeline, commands } => {
+                self.query_each(pipeline, *commands, limits, command_timeout).await
+            }
+        };
+        match reply {
             Ok(value) => from_value(value),
             Err(raw) => raw,
         }
     }
 
-    /// [`Node::call`], keeping a successful reply as a [`Value`]; error
+    /// One command, keeping a successful reply as a [`Value`]; error
     /// replies, timeouts and connection failures come back as `Err`.
     pub async fn query(&self, cmd: &Cmd, limits: Limits, command_timeout: Duration) -> Result<Value, Raw> {
         let (mut conn, generation) = self.connection(limits).await?;
-        match timeout(command_timeout, conn.req_packed_command(cmd)).await {
+        let reply = timeout(command_timeout, conn.req_packed_command(cmd)).await;
+        self.reply(reply, generation)
+    }
+
+    /// The `commands` commands of `pipeline`, their replies as one array.
+    async fn query_each(
+        &self,
+        pipeline: &Pipeline,
+        commands: usize,
+        limits: Limits,
+        command_timeout: Duration,
+    ) -> Result<Value, Raw> {
+        let (mut conn, generation) = self.connection(limits).await?;
+        let reply = timeout(command_timeout, conn.req_packed_commands(pipeline, 0, commands)).await;
+        self.reply(reply.map(|values| values.map(Value::Array)), generation)
+    }
+
+    /// A reply, or why there is none; a broken connection is dropped.
+    fn reply(&self, reply: Result<RedisResult<Value>, Elapsed>, generation: u64) -> Result<Value, Raw> {
+        match reply {
             Err(_) => Err(Raw::TimedOut),
-            Ok(Ok(Value::ServerError(e))) => Err(Raw::ServerError {
-                code: e.code().to_string(),
-                detail: e.details().unwrap_or("").to_string(),
-            }),
-            Ok(Ok(value)) => Ok(value),
+            Ok(Ok(value)) => split_error(value),
             Ok(Err(e)) => {
                 let raw = from_error(&e);
                 if matches!(raw, Raw::Unreachable(_)) {
@@ -189,11 +212,59 @@ impl Node {
     }
 }
 
+/// What one call sends to a node: one command, or several written at once
+/// (a pipeline: the fencing round's `LOCK.FENCE` on each key of a set).
+pub(crate) enum Request {
+    One(Cmd),
+    Each { pipeline: Pipeline, commands: usize },
+}
+
+impl From<Cmd> for Request {
+    fn from(cmd: Cmd) -> Request {
+        Request::One(cmd)
+    }
+}
+
+impl Request {
+    /// The commands, in one pipeline (one of them: a plain request).
+    pub fn each(cmds: impl IntoIterator<Item = Cmd>) -> Request {
+        let mut pipeline = Pipeline::new();
+        let mut commands = 0;
+        for cmd in cmds {
+            pipeline.add_command(cmd);
+            commands += 1;
+        }
+        Request::Each { pipeline, commands }
+    }
+
+    /// The commands, for tests.
+    #[cfg(test)]
+    pub fn commands(&self) -> Vec<&Cmd> {
+        match self {
+            Request::One(cmd) => vec![cmd],
+            Request::Each { pipeline, .. } => pipeline.cmd_iter().collect(),
+        }
+    }
+}
+
 fn from_value(value: Value) -> Raw {
+    match split_error(value) {
+        Err(raw) => raw,
+        Ok(Value::Int(n)) => Raw::Int(n),
+        Ok(Value::Nil) => Raw::Nil,
+        Ok(Value::Array(items)) => Raw::Array(items.into_iter().map(from_value).collect()),
+        Ok(other) => Raw::Other(format!("{other:?}")),
+    }
+}
+
+/// An error reply as a [`Raw::ServerError`]; any other value as it is.
+fn split_error(value: Value) -> Result<Value, Raw> {
     match value {
-        Value::Int(n) => Raw::Int(n),
-        Value::Nil => Raw::Nil,
-        other => Raw::Other(format!("{other:?}")),
+        Value::ServerError(e) => Err(Raw::ServerError {
+            code: e.code().to_string(),
+            detail: e.details().unwrap_or("").to_string(),
+        }),
+        value => Ok(value),
     }
 }
 

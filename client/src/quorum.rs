@@ -27,6 +27,13 @@ pub const TOKEN_BYTES_MAX: usize = 256;
 /// the parallel fan-out (Redlock deployments use 3, 5 or 7).
 pub const NODES_MAX: usize = 31;
 
+/// The most resources one set may hold: the nodes' defaults for one
+/// `LOCK.MACQUIRE` / `LOCK.MRELEASE` (`lock.max-multi-keys`, 100) and for
+/// one `LOCK.RENEW` (`lock.max-renew-keys`, 100), which renews the set; a
+/// larger set is refused before any round rather than by every node (or,
+/// worse, granted and then never extended).
+pub const SET_KEYS_MAX: usize = 100;
+
 const _: () = assert!(RENEWAL_DIVISOR >= 2, "renewing only at the deadline would always be late");
 const _: () = assert!(DRIFT_PERCENT < 100);
 const _: () = assert!(NODES_MAX % 2 == 1);
@@ -263,7 +270,10 @@ pub fn token_from_bits(bits: u128) -> String {
 pub enum Raw {
     Int(i64),
     Nil,
-    /// Any other well-formed reply (a string, an array, ...).
+    /// An array (`LOCK.RENEW`, `LOCK.MRELEASE`), or the replies of a
+    /// pipeline in order (the fencing round of a set): one entry per key.
+    Array(Vec<Raw>),
+    /// Any other well-formed reply (a string, ...).
     Other(String),
     /// An error reply: its code (`ERR`, `WRONGTYPE`, `QUARANTINE`, ...) and
     /// the rest of the line.
@@ -310,6 +320,28 @@ pub fn classify_flag(raw: &Raw) -> Answer {
     }
 }
 
+/// Interprets one node's per-key 1/0 replies for a set of keys
+/// (`LOCK.RENEW`, `LOCK.MRELEASE`, or the pipelined `LOCK.FENCE`s of the
+/// fencing round): yes only when every key answered 1, so that a node
+/// counts towards a set's quorum only if it did the whole set. Any error
+/// among them is the node's answer (the first one); else any 0 makes it a
+/// no (that node no longer holds the whole set).
+pub fn classify_every_flag(raw: &Raw) -> Answer {
+    let Raw::Array(flags) = raw else { return classify_failure(raw) };
+    if flags.is_empty() {
+        return Answer::Failed("unexpected empty array".into());
+    }
+    let mut answer = Answer::Yes(1);
+    for flag in flags {
+        match classify_flag(flag) {
+            Answer::Yes(_) => {}
+            Answer::No => answer = Answer::No,
+            failure => return failure,
+        }
+    }
+    answer
+}
+
 /// Interprets a reply to `LOCK.EXIT`: holds left, or nil (not the holder).
 pub fn classify_exit(raw: &Raw) -> Answer {
     match raw {
@@ -330,6 +362,7 @@ fn classify_failure(raw: &Raw) -> Answer {
         Raw::Int(n) => Answer::Failed(format!("unexpected integer reply {n}")),
         Raw::Nil => Answer::Failed("unexpected nil reply".into()),
         Raw::Other(what) => Answer::Failed(format!("unexpected reply {what}")),
+        Raw::Array(items) => Answer::Failed(format!("unexpected array of {} replies", items.len())),
     }
 }
 
@@ -898,6 +931,32 @@ mod tests {
         assert_eq!(classify_exit(&Raw::Int(3)), Answer::Yes(3));
         assert_eq!(classify_exit(&Raw::Nil), Answer::No);
         assert!(matches!(classify_exit(&Raw::Int(-1)), Answer::Failed(_)), "no count wraps to 2^64 - 1");
+    }
+
+    #[test]
+    fn a_node_counts_for_a_set_only_when_every_key_answered_1() {
+        let flags = |ns: &[i64]| Raw::Array(ns.iter().map(|n| Raw::Int(*n)).collect());
+        assert_eq!(classify_every_flag(&flags(&[1, 1, 1])), Answer::Yes(1));
+        assert_eq!(classify_every_flag(&flags(&[1, 0, 1])), Answer::No, "one key not held: not the set");
+        assert_eq!(classify_every_flag(&flags(&[0, 0])), Answer::No);
+        // An error among the replies (a pipelined FENCE on a key of
+        // another kind) is the node's answer, even after a 0.
+        let mixed = Raw::Array(vec![
+            Raw::Int(0),
+            Raw::ServerError { code: "WRONGTYPE".into(), detail: "x".into() },
+            Raw::ServerError { code: "ERR".into(), detail: "y".into() },
+        ]);
+        assert_eq!(classify_every_flag(&mixed), Answer::Failed("WRONGTYPE x".into()));
+        assert!(matches!(classify_every_flag(&flags(&[1, 2])), Answer::Failed(_)), "2 is no flag");
+        assert!(matches!(classify_every_flag(&Raw::Array(vec![])), Answer::Failed(_)));
+        // The whole command failing (WRONGTYPE, QUARANTINE, a timeout).
+        assert_eq!(classify_every_flag(&Raw::TimedOut), Answer::TimedOut);
+        assert_eq!(
+            classify_every_flag(&Raw::ServerError { code: "QUARANTINE".into(), detail: "for 5 ms".into() }),
+            Answer::Quarantined(Some(5))
+        );
+        assert!(matches!(classify_every_flag(&Raw::Int(1)), Answer::Failed(_)), "not an array");
+        assert!(matches!(classify_flag(&flags(&[1])), Answer::Failed(_)), "an array is no single flag");
     }
 
     #[test]

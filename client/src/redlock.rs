@@ -55,6 +55,52 @@
 //! argument applies with the grant in place of the FENCE. Reentrant
 //! [`Redlock::enter`] runs the fencing round at once (it returns the token
 //! as a value, with no guard to ask later).
+//!
+//! # Sets of resources
+//!
+//! [`Redlock::try_acquire_many`] takes several resources with one token,
+//! one TTL and one quorum token T (the commands are in `claim.rs`). On each
+//! node `LOCK.MACQUIRE` grants every key of the set or none, and answers
+//! one fencing token g for the whole grant, stored as the holder's token
+//! of every key; like a single grant, g is above every token that node
+//! granted earlier on any of those keys (and a later grant there, on any
+//! of them, is above g). Across nodes the set is one lock to the majority
+//! rule: a node counts as a grant only if it granted the whole set (it
+//! cannot grant part of it), and every later round counts a node only if
+//! it did the whole set: extend (`LOCK.RENEW`, every key 1), release
+//! (`LOCK.MRELEASE`, every key 1) and fence (`LOCK.FENCE` on every key, in
+//! one pipeline, every key 1).
+//!
+//! Why that is as safe as one resource, key by key. Take any key k of the
+//! set. Mutual exclusion: our grant majority holds k for us, so it meets
+//! the majority of any other holder of k (alone or in a set, at least a
+//! majority too) in a node that would not grant k to both at once. The
+//! quorum token: T is the highest g among the grants that decided the
+//! round. Our FENCE majority is a majority on which `LOCK.FENCE k token T`
+//! answered 1 (for every key, so in particular for k): each of its nodes
+//! held k for us at that moment and raised its counter to T. The next
+//! holder B of k, after our hold ends, is granted k by a majority that
+//! meets our FENCE majority in a node X; the argument of the previous
+//! section, read for k, puts B's grant of k on X after our FENCE there,
+//! so its token is above T, and B's quorum token (the highest of its
+//! grants) is above T too. A node whose MACQUIRE answered T itself counts
+//! as fenced without a command: its counter reached T when it granted us
+//! every key. So T is above the quorum token of every earlier fenced
+//! holder of any key of the set, the same guarantee as for one resource,
+//! and a resource server can check T per key (`LOCK.CHECK key T`).
+//!
+//! Counting a node only for the whole set (rather than a majority per
+//! key, which would be safe too) keeps one tally, one error and one lease
+//! per round. A node holds part of a set only after a hand-made per-key
+//! release or a failover; there it counts as "not holding", as it should:
+//! the guard promises every key.
+//!
+//! No deadlock: the client never waits while holding. A node grants the
+//! whole set at once or refuses it at once (the client does not use
+//! `WAIT`), and a failed round releases whatever it got with MRELEASE on
+//! all N (also the nodes that did not answer, queued behind the grant), so
+//! two clients naming overlapping sets in opposite orders retry instead of
+//! each holding half.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -63,13 +109,14 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use redis::{Cmd, Value};
+use redis::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::claim::{check_name, command, millis, Claim, Classify};
 use crate::error::{Error, Phase, Result};
 use crate::guard::Guard;
-use crate::node::{Limits, Node};
+use crate::node::{Limits, Node, Request};
 use crate::quorum::{self, Answer, Mode, Progress, Quorum, Raw, RetryPolicy, Tally, Verdict};
 
 /// Timeouts. Every network call is bounded by one of them; nothing is
@@ -191,20 +238,44 @@ pub struct NodeInfo {
     pub info: std::result::Result<Option<LockInfo>, String>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// A token-held grant: plain, read, write or permit. Undone, extended
-    /// and released by token on every node.
-    Lock(Mode),
-    /// `LOCK.ENTER` by owner; undone with `LOCK.EXIT`.
-    Reentrant,
+#[derive(Clone, Copy)]
+enum Kind<'a> {
+    /// A token-held grant: one resource (plain, read, write or permit) or
+    /// a set. Undone, extended and released by token on every node.
+    Lock(&'a Claim),
+    /// `LOCK.ENTER` of this resource by owner; undone with `LOCK.EXIT`.
+    Reentrant(&'a str),
 }
 
-impl Kind {
+impl Kind<'_> {
     fn quorum(self) -> Quorum {
         match self {
-            Kind::Lock(mode) => mode.quorum(),
-            Kind::Reentrant => Quorum::Majority,
+            Kind::Lock(claim) => claim.quorum(),
+            Kind::Reentrant(_) => Quorum::Majority,
+        }
+    }
+
+    /// What errors call it.
+    fn label(self) -> String {
+        match self {
+            Kind::Lock(claim) => claim.label().to_string(),
+            Kind::Reentrant(resource) => resource.to_string(),
+        }
+    }
+
+    fn grant(self, token: &str, ttl: Duration) -> Request {
+        match self {
+            Kind::Lock(claim) => claim.grant(token, ttl),
+            Kind::Reentrant(resource) => command("LOCK.ENTER", resource, token, &[millis(ttl)]).into(),
+        }
+    }
+
+    fn fence(self, token: &str, floor: u64) -> (Request, Classify) {
+        match self {
+            Kind::Lock(claim) => claim.fence(token, floor),
+            Kind::Reentrant(resource) => {
+                (command("LOCK.FENCE", resource, token, &[floor]).into(), quorum::classify_flag)
+            }
         }
     }
 }
@@ -266,12 +337,12 @@ async fn call(
     inner: Arc<Inner>,
     round: usize,
     node: usize,
-    cmd: Arc<Cmd>,
+    request: Arc<Request>,
     timeout: Duration,
-    classify: fn(&Raw) -> Answer,
+    classify: Classify,
 ) -> Reply {
     let answer = match inner.nodes.get(node) {
-        Some(target) => classify(&target.call(&cmd, inner.limits(), timeout).await),
+        Some(target) => classify(&target.call(&request, inner.limits(), timeout).await),
         None => Answer::Failed(format!("no node {node}")),
     };
     Reply { round, node, answer }
@@ -413,20 +484,21 @@ impl Redlock {
         (0..self.inner.nodes.len()).collect()
     }
 
-    /// One call of `cmd` as round `round` per node listed in `nodes` (all:
-    /// [`Redlock::every_node`]), each with its own timeout; not started yet.
+    /// One call of `request` as round `round` per node listed in `nodes`
+    /// (all: [`Redlock::every_node`]), each with its own timeout; not
+    /// started yet.
     fn calls_to(
         &self,
         round: usize,
-        cmd: Cmd,
+        request: Request,
         timeout: Duration,
-        classify: fn(&Raw) -> Answer,
+        classify: Classify,
         nodes: Vec<usize>,
     ) -> impl Iterator<Item = impl Future<Output = Reply> + Send + 'static> + '_ {
-        let cmd = Arc::new(cmd);
+        let request = Arc::new(request);
         nodes
             .into_iter()
-            .map(move |node| call(self.inner.clone(), round, node, cmd.clone(), timeout, classify))
+            .map(move |node| call(self.inner.clone(), round, node, request.clone(), timeout, classify))
     }
 
     /// Lets the calls still in flight run to their end in one background
@@ -451,20 +523,19 @@ impl Redlock {
         });
     }
 
-    /// Sends `cmd` to the nodes listed in `targets` and records their
+    /// Sends `request` to the nodes listed in `targets` and records their
     /// answers in `round` (which may hold answers known without a command);
     /// returns once the round's quorum said yes (the other calls go on in
     /// the background) or, when it cannot be reached, once every node
     /// answered or timed out.
     async fn quorum_round(
         &self,
-        cmd: Cmd,
+        (request, classify): (Request, Classify),
         round: Progress,
         targets: Vec<usize>,
         timeout: Duration,
-        classify: fn(&Raw) -> Answer,
     ) -> Progress {
-        let mut flight: FuturesUnordered<_> = self.calls_to(0, cmd, timeout, classify, targets).collect();
+        let mut flight: FuturesUnordered<_> = self.calls_to(0, request, timeout, classify, targets).collect();
         let mut rounds = [round];
         drive(&mut flight, &mut rounds, |r| r[0].decided().is_some()).await;
         if rounds[0].decided() == Some(true) {
@@ -477,9 +548,14 @@ impl Redlock {
     }
 
     /// [`Redlock::quorum_round`] on every node, needing `quorum`.
-    async fn every_node_round(&self, cmd: Cmd, quorum: Quorum, timeout: Duration) -> Progress {
+    async fn every_node_round(
+        &self,
+        request: (Request, Classify),
+        quorum: Quorum,
+        timeout: Duration,
+    ) -> Progress {
         let round = Progress::with_quorum(self.inner.nodes.len(), quorum);
-        self.quorum_round(cmd, round, self.every_node(), timeout, quorum::classify_flag).await
+        self.quorum_round(request, round, self.every_node(), timeout).await
     }
 
     /// One attempt to take `resource` in `mode` for `ttl`: the grant
@@ -502,11 +578,7 @@ impl Redlock {
     /// one, but two granted before either asked may get the same token.
     pub async fn try_acquire(&self, resource: &str, mode: Mode, ttl: Duration) -> Result<Guard> {
         let ttl = check_ttl(ttl)?;
-        check_name("resource", resource)?;
-        check_mode(mode)?;
-        let token = quorum::token_from_bits(rand::random());
-        let granted = self.grant(Kind::Lock(mode), resource, &token, ttl, false).await?;
-        Ok(Guard::new(self.clone(), resource.to_string(), token, mode, granted))
+        self.take(Claim::one(resource, mode)?, ttl).await
     }
 
     /// [`Redlock::try_acquire`], retried after a random delay while the
@@ -522,6 +594,56 @@ impl Redlock {
         policy.retry(|| self.try_acquire(resource, mode, ttl)).await
     }
 
+    /// One attempt to take every resource of a set, each in its mode
+    /// ([`Mode::Exclusive`], [`Mode::Read`] or [`Mode::Write`]), all or
+    /// nothing, with one token, one TTL and one fencing token: one
+    /// `LOCK.MACQUIRE` per node, in parallel. A node grants the whole set
+    /// or nothing; the set is held when a majority of nodes granted it
+    /// within the validity (a node that grants part of it does not exist:
+    /// MACQUIRE is atomic). One round trip, like [`Redlock::try_acquire`],
+    /// and the same [`Guard`]: its extensions (`LOCK.RENEW` over the set),
+    /// watchdog, release (`LOCK.MRELEASE`) and fencing round (`LOCK.FENCE`
+    /// on every key) count a node only if it did the whole set. On failure
+    /// the set is released on every node before this returns.
+    ///
+    /// A set of one resource is [`Redlock::try_acquire`] (the single-key
+    /// commands). Refused before any round ([`Error::InvalidArgument`]):
+    /// no resource, more than [`quorum::SET_KEYS_MAX`], a resource named
+    /// twice, a [`Mode::Permit`] (semaphores are not taken in sets).
+    ///
+    /// No deadlock whatever the order: a node grants the set at once or
+    /// refuses it at once, so no client ever holds part of a set while it
+    /// waits for the rest; overlapping sets given in any order are free of
+    /// deadlock, and a refused attempt retries (see
+    /// [`Redlock::acquire_many`]).
+    pub async fn try_acquire_many<R: AsRef<str>>(
+        &self,
+        resources: &[(R, Mode)],
+        ttl: Duration,
+    ) -> Result<Guard> {
+        let ttl = check_ttl(ttl)?;
+        self.take(Claim::set(resources)?, ttl).await
+    }
+
+    /// [`Redlock::try_acquire_many`], retried like [`Redlock::acquire`].
+    pub async fn acquire_many<R: AsRef<str>>(
+        &self,
+        resources: &[(R, Mode)],
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<Guard> {
+        let ttl = check_ttl(ttl)?;
+        let claim = Claim::set(resources)?;
+        policy.retry(|| self.take(claim.clone(), ttl)).await
+    }
+
+    /// One grant round for `claim` under a new random token.
+    async fn take(&self, claim: Claim, ttl: Duration) -> Result<Guard> {
+        let token = quorum::token_from_bits(rand::random());
+        let granted = self.grant(Kind::Lock(&claim), &token, ttl, false).await?;
+        Ok(Guard::new(self.clone(), claim, token, granted))
+    }
+
     /// `LOCK.RELEASE` of the lock held with `token` (taken in `mode`) on
     /// every node, waiting for every answer (or its timeout): exact counts,
     /// for tools like the CLI. `Ok` with the counts when the mode's quorum
@@ -532,18 +654,31 @@ impl Redlock {
     /// returns at the quorum instead.
     pub async fn release(&self, resource: &str, token: &str, mode: Mode) -> Result<Tally> {
         check_name("token", token)?;
-        check_mode(mode)?;
-        let tally = self.release_all(resource, token).await.with_quorum(mode.quorum());
-        released(resource, tally)
+        self.release_by_token(&Claim::one(resource, mode)?, token).await
     }
 
-    /// `LOCK.RELEASE` on every node, returning once `mode`'s quorum
-    /// released; the nodes that have not answered yet get theirs in the
-    /// background (counted as `pending`). A failure waits for every answer.
-    pub(crate) async fn release_quorum(&self, resource: &str, token: &str, mode: Mode) -> Result<Tally> {
-        let cmd = command("LOCK.RELEASE", resource, token, &[]);
-        let round = self.every_node_round(cmd, mode.quorum(), self.inner.config.command_timeout).await;
-        released(resource, round.tally())
+    /// [`Redlock::release`] of a set taken with
+    /// [`Redlock::try_acquire_many`] (`LOCK.MRELEASE` on every node): a
+    /// node counts as released when it released every resource of the set
+    /// (the modes do not matter: a set needs a majority).
+    pub async fn release_many<R: AsRef<str>>(&self, resources: &[R], token: &str) -> Result<Tally> {
+        check_name("token", token)?;
+        self.release_by_token(&by_token(resources)?, token).await
+    }
+
+    async fn release_by_token(&self, claim: &Claim, token: &str) -> Result<Tally> {
+        let tally = self.release_all(claim, token).await.with_quorum(claim.quorum());
+        released(claim.label(), tally)
+    }
+
+    /// The release round of a guard: on every node, returning once the
+    /// claim's quorum released; the nodes that have not answered yet get
+    /// theirs in the background (counted as `pending`). A failure waits
+    /// for every answer.
+    pub(crate) async fn release_quorum(&self, claim: &Claim, token: &str) -> Result<Tally> {
+        let request = claim.release(token);
+        let round = self.every_node_round(request, claim.quorum(), self.inner.config.command_timeout).await;
+        released(claim.label(), round.tally())
     }
 
     /// `LOCK.EXTEND` of the lock held with `token` (taken in `mode`) on
@@ -555,18 +690,35 @@ impl Redlock {
     pub async fn extend(&self, resource: &str, token: &str, mode: Mode, ttl: Duration) -> Result<Lease> {
         let ttl = check_ttl(ttl)?;
         check_name("token", token)?;
-        check_mode(mode)?;
+        self.extend_claim(&Claim::one(resource, mode)?, token, ttl).await
+    }
+
+    /// [`Redlock::extend`] of a set taken with
+    /// [`Redlock::try_acquire_many`] (`LOCK.RENEW` over the set on every
+    /// node): a node counts only if it extended every resource of the set.
+    pub async fn extend_many<R: AsRef<str>>(
+        &self,
+        resources: &[R],
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let ttl = check_ttl(ttl)?;
+        check_name("token", token)?;
+        self.extend_claim(&by_token(resources)?, token, ttl).await
+    }
+
+    /// The extend round (by hand, by token, or by the watchdog).
+    pub(crate) async fn extend_claim(&self, claim: &Claim, token: &str, ttl: Duration) -> Result<Lease> {
         let start = Instant::now();
-        let cmd = command("LOCK.EXTEND", resource, token, &[millis(ttl)]);
         let timeout = self.inner.config.command_timeout.min(ttl);
-        let round = self.every_node_round(cmd, mode.quorum(), timeout).await;
+        let round = self.every_node_round(claim.extend(token, ttl), claim.quorum(), timeout).await;
         if round.decided() != Some(true) {
             let tally = round.tally();
-            return Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Extend, tally });
+            return Err(Error::NoQuorum { resource: claim.label().to_string(), phase: Phase::Extend, tally });
         }
         let elapsed = start.elapsed();
         if quorum::validity(ttl, elapsed).is_none() {
-            return Err(expired(resource, ttl, elapsed));
+            return Err(expired(claim.label(), ttl, elapsed));
         }
         Ok(Lease::new(start, ttl))
     }
@@ -582,7 +734,7 @@ impl Redlock {
         let ttl = check_ttl(ttl)?;
         check_name("resource", resource)?;
         check_name("owner", owner)?;
-        let granted = self.grant(Kind::Reentrant, resource, owner, ttl, true).await?;
+        let granted = self.grant(Kind::Reentrant(resource), owner, ttl, true).await?;
         Ok(Entered { fencing_token: granted.floor, lease: granted.lease })
     }
 
@@ -591,8 +743,8 @@ impl Redlock {
     /// that answered). `Err(NoQuorum)` unless a majority answered.
     pub async fn exit(&self, resource: &str, owner: &str) -> Result<u64> {
         check_name("owner", owner)?;
-        let cmd = command("LOCK.EXIT", resource, owner, &[]);
-        let answers = self.round(&cmd, self.inner.config.command_timeout, quorum::classify_exit).await;
+        let request = command("LOCK.EXIT", resource, owner, &[]).into();
+        let answers = self.round(&request, self.inner.config.command_timeout, quorum::classify_exit).await;
         let tally = Tally::of(&answers);
         match quorum::holds_left(answers.iter()) {
             Some(left) if tally.has_quorum() => Ok(left),
@@ -637,24 +789,18 @@ impl Redlock {
     /// every call of both rounds is waited for (bounded by the per-node
     /// timeouts) before the undo: exact counts, the grants known node by
     /// node, and the undo queued after every grant call ended.
-    async fn grant(
-        &self,
-        kind: Kind,
-        resource: &str,
-        token: &str,
-        ttl: Duration,
-        fence: bool,
-    ) -> Result<Granted> {
+    async fn grant(&self, kind: Kind<'_>, token: &str, ttl: Duration, fence: bool) -> Result<Granted> {
         let phase = match kind {
             Kind::Lock(_) => Phase::Acquire,
-            Kind::Reentrant => Phase::Enter,
+            Kind::Reentrant(_) => Phase::Enter,
         };
         let start = Instant::now();
         let nodes = self.inner.nodes.len();
         let timeout = self.inner.config.command_timeout;
-        let cmd = grant_command(kind, resource, token, ttl);
-        let mut flight: FuturesUnordered<_> =
-            self.calls_to(GRANT, cmd, timeout.min(ttl), quorum::classify_grant, self.every_node()).collect();
+        let request = kind.grant(token, ttl);
+        let mut flight: FuturesUnordered<_> = self
+            .calls_to(GRANT, request, timeout.min(ttl), quorum::classify_grant, self.every_node())
+            .collect();
         let mut rounds = [Progress::with_quorum(nodes, kind.quorum()), Progress::new(nodes)];
         drive(&mut flight, &mut rounds, |r| r[GRANT].decided().is_some()).await;
 
@@ -664,22 +810,21 @@ impl Redlock {
             _ => {
                 drive(&mut flight, &mut rounds, |_| false).await;
                 let tally = rounds[GRANT].tally();
+                let resource = kind.label();
                 let error = match quorum::verdict(&tally) {
-                    Verdict::Contended => Error::Contended { resource: resource.to_string(), tally },
+                    Verdict::Contended => Error::Contended { resource, tally },
                     // A quorum cannot have no highest token; if it ever did,
                     // it fails like any other round short of a majority.
-                    Verdict::Quorum | Verdict::NoQuorum => {
-                        Error::NoQuorum { resource: resource.to_string(), phase, tally }
-                    }
+                    Verdict::Quorum | Verdict::NoQuorum => Error::NoQuorum { resource, phase, tally },
                 };
-                self.undo(kind, resource, token, rounds[GRANT].answers()).await;
+                self.undo(kind, token, rounds[GRANT].answers()).await;
                 return Err(error);
             }
         };
         let Some(left) = quorum::validity(ttl, start.elapsed()) else {
-            let error = expired(resource, ttl, start.elapsed());
+            let error = expired(&kind.label(), ttl, start.elapsed());
             drive(&mut flight, &mut rounds, |_| false).await;
-            self.undo(kind, resource, token, rounds[GRANT].answers()).await;
+            self.undo(kind, token, rounds[GRANT].answers()).await;
             return Err(error);
         };
         if fence {
@@ -687,20 +832,20 @@ impl Redlock {
             // failure below waits for them too, before the undo.
             let (fencing, targets) = Progress::fencing(rounds[GRANT].answers(), floor);
             rounds[FENCE] = fencing;
-            let cmd = fence_command(resource, token, floor);
-            flight.extend(self.calls_to(FENCE, cmd, timeout.min(left), quorum::classify_flag, targets));
+            let (request, classify) = kind.fence(token, floor);
+            flight.extend(self.calls_to(FENCE, request, timeout.min(left), classify, targets));
             drive(&mut flight, &mut rounds, |r| r[FENCE].decided().is_some()).await;
             let fenced = rounds[FENCE].decided() == Some(true);
             let elapsed = start.elapsed();
             if !fenced || quorum::validity(ttl, elapsed).is_none() {
                 drive(&mut flight, &mut rounds, |_| false).await;
                 let error = if fenced {
-                    expired(resource, ttl, elapsed)
+                    expired(&kind.label(), ttl, elapsed)
                 } else {
                     let tally = rounds[FENCE].tally();
-                    Error::NoQuorum { resource: resource.to_string(), phase: Phase::Fence, tally }
+                    Error::NoQuorum { resource: kind.label(), phase: Phase::Fence, tally }
                 };
-                self.undo(kind, resource, token, rounds[GRANT].answers()).await;
+                self.undo(kind, token, rounds[GRANT].answers()).await;
                 return Err(error);
             }
         }
@@ -709,15 +854,17 @@ impl Redlock {
         Ok(Granted { floor, lease: Lease::new(start, ttl), grants: grants.into_answers() })
     }
 
-    /// The fencing round of a lock granted earlier: `LOCK.FENCE key token
-    /// floor` on every node that needs it (see [`Progress::fencing`]),
-    /// returning at the first majority of 1s; each call is bounded by the
-    /// time left until `deadline` too. `Err(NoQuorum)` (phase `Fence`, after
-    /// every answer) when no majority answered 1. The caller checks that
-    /// the round ended within the validity.
+    /// The fencing round of a lock (or set) granted earlier: `LOCK.FENCE
+    /// key token floor` (on each key of a set, one pipeline per node; a
+    /// node counts only if every key answered 1) on every node that needs
+    /// it (see [`Progress::fencing`]), returning at the first majority of
+    /// yes; each call is bounded by the time left until `deadline` too.
+    /// `Err(NoQuorum)` (phase `Fence`, after every answer) when no
+    /// majority answered yes. The caller checks that the round ended
+    /// within the validity.
     pub(crate) async fn fence(
         &self,
-        resource: &str,
+        claim: &Claim,
         token: &str,
         floor: u64,
         grants: &[Option<Answer>],
@@ -726,25 +873,27 @@ impl Redlock {
         let (round, targets) = Progress::fencing(grants, floor);
         let left = quorum::remaining(deadline, Instant::now());
         let timeout = self.inner.config.command_timeout.min(left);
-        let cmd = fence_command(resource, token, floor);
-        let round = self.quorum_round(cmd, round, targets, timeout, quorum::classify_flag).await;
+        let round = self.quorum_round(claim.fence(token, floor), round, targets, timeout).await;
         if round.decided() == Some(true) {
             return Ok(());
         }
-        Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Fence, tally: round.tally() })
+        let tally = round.tally();
+        Err(Error::NoQuorum { resource: claim.label().to_string(), phase: Phase::Fence, tally })
     }
 
     /// Takes back a failed grant round (`answers`: the grant round's, all
     /// in).
-    async fn undo(&self, kind: Kind, resource: &str, token: &str, answers: &[Option<Answer>]) {
+    async fn undo(&self, kind: Kind<'_>, token: &str, answers: &[Option<Answer>]) {
         match kind {
             // Release on all N, also where the grant's outcome is unknown: a
-            // RELEASE by a token that does not hold the lock changes nothing.
-            Kind::Lock(_) => {
-                self.release_all(resource, token).await;
+            // release by a token that does not hold the lock changes nothing
+            // (for a set: MRELEASE, which frees whatever of the set the
+            // token holds there).
+            Kind::Lock(claim) => {
+                self.release_all(claim, token).await;
             }
-            Kind::Reentrant => {
-                let cmd = command("LOCK.EXIT", resource, token, &[]);
+            Kind::Reentrant(resource) => {
+                let request = command("LOCK.EXIT", resource, token, &[]).into();
                 let limits = self.limits();
                 let timeout = self.inner.config.command_timeout;
                 let exits = self
@@ -753,67 +902,37 @@ impl Redlock {
                     .iter()
                     .zip(answers)
                     .filter(|(_, answer)| matches!(answer, Some(Answer::Yes(_))))
-                    .map(|(node, _)| node.call(&cmd, limits, timeout));
+                    .map(|(node, _)| node.call(&request, limits, timeout));
                 join_all(exits).await;
             }
         }
     }
 
-    pub(crate) async fn release_all(&self, resource: &str, token: &str) -> Tally {
-        let cmd = command("LOCK.RELEASE", resource, token, &[]);
-        let answers = self.round(&cmd, self.inner.config.command_timeout, quorum::classify_flag).await;
+    /// The release round on every node, waiting for every answer.
+    async fn release_all(&self, claim: &Claim, token: &str) -> Tally {
+        let (request, classify) = claim.release(token);
+        let answers = self.round(&request, self.inner.config.command_timeout, classify).await;
         Tally::of(&answers)
     }
 
-    /// Sends `cmd` to every node at once and waits for every answer; each
-    /// node's call has its own timeout. Answers are in node order.
-    async fn round(&self, cmd: &Cmd, timeout: Duration, classify: fn(&Raw) -> Answer) -> Vec<Answer> {
+    /// Sends `request` to every node at once and waits for every answer;
+    /// each node's call has its own timeout. Answers are in node order.
+    async fn round(&self, request: &Request, timeout: Duration, classify: Classify) -> Vec<Answer> {
         let limits = self.limits();
         let calls = self
             .inner
             .nodes
             .iter()
-            .map(|node| async move { classify(&node.call(cmd, limits, timeout).await) });
+            .map(|node| async move { classify(&node.call(request, limits, timeout).await) });
         join_all(calls).await
     }
 }
 
-/// `LOCK.FENCE key token floor`.
-fn fence_command(resource: &str, token: &str, floor: u64) -> Cmd {
-    command("LOCK.FENCE", resource, token, &[floor])
-}
-
-/// The grant command of `kind`: `LOCK.ACQUIRE`, `LOCK.SHARED`,
-/// `LOCK.EXCLUSIVE`, `LOCK.SEMAPHORE key token permits ttl` or `LOCK.ENTER`.
-fn grant_command(kind: Kind, resource: &str, token: &str, ttl: Duration) -> Cmd {
-    let ttl = millis(ttl);
-    match kind {
-        Kind::Lock(Mode::Exclusive) => command("LOCK.ACQUIRE", resource, token, &[ttl]),
-        Kind::Lock(Mode::Read) => command("LOCK.SHARED", resource, token, &[ttl]),
-        Kind::Lock(Mode::Write) => command("LOCK.EXCLUSIVE", resource, token, &[ttl]),
-        Kind::Lock(Mode::Permit { permits }) => {
-            command("LOCK.SEMAPHORE", resource, token, &[u64::from(permits), ttl])
-        }
-        Kind::Reentrant => command("LOCK.ENTER", resource, token, &[ttl]),
-    }
-}
-
-/// `name key token [number ...]`, sized up front: a command is built for
-/// every round, and growing its buffers argument by argument showed in
-/// profiles.
-fn command(name: &str, resource: &str, token: &str, numbers: &[u64]) -> Cmd {
-    // 20 digits hold any u64.
-    let bytes = name.len() + resource.len() + token.len() + 20 * numbers.len();
-    let mut cmd = Cmd::with_capacity(3 + numbers.len(), bytes);
-    cmd.arg(name).arg(resource).arg(token);
-    for number in numbers {
-        cmd.arg(*number);
-    }
-    cmd
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+/// The set a by-token release or extension names: the modes do not change
+/// its commands, and a set of two or more needs a majority.
+fn by_token<R: AsRef<str>>(resources: &[R]) -> Result<Claim> {
+    let keys: Vec<(&str, Mode)> = resources.iter().map(|r| (r.as_ref(), Mode::Exclusive)).collect();
+    Claim::set(&keys)
 }
 
 fn released(resource: &str, tally: Tally) -> Result<Tally> {
@@ -830,7 +949,7 @@ fn expired(resource: &str, ttl: Duration, elapsed: Duration) -> Error {
 
 /// Whole milliseconds (the nodes' unit), and long enough to outlast the
 /// drift allowance.
-fn check_ttl(ttl: Duration) -> Result<Duration> {
+pub(crate) fn check_ttl(ttl: Duration) -> Result<Duration> {
     let whole = Duration::from_millis(millis(ttl));
     if quorum::validity(whole, Duration::ZERO).is_none() {
         return Err(Error::InvalidArgument(format!(
@@ -842,28 +961,6 @@ fn check_ttl(ttl: Duration) -> Result<Duration> {
     Ok(whole)
 }
 
-/// A semaphore has at least one permit (the nodes refuse 0 too, but the
-/// quorum arithmetic needs it before any round).
-fn check_mode(mode: Mode) -> Result<()> {
-    match mode {
-        Mode::Permit { permits: 0 } => {
-            Err(Error::InvalidArgument("a semaphore needs at least 1 permit".into()))
-        }
-        _ => Ok(()),
-    }
-}
-
-fn check_name(what: &str, value: &str) -> Result<()> {
-    if value.is_empty() || value.len() > quorum::TOKEN_BYTES_MAX {
-        return Err(Error::InvalidArgument(format!(
-            "{what} must be 1 to {} bytes, got {}",
-            quorum::TOKEN_BYTES_MAX,
-            value.len()
-        )));
-    }
-    Ok(())
-}
-
 fn describe_raw(raw: &Raw) -> String {
     match raw {
         Raw::ServerError { code, detail } => format!("{code} {detail}"),
@@ -872,6 +969,7 @@ fn describe_raw(raw: &Raw) -> String {
         Raw::Int(n) => format!("unexpected reply {n}"),
         Raw::Nil => "unexpected nil".into(),
         Raw::Other(what) => format!("unexpected reply {what}"),
+        Raw::Array(items) => format!("unexpected array of {} replies", items.len()),
     }
 }
 

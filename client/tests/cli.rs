@@ -393,3 +393,123 @@ fn exec_with_two_permits_runs_two_commands_at_once() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `exec` with three resources: one set, all or nothing, one fencing
+/// token; `--mode` once per resource; the command's exit code; released
+/// everywhere. Then acquire, extend and release of a set by hand.
+#[test]
+fn exec_holds_three_resources_as_one_set() {
+    let servers = cluster(3);
+    let keys = ["acct:1", "acct:2", "ledger"];
+    let dir = scratch("set");
+    let (env_file, go) = (dir.join("env"), dir.join("go"));
+    // The resources one per line, then the token and the fencing token;
+    // then wait (bounded: 20 s) for "go", and exit 5.
+    let script = format!(
+        "{{ printf '%s\\n' \"$REDLOCK_RESOURCES\"; echo \"$REDLOCK_RESOURCE $REDLOCK_TOKEN $REDLOCK_FENCING_TOKEN\"; }} \
+         > {0}.tmp && mv {0}.tmp {0}; i=0; while [ ! -e {1} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; exit 5",
+        env_file.display(),
+        go.display()
+    );
+    let mut exec = redlock(&servers);
+    exec.args([
+        "exec",
+        "--mode",
+        "exclusive",
+        "acct:1",
+        "acct:2",
+        "--mode",
+        "write",
+        "ledger",
+        "--mode",
+        "read",
+    ]);
+    exec.args(["--ttl", "3000", "--", "sh", "-c", &script]);
+    let child = exec.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    wait_until(Duration::from_secs(10), "the command to start", || env_file.exists());
+    let seen = std::fs::read_to_string(&env_file).unwrap();
+    let lines: Vec<&str> = seen.lines().collect();
+    assert_eq!(lines[..3], keys, "{seen}");
+    let words: Vec<&str> = lines[3].split(' ').collect();
+    assert_eq!(words.len(), 3, "{seen}");
+    assert_eq!(words[0], "acct:1", "REDLOCK_RESOURCE is the first");
+    let (token, fence) = (words[1], words[2].parse::<u64>().expect("a numeric fencing token"));
+    // Every node holds the three keys for the command's token (late grants
+    // have had time: bounded by the 200 ms timeout); T is the live grant of
+    // every key on a majority.
+    wait_until(Duration::from_secs(2), "the set on every node", || {
+        servers.iter().all(|s| keys.iter().all(|k| holders(s, k).iter().any(|(h, _)| h == token)))
+    });
+    for key in keys {
+        assert!(servers.iter().filter(|s| checks(s, key, fence)).count() >= 2, "'{key}' fenced with {fence}");
+    }
+    // A writer of one key of the set is refused (73); a set with a permit
+    // or a --mode count that does not match is a usage error (2), a
+    // resource named twice an invalid argument (1).
+    let mut writer = redlock(&servers);
+    writer.args(["exec", "--mode", "write", "acct:2", "--", "true"]);
+    let out = run_bounded(writer, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+    for (bad, code, says) in [
+        (
+            &["exec", "--mode", "permit", "--permits", "2", "x", "y", "--", "true"][..],
+            2,
+            "cannot be part of a set",
+        ),
+        (&["exec", "--mode", "read,write", "x", "y", "z", "--", "true"][..], 2, "--mode given 2 times"),
+        (&["acquire", "x", "x", "--ttl", "1000"][..], 1, "resource 'x' is listed twice"),
+    ] {
+        let mut cmd = redlock(&servers);
+        cmd.args(bad);
+        let out = run_bounded(cmd, Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(code), "{bad:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(says), "{bad:?}: {}", text(&out.stderr));
+    }
+
+    std::fs::write(&go, b"").unwrap();
+    let out = {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut child = child;
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "exec did not finish");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.wait_with_output().unwrap()
+    };
+    assert_eq!(out.status.code(), Some(5), "the command's exit code; stderr: {}", text(&out.stderr));
+    for server in &servers {
+        for key in keys {
+            assert_eq!(lock_info(&mut server.conn(), key), None, "'{key}' on port {}", server.port);
+        }
+    }
+
+    // By hand: acquire prints the set, extend and release take it back.
+    let mut acquire = redlock(&servers);
+    acquire.args(["acquire", "a", "b", "c", "--ttl", "5000"]);
+    let out = run_bounded(acquire, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("REDLOCK_RESOURCES='a\nb\nc'\n"), "{stdout}");
+    let token = field(&stdout, "REDLOCK_TOKEN");
+    let set_fence: u64 = field(&stdout, "REDLOCK_FENCING_TOKEN").parse().unwrap();
+    assert!(set_fence > fence, "{set_fence} after the exec's {fence}");
+    let mut extend = redlock(&servers);
+    extend.args(["extend", "a", "b", "c", "--ttl", "20000", "--token", &token]);
+    let out = run_bounded(extend, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert!(info_int(&mut servers[0].conn(), "c", "ttl-ms").unwrap() > 15_000);
+    let mut part = redlock(&servers);
+    part.args(["release", "a", "b", "--token", &token]);
+    let out = run_bounded(part, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(0), "releasing part of a set by token: {}", text(&out.stderr));
+    let mut rest = redlock(&servers);
+    rest.args(["release", "a", "b", "c", "--token", &token]);
+    let out = run_bounded(rest, Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(73), "a and b are gone: not the set any more; {}", text(&out.stderr));
+    for server in &servers {
+        for key in ["a", "b", "c"] {
+            assert_eq!(lock_info(&mut server.conn(), key), None, "'{key}' on port {}", server.port);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

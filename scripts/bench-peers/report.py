@@ -11,11 +11,15 @@ import json
 import statistics
 
 OURS, OURS_FENCED, NODE, PY = "redlock-client", "redlock-client, fenced", "node-redlock", "pottery"
-ORDER = [OURS, OURS_FENCED, NODE, PY]
+# Three resources per cycle (issue 15): one set, or three separate acquires.
+OURS_SET, OURS_SINGLES = "redlock-client, set of 3", "redlock-client, 3 separate"
+ORDER = [OURS, OURS_FENCED, NODE, PY, OURS_SET, OURS_SINGLES]
 
 
 def family(row):
     name = row["client"].split()[0]
+    if name == OURS and row.get("set", 1) > 1:
+        return OURS_SINGLES if row.get("separate") else OURS_SET
     return OURS_FENCED if name == OURS and row.get("fenced") else name
 
 
@@ -23,6 +27,8 @@ def rounds(fam, n):
     """Sequential rounds over the N nodes per cycle (acquire + release)."""
     if fam == OURS_FENCED:
         return 2 if n == 1 else 3  # one node: its own token is T, no FENCE
+    if fam == OURS_SINGLES:
+        return 6
     return 2
 
 
@@ -51,7 +57,8 @@ def main():
     runs = {}
     for r in rows:
         runs.setdefault((r["label"], r["n"], family(r)), []).append(r)
-    names = {family(r): r["client"] + (", fenced" if family(r) == OURS_FENCED else "") for r in rows}
+    names = {family(r): family(r) if family(r) in (OURS_FENCED, OURS_SET, OURS_SINGLES) else r["client"]
+             for r in rows}
     tasks = max((r.get("tasks", 1) for r in rows), default=1)
 
     # Each metric: the median over the runs; cycles, failures, keys left: summed.
@@ -74,6 +81,7 @@ def main():
         ("contended", f"{tasks} tasks, 4 shared resources"),
         ("one-slow", f"one caller, one of 5 nodes +{args.delay_ms:g} ms per reply"),
         ("all-slow", f"one caller, every node +{args.delay_ms:g} ms per reply"),
+        ("set3", "one caller, 3 resources per cycle"),
     ]
     print("| scenario | N | client | cycles/s (acquire+release) | acquire p50 ms | acquire p99 ms "
           "| release p50 ms | client CPU µs/cycle | server µs/cycle | rounds / cycle | cycles (failed) "
@@ -120,6 +128,11 @@ def main():
             target = " (target: above node-redlock with a lower p99: " + verdict(r > 1 and p99 < node_p99) + ")"
             print(f"- {label}, {tasks} tasks, {fam} vs node-redlock: {r:.2f}x cycles/s; acquire p99 "
                   f"{fmt(p99)} vs {fmt(node_p99)} ms{target if label == 'tasks' else ''}")
+    r = ratio(get("set3", 5, OURS_SET, "ops_per_s"), get("set3", 5, OURS_SINGLES, "ops_per_s"))
+    if r is not None:
+        p_set, p_singles = get("set3", 5, OURS_SET, "acquire_p50_ms"), get("set3", 5, OURS_SINGLES, "acquire_p50_ms")
+        print(f"- 3 resources, N=5 (issue 15): one set vs 3 separate acquires: {r:.2f}x cycles/s; acquire p50 "
+              f"{fmt(p_set)} vs {fmt(p_singles)} ms")
     print()
     print("Earlier targets (issue 5):")
     p5, p1 = get("uncontended", 5, OURS_FENCED, "acquire_p50_ms"), get("uncontended", 1, OURS_FENCED, "acquire_p50_ms")

@@ -19,8 +19,6 @@ use super::exit;
 
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
-    /// The plain lock, a read or write hold, or a semaphore permit.
-    pub mode: Mode,
     /// Run the fencing round and pass REDLOCK_FENCING_TOKEN (the default;
     /// `--no-fence` turns it off).
     pub fenced: bool,
@@ -35,13 +33,20 @@ enum Outcome {
     Lost(Lost),
 }
 
-pub async fn run(redlock: &Redlock, resource: &str, command: &[OsString], options: Options) -> u8 {
+/// Runs `command` while holding `resources` (one, or a set taken all or
+/// nothing), each in its mode.
+pub async fn run(
+    redlock: &Redlock,
+    resources: &[(String, Mode)],
+    command: &[OsString],
+    options: Options,
+) -> u8 {
     let Some((program, args)) = command.split_first() else {
         eprintln!("redlock: exec needs a command after --");
         return exit::INVALID;
     };
     let policy = crate::retry_policy(options.wait);
-    let taken = crate::take(redlock, resource, options.mode, options.ttl, &policy, options.fenced).await;
+    let taken = crate::take(redlock, resources, options.ttl, &policy, options.fenced).await;
     let (mut guard, fence) = match taken {
         Ok(taken) => taken,
         Err(e) => {
@@ -79,8 +84,9 @@ pub async fn run(redlock: &Redlock, resource: &str, command: &[OsString], option
         }
         Outcome::Lost(reason) => {
             eprintln!(
-                "redlock: the lock on '{resource}' is lost ({reason}); stopping the command \
+                "redlock: the lock on '{}' is lost ({reason}); stopping the command \
                  (SIGTERM, SIGKILL after {} ms)",
+                crate::label(resources),
                 options.grace.as_millis()
             );
             stop(&mut child, group, options.grace).await;
@@ -92,7 +98,12 @@ pub async fn run(redlock: &Redlock, resource: &str, command: &[OsString], option
 
 fn spawn(program: &OsString, args: &[OsString], guard: &Guard, fence: Option<u64>) -> std::io::Result<Child> {
     let mut command = Command::new(program);
-    command.args(args).env("REDLOCK_RESOURCE", guard.resource()).env("REDLOCK_TOKEN", guard.token());
+    let resources: Vec<&str> = guard.resources().iter().map(|(resource, _)| resource.as_str()).collect();
+    command
+        .args(args)
+        .env("REDLOCK_RESOURCE", guard.resource())
+        .env("REDLOCK_RESOURCES", resources.join("\n"))
+        .env("REDLOCK_TOKEN", guard.token());
     // Without fencing, no token at all: not one inherited from our own
     // environment (an outer `redlock exec`), which would look valid.
     match fence {
@@ -150,9 +161,8 @@ fn send(group: Option<i32>, signal: libc::c_int) {
 }
 
 async fn release(guard: Guard) {
-    let resource = guard.resource().to_string();
     if let Err(e) = guard.release().await {
-        eprintln!("redlock: releasing '{resource}': {e}");
+        eprintln!("redlock: releasing: {e}");
     }
 }
 

@@ -56,11 +56,7 @@ pub fn assert_free(servers: &[&Server], key: &str) {
 
 /// `calls` of LOCK.FENCE on one node (`INFO commandstats`).
 pub fn fence_calls(server: &Server) -> i64 {
-    let text: String = redis::cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix("cmdstat_lock.fence:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+    calls(server, "lock.fence")
 }
 
 pub fn all(servers: &[Server]) -> Vec<&Server> {
@@ -75,4 +71,52 @@ pub fn seed() -> u64 {
     });
     eprintln!("seed: {seed} (replay with REDLOCK_TEST_SEED={seed})");
     seed
+}
+
+/// Every holder of `key` on `server` with its fencing token: the plain
+/// lock's one, or each holder of a read-write lock; empty when free.
+pub fn holders(server: &Server, key: &str) -> Vec<(String, i64)> {
+    let reply: redis::Value = redis::cmd("LOCK.INFO").arg(key).query(&mut server.conn()).expect("LOCK.INFO");
+    holders_in(&reply)
+}
+
+/// The holders in one `LOCK.INFO` reply (see [`holders`]).
+pub fn holders_in(reply: &redis::Value) -> Vec<(String, i64)> {
+    fn fields(items: &[redis::Value]) -> Vec<(String, redis::Value)> {
+        items.chunks(2).map(|p| (redis::from_redis_value(&p[0]).unwrap(), p[1].clone())).collect()
+    }
+    fn holder(fields: &[(String, redis::Value)]) -> Option<(String, i64)> {
+        let get = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        let who: String = redis::from_redis_value(&get("holder")?).unwrap();
+        Some((who, redis::from_redis_value(&get("fence")?).unwrap()))
+    }
+    let redis::Value::Array(items) = reply else { return Vec::new() };
+    let top = fields(items);
+    match top.iter().find(|(name, _)| name == "holders") {
+        Some((_, redis::Value::Array(entries))) => entries
+            .iter()
+            .filter_map(|e| match e {
+                redis::Value::Array(items) => holder(&fields(items)),
+                _ => None,
+            })
+            .collect(),
+        _ => holder(&top).into_iter().collect(),
+    }
+}
+
+/// `LOCK.CHECK key fence` on one node: is `fence` the key's live grant.
+pub fn checks(server: &Server, key: &str, fence: u64) -> bool {
+    let reply: i64 = redis::cmd("LOCK.CHECK").arg(key).arg(fence).query(&mut server.conn()).unwrap();
+    reply == 1
+}
+
+/// `calls` of one command on one node (`INFO commandstats`), e.g.
+/// `lock.macquire`.
+pub fn calls(server: &Server, command: &str) -> i64 {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
 }
