@@ -93,14 +93,8 @@ fn grant(call: &Call<'_>, request: args::Acquire<'_>, want: Want) -> Reply {
     drop(key);
     after_write(call, written);
     match (grant, quarantine, wait_ms) {
-        (Grant::Granted(fence), ..) => {
-            stats::GRANTS.bump();
-            Reply::Int(fencing::to_reply(fence))
-        }
-        (Grant::Renewed(fence), ..) => {
-            stats::RENEWALS.bump();
-            Reply::Int(fencing::to_reply(fence))
-        }
+        (Grant::Granted(fence), ..) => counted_token(&stats::GRANTS, fence),
+        (Grant::Renewed(fence), ..) => counted_token(&stats::RENEWALS, fence),
         // In quarantine nothing new is granted, so waiting would only block
         // the caller for the whole period: refuse at once.
         (Grant::Quarantined, Some((reason, left_ms)), _)
@@ -121,6 +115,12 @@ fn grant(call: &Call<'_>, request: args::Acquire<'_>, want: Want) -> Reply {
         }
         (why, ..) => refused(errors::grant_refused(why, want)),
     }
+}
+
+/// A fencing token as the reply, counted as a grant or a renewal.
+fn counted_token(counter: &stats::Counter, fence: u64) -> Reply {
+    counter.bump();
+    Reply::Int(fencing::to_reply(fence))
 }
 
 /// What a client about to wait asked for (the hand-off fills in the rest).
@@ -178,14 +178,8 @@ pub fn acquire_all(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         after_write(key_call, written);
     }
     match (grant, quarantine, wait_ms) {
-        (AllGrant::Granted(fence), ..) => {
-            stats::GRANTS.bump();
-            Reply::Int(fencing::to_reply(fence))
-        }
-        (AllGrant::Renewed(fence), ..) => {
-            stats::RENEWALS.bump();
-            Reply::Int(fencing::to_reply(fence))
-        }
+        (AllGrant::Granted(fence), ..) => counted_token(&stats::GRANTS, fence),
+        (AllGrant::Renewed(fence), ..) => counted_token(&stats::RENEWALS, fence),
         (AllGrant::Refused { why: Grant::Quarantined, .. }, Some((reason, left_ms)), _)
         | (AllGrant::Refused { why: Grant::Busy, .. }, Some((reason, left_ms)), Some(_)) => {
             stats::QUARANTINED.bump();
