@@ -288,6 +288,34 @@ mod tests {
         assert_eq!(view.hold(b"r2").map(|h| h.deadline_ms), Some(1006));
     }
 
+    /// The field edits of `LOCK.EXTEND key owner ttl` at `now`.
+    fn extend(map: &MapFields, owner: &[u8], ttl: i64, now: i64) -> FieldEdits {
+        let view = HashLock::open(map).unwrap();
+        let mut txn = Txn::new(&view, now, 0);
+        assert!(lock::extend(&mut txn, owner, ttl));
+        field_edits(&txn.finish())
+    }
+
+    #[test]
+    fn an_extension_writes_the_holders_record_only() {
+        // README, LOCK.EXTEND on a shared lock or semaphore: it replicates
+        // that holder's fields (`HSET key h|<token> <record>`, and its
+        // unchanged token index), not the header, when the lock-wide bounds
+        // stay as they were: here by the holder of the top token, and to
+        // exactly the earliest deadline.
+        let mut f = Fencer::new(0);
+        let mut map = MapFields::default();
+        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r1", 5, &mut f) else { panic!() };
+        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r2", 6, &mut f) else { panic!() };
+        for (ttl, deadline) in [(2_000, 2_010), (995, 1_005)] {
+            let edits = extend(&map, b"r2", ttl, 10);
+            let sets: Vec<(&[u8], &[u8])> = edits.sets().collect();
+            let record = format!("r|6000|{deadline}");
+            assert_eq!(sets, vec![(&b"h|r2"[..], record.as_bytes()), (b"f|6000", b"r2")], "ttl {ttl}");
+            assert_eq!(edits.deletes().len(), 0);
+        }
+    }
+
     #[test]
     fn hashes_this_module_did_not_write_are_not_locks() {
         let mut map = MapFields::default();
