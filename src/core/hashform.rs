@@ -327,6 +327,24 @@ mod tests {
         assert!(HashLock::open(&map).is_ok());
         map.0.insert(b"lock".to_vec(), b"LK2|P|0|w|1|2|".to_vec());
         assert!(HashLock::open(&map).is_err(), "plain locks are strings");
+        let header_only = MapFields([(b"lock".to_vec(), b"LK2|S|0|r|1|2|".to_vec())].into());
+        assert!(HashLock::open(&header_only).is_err(), "a lock without holders is deleted, never stored");
+    }
+
+    #[test]
+    fn a_hash_holds_at_most_holders_max_holders() {
+        // README: up to 1000 readers (or permits) hold one lock; a hash with
+        // more fields than that many holders have was not written here.
+        let mut map = MapFields([(b"lock".to_vec(), b"LK2|S|0|r|1|2|".to_vec())].into());
+        for n in 1..=crate::core::kind::HOLDERS_MAX {
+            map.0
+                .insert(codec::holder_field(n.to_string().as_bytes()).as_bytes().to_vec(), b"r|1|2".to_vec());
+            map.0.insert(codec::fence_field(u64::from(n)).as_bytes().to_vec(), n.to_string().into_bytes());
+        }
+        assert_eq!(HashLock::open(&map).map(|h| h.count()), Ok(crate::core::kind::HOLDERS_MAX));
+        map.0.insert(b"h|more".to_vec(), b"r|1|2".to_vec());
+        map.0.insert(b"f|0".to_vec(), b"more".to_vec());
+        assert!(HashLock::open(&map).is_err());
     }
 
     #[test]
