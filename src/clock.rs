@@ -88,6 +88,18 @@ mod tests {
     }
 
     #[test]
+    fn module_clock_reads_epoch_milliseconds() {
+        // Deadlines are absolute epoch ms (SPEC property 6: a replica or an
+        // AOF replay reads the same instant), so without a clock step the
+        // module clock agrees with the system's.
+        let system = || SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap();
+        let before = system();
+        let now = now_ms();
+        let after = system();
+        assert!((before - 1_000..=after + 1_000).contains(&now), "{now} not within [{before}, {after}]");
+    }
+
+    #[test]
     fn module_clock_moves_forward() {
         let a = now_ms();
         let b = now_ms();

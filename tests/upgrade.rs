@@ -21,10 +21,15 @@ fn now_ms() -> i64 {
 }
 
 /// What the previous release wrote for each kind, with deadlines 20 s ahead
-/// and tokens from 2036, far above this node's clock-derived counter.
+/// (the second reader's 5 s later, so that a conversion that mixes up
+/// holders' deadlines shows) and tokens from 2036, far above this node's
+/// clock-derived counter.
 struct Old {
     deadline: i64,
 }
+
+/// How much later than the others the second reader's deadline is.
+const R2_LATER_MS: i64 = 5_000;
 
 const PLAIN_FENCE: i64 = 2_100_000_000_000_001;
 const READER_FENCES: [i64; 2] = [2_100_000_000_000_002, 2_100_000_000_000_003];
@@ -37,10 +42,11 @@ impl Old {
 
     fn values(&self) -> Vec<(&'static str, String)> {
         let d = self.deadline;
+        let d2 = d + R2_LATER_MS;
         let [r1, r2] = READER_FENCES;
         vec![
             ("plain", format!("LK1|P|{PLAIN_FENCE}|{d}|1|owner-p")),
-            ("rw", format!("LK1|S|0|2|r|{r1}|{d}|2|r1|r|{r2}|{d}|2|r2|")),
+            ("rw", format!("LK1|S|0|2|r|{r1}|{d}|2|r1|r|{r2}|{d2}|2|r2|")),
             ("sem", format!("LK1|M|3|1|p|{PERMIT_FENCE}|{d}|8|permit-a|")),
         ]
     }
@@ -102,26 +108,33 @@ fn check_upgraded(server: &Server, old: &Old) {
     assert_eq!(int(&mut c, &["LOCK.CHECK", "plain", &PLAIN_FENCE.to_string()]), 1);
     assert_eq!(redis::from_redis_value::<String>(&info_field(&mut c, "plain", "holder")).unwrap(), "owner-p");
     let [r1, r2] = READER_FENCES;
-    let readers = vec![("r1".to_string(), r1, old.deadline), ("r2".to_string(), r2, old.deadline)];
+    let readers =
+        vec![("r1".to_string(), r1, old.deadline), ("r2".to_string(), r2, old.deadline + R2_LATER_MS)];
     assert_eq!(holders(&mut c, "rw"), readers);
     assert_eq!(holders(&mut c, "sem"), vec![("permit-a".to_string(), PERMIT_FENCE, old.deadline)]);
     let kind: String = cmd("TYPE").arg("rw").query(&mut c).unwrap();
     assert_eq!(kind, "string", "reading does not convert");
 
-    // The first write converts, keeping every holder; new tokens rise above
-    // the stored ones.
+    // The first write converts, keeping every holder with its token and its
+    // own deadline; new tokens rise above the stored ones.
+    let before_r3 = now_ms();
     let r3 = int(&mut c, &["LOCK.SHARED", "rw", "r3", "20000"]);
     assert!(r3 > r2, "{r3} after {r2}");
     let kind: String = cmd("TYPE").arg("rw").query(&mut c).unwrap();
     assert_eq!(kind, "hash");
-    let mut after = readers.clone();
-    after.push(("r3".to_string(), r3, 0));
-    let seen: Vec<(String, i64)> = holders(&mut c, "rw").into_iter().map(|(h, f, _)| (h, f)).collect();
-    let want: Vec<(String, i64)> = after.iter().map(|(h, f, _)| (h.clone(), *f)).collect();
-    assert_eq!(seen, want);
+    let seen = holders(&mut c, "rw");
+    let (old_seen, new_seen) = seen.split_at(2);
+    assert_eq!(old_seen, readers.as_slice(), "the old holders, tokens and deadlines");
+    let [(name, fence, deadline)] = new_seen else { panic!("{seen:?}") };
+    assert_eq!((name.as_str(), *fence), ("r3", r3));
+    // Its own 20 s on the module clock (within a second of the wall clock).
+    assert!((before_r3 + 19_000..now_ms() + 21_000).contains(deadline), "r3's deadline: {deadline}");
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "rw", "r1"]), 1);
     assert_eq!(int(&mut c, &["LOCK.CHECK", "rw", &r2.to_string()]), 1);
     assert!(int(&mut c, &["LOCK.SEMAPHORE", "sem", "permit-b", "3", "20000"]) > PERMIT_FENCE);
+    let permits = holders(&mut c, "sem");
+    assert_eq!(permits.len(), 2);
+    assert_eq!(permits[0], ("permit-a".to_string(), PERMIT_FENCE, old.deadline), "kept by the conversion");
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "sem", "permit-a"]), 1);
     assert_eq!(holders(&mut c, "sem").len(), 1);
     assert_eq!(int(&mut c, &["LOCK.EXTEND", "plain", "owner-p", "20000"]), 1);
@@ -180,4 +193,6 @@ fn the_conversion_is_replicated_exactly() {
     let [r1, _] = READER_FENCES;
     let on_replica: Vec<(String, i64)> = holders(&mut r, "rw").into_iter().map(|(h, f, _)| (h, f)).collect();
     assert_eq!(on_replica, vec![("r1".to_string(), r1), ("r2".to_string(), r2)], "every holder was kept");
+    let r1_on_replica = holders(&mut r, "rw").into_iter().find(|(h, ..)| h == "r1").map(|(_, _, d)| d);
+    assert_eq!(r1_on_replica, Some(old.deadline), "r1's deadline is the one it was granted");
 }

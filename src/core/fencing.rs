@@ -84,6 +84,15 @@ mod tests {
         assert_eq!(f.last(), t + 40, "INFO shows the raised counter");
     }
 
+    #[test]
+    fn replies_carry_the_token_and_saturate_rather_than_wrap() {
+        // Every grant replies its token as an integer (SPEC property 4): a
+        // token past i64::MAX must not come out negative, below earlier ones.
+        assert_eq!(to_reply(1_795_312_345_678_001), 1_795_312_345_678_001);
+        assert_eq!(to_reply(i64::MAX as u64), i64::MAX);
+        assert_eq!(to_reply(u64::MAX), i64::MAX);
+    }
+
     proptest! {
         #[test]
         fn strictly_increasing(ops in proptest::collection::vec((0i64..1_000_000, any::<bool>(), 0u64..2_000_000_000), 1..200)) {

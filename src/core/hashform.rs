@@ -288,6 +288,34 @@ mod tests {
         assert_eq!(view.hold(b"r2").map(|h| h.deadline_ms), Some(1006));
     }
 
+    /// The field edits of `LOCK.EXTEND key owner ttl` at `now`.
+    fn extend(map: &MapFields, owner: &[u8], ttl: i64, now: i64) -> FieldEdits {
+        let view = HashLock::open(map).unwrap();
+        let mut txn = Txn::new(&view, now, 0);
+        assert!(lock::extend(&mut txn, owner, ttl));
+        field_edits(&txn.finish())
+    }
+
+    #[test]
+    fn an_extension_writes_the_holders_record_only() {
+        // README, LOCK.EXTEND on a shared lock or semaphore: it replicates
+        // that holder's fields (`HSET key h|<token> <record>`, and its
+        // unchanged token index), not the header, when the lock-wide bounds
+        // stay as they were: here by the holder of the top token, and to
+        // exactly the earliest deadline.
+        let mut f = Fencer::new(0);
+        let mut map = MapFields::default();
+        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r1", 5, &mut f) else { panic!() };
+        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r2", 6, &mut f) else { panic!() };
+        for (ttl, deadline) in [(2_000, 2_010), (995, 1_005)] {
+            let edits = extend(&map, b"r2", ttl, 10);
+            let sets: Vec<(&[u8], &[u8])> = edits.sets().collect();
+            let record = format!("r|6000|{deadline}");
+            assert_eq!(sets, vec![(&b"h|r2"[..], record.as_bytes()), (b"f|6000", b"r2")], "ttl {ttl}");
+            assert_eq!(edits.deletes().len(), 0);
+        }
+    }
+
     #[test]
     fn hashes_this_module_did_not_write_are_not_locks() {
         let mut map = MapFields::default();
@@ -299,6 +327,24 @@ mod tests {
         assert!(HashLock::open(&map).is_ok());
         map.0.insert(b"lock".to_vec(), b"LK2|P|0|w|1|2|".to_vec());
         assert!(HashLock::open(&map).is_err(), "plain locks are strings");
+        let header_only = MapFields([(b"lock".to_vec(), b"LK2|S|0|r|1|2|".to_vec())].into());
+        assert!(HashLock::open(&header_only).is_err(), "a lock without holders is deleted, never stored");
+    }
+
+    #[test]
+    fn a_hash_holds_at_most_holders_max_holders() {
+        // README: up to 1000 readers (or permits) hold one lock; a hash with
+        // more fields than that many holders have was not written here.
+        let mut map = MapFields([(b"lock".to_vec(), b"LK2|S|0|r|1|2|".to_vec())].into());
+        for n in 1..=crate::core::kind::HOLDERS_MAX {
+            map.0
+                .insert(codec::holder_field(n.to_string().as_bytes()).as_bytes().to_vec(), b"r|1|2".to_vec());
+            map.0.insert(codec::fence_field(u64::from(n)).as_bytes().to_vec(), n.to_string().into_bytes());
+        }
+        assert_eq!(HashLock::open(&map).map(|h| h.count()), Ok(crate::core::kind::HOLDERS_MAX));
+        map.0.insert(b"h|more".to_vec(), b"r|1|2".to_vec());
+        map.0.insert(b"f|0".to_vec(), b"more".to_vec());
+        assert!(HashLock::open(&map).is_err());
     }
 
     #[test]

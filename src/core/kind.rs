@@ -242,6 +242,26 @@ mod tests {
     }
 
     #[test]
+    fn names_are_the_words_lock_info_documents() {
+        // README, LOCK.INFO: `kind` and each holder's `mode`.
+        let kinds = [Kind::Plain, Kind::Reentrant, Kind::Shared, Kind::Semaphore].map(Kind::name);
+        assert_eq!(kinds, ["plain", "reentrant", "shared", "semaphore"]);
+        let modes = [Mode::Read, Mode::Write, Mode::Permit].map(Mode::name);
+        assert_eq!(modes, ["read", "write", "permit"]);
+    }
+
+    #[test]
+    fn remaining_time_counts_down_to_zero_never_below() {
+        // LOCK.INFO's `ttl-ms`: what is left of the hold, 0 once it is over.
+        let hold = Hold::new(Mode::Write, 7, 1_500);
+        assert_eq!(hold.remaining_ms(1_000), 500);
+        assert_eq!(hold.remaining_ms(1_499), 1);
+        assert_eq!(hold.remaining_ms(1_500), 0);
+        assert_eq!(hold.remaining_ms(9_000), 0);
+        assert!(hold.is_live(1_499) && !hold.is_live(1_500), "live exactly while time remains");
+    }
+
+    #[test]
     fn exit_ids_are_bounded() {
         let id = ExitId::new(b"req-17").unwrap();
         assert_eq!(id.as_bytes(), b"req-17");
