@@ -40,6 +40,16 @@ fn run_bounded(mut cmd: Command, within: Duration) -> Output {
     }
 }
 
+/// Waits (bounded by `within`) for a spawned `redlock` to exit.
+fn finish(mut child: std::process::Child, within: Duration) -> Output {
+    let deadline = Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "exec did not finish within {within:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -159,15 +169,7 @@ fn exec_passes_the_fencing_token_and_the_exit_code_and_releases() {
     let out = run_bounded(second, Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
 
-    let out = {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut child = child;
-        while child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "exec did not finish");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        child.wait_with_output().unwrap()
-    };
+    let out = finish(child, Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(7), "the command's exit code; stderr: {}", text(&out.stderr));
     assert_free(&all(&servers), "cron-job");
 
@@ -338,15 +340,7 @@ fn exec_with_two_permits_runs_two_commands_at_once() {
     assert!(!ran.exists(), "the third command ran while two held the permits");
     std::fs::write(&go, b"").unwrap();
     for child in [first, second, waiting] {
-        let out = {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let mut child = child;
-            while child.try_wait().unwrap().is_none() {
-                assert!(Instant::now() < deadline, "exec did not finish");
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            child.wait_with_output().unwrap()
-        };
+        let out = finish(child, Duration::from_secs(20));
         assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     }
     assert!(ran.exists(), "the waiting command ran");
@@ -467,15 +461,7 @@ fn exec_holds_three_resources_as_one_set() {
     }
 
     std::fs::write(&go, b"").unwrap();
-    let out = {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut child = child;
-        while child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "exec did not finish");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        child.wait_with_output().unwrap()
-    };
+    let out = finish(child, Duration::from_secs(20));
     assert_eq!(out.status.code(), Some(5), "the command's exit code; stderr: {}", text(&out.stderr));
     for server in &servers {
         for key in keys {
