@@ -25,6 +25,8 @@ pub mod args;
 pub mod codec;
 pub mod fencing;
 pub mod hashform;
+pub mod histogram;
+pub mod hotkeys;
 pub mod kind;
 pub mod lock;
 pub mod memory;
