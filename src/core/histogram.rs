@@ -31,6 +31,8 @@ const RANGED: usize = ((RANGE_BITS - SUB_BITS + 1) as usize) * (SUB as usize);
 const OVERFLOW: usize = RANGED;
 pub const BUCKETS: usize = RANGED + 1;
 
+// Every value has a bucket: `record` never misses one.
+const _: () = assert!(OVERFLOW < BUCKETS);
 // The last ranged bucket ends exactly at 2^RANGE_BITS - 1.
 const _: () = assert!(bucket_upper(RANGED - 1) == (1u64 << RANGE_BITS) - 1);
 const _: () = assert!(bucket_of((1u64 << RANGE_BITS) - 1) == RANGED - 1);
