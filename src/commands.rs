@@ -148,22 +148,14 @@ pub fn acquire_all(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         (0..request.wants.len()).map(|at| call.for_arg(args::MULTI_FIRST_KEY + at)).collect();
     let admissions: Vec<Admission> = calls.iter().map(|c| admission(c, quarantine.is_some())).collect();
     let wait_ms = request.wait_ms.filter(|_| !call.cannot_block());
-    let mut keys = Vec::with_capacity(calls.len());
-    for key_call in &calls {
-        match key_call.open_key(true) {
-            Some(key) => keys.push(key),
-            None => return Reply::Error(errors::write_failed()),
-        }
-    }
     let mut next_free = Vec::new();
-    let result = keystate::run_all(&mut keys, |txns| {
+    let result = keystate::transact_all(&calls, |txns| {
         let grant = node::with_fencer(|f| {
             lock::acquire_all(txns, &request.wants, request.owner, request.ttl_ms, &admissions, f)
         });
         next_free = txns.iter().map(|t| t.next_free_at_ms()).collect::<Vec<_>>();
         grant
     });
-    drop(keys);
     let (grant, written) = match result {
         Ok(done) => done,
         Err((at, failure)) => {
@@ -460,8 +452,7 @@ pub fn waiters(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
 /// (grants refused or queued because the key was held or had waiters),
 /// the most contended first. Counts halve every minute; `error` bounds how
 /// much a count may overstate (see `core/hotkeys.rs`).
-pub fn contended_keys(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
-    let _ = call;
+pub fn contended_keys(_call: &Call<'_>, argv: &[&[u8]]) -> Reply {
     let count = match args::list_count(argv, 1, crate::core::hotkeys::SLOTS) {
         Ok(count) => count,
         Err(e) => return rejected("lock.contended", &e),

@@ -114,8 +114,9 @@ pub fn waiting_for(key: &KeyId, count: usize) -> Vec<Waiter<WaiterHandle>> {
 /// leave (None when it has no holder): the hand-off timer fires then.
 pub fn wait(call: &Call<'_>, waiter: Waiter<()>, timeout_ms: i64, next_free_ms: &[Option<i64>]) -> Reply {
     let per_key_max = usize::try_from(config::MAX_WAITERS.get()).unwrap_or(0);
-    let on_node = with_queues(|q| q.total());
-    if with_queues(|q| waiter.keys.iter().any(|(key, _)| q.len(key) >= per_key_max)) {
+    let (key_full, on_node) =
+        with_queues(|q| (waiter.keys.iter().any(|(key, _)| q.len(key) >= per_key_max), q.total()));
+    if key_full {
         stats::REJECTED.bump();
         return Reply::Error(errors::too_many_waiters(per_key_max));
     }
@@ -285,7 +286,7 @@ fn serve_run(call: &Call<'_>, key_id: &KeyId) -> Round {
     let mut served = false;
     for (waiter, outcome) in taken.iter().zip(outcomes) {
         served |= outcome.is_ok() && stored;
-        answer(waiter, outcome.map_err(Some), stored);
+        answer(waiter, outcome, stored);
     }
     if let Some(at) = retry_at {
         arm(call, key_id, at);
@@ -316,15 +317,8 @@ fn serve_set(call: &Call<'_>, handle: WaiterHandle) -> Round {
     let wants: Vec<_> = waiter.keys.iter().map(|&(_, want)| want).collect();
     let admissions = vec![Admission::Open; wants.len()];
     let (result, next_free) = call.for_keys(&names, |calls| {
-        let mut keys = Vec::with_capacity(calls.len());
-        for key_call in calls {
-            match key_call.open_key(true) {
-                Some(key) => keys.push(key),
-                None => return (Err((keys.len(), Failure::WriteFailed)), Vec::new()),
-            }
-        }
         let mut next_free = Vec::new();
-        let result = keystate::run_all(&mut keys, |txns| {
+        let result = keystate::transact_all(calls, |txns| {
             let grant = node::with_fencer(|f| {
                 lock::acquire_all(txns, &wants, &waiter.owner, waiter.ttl_ms, &admissions, f)
             });
@@ -357,7 +351,7 @@ fn serve_set(call: &Call<'_>, handle: WaiterHandle) -> Round {
     // of its other keys is looked at.
     let Some(waiter) = with_queues(|q| q.remove(handle)) else { return Round::Stop };
     drop_timeouts(waiter.timeout_at_ms.map(|at| (at, handle)).into_iter());
-    answer(&waiter, outcome.map_err(Some), true);
+    answer(&waiter, outcome, true);
     let here = call.key_id();
     wake(call, waiter.keys.iter().map(|(key, _)| key).filter(|key| **key != here));
     Round::Served
@@ -365,7 +359,7 @@ fn serve_set(call: &Call<'_>, handle: WaiterHandle) -> Round {
 
 /// Answers a waiter taken from its queues: its fencing token if `stored`,
 /// else an error.
-fn answer(waiter: &Waiter<WaiterHandle>, outcome: Result<u64, Option<String>>, stored: bool) {
+fn answer(waiter: &Waiter<WaiterHandle>, outcome: Result<u64, String>, stored: bool) {
     let result = match outcome {
         Ok(fence) if stored => {
             stats::GRANTS.bump();
@@ -373,11 +367,11 @@ fn answer(waiter: &Waiter<WaiterHandle>, outcome: Result<u64, Option<String>>, s
             stats::record_wait(clock::now_ms().saturating_sub(waiter.since_ms));
             WaitResult::Granted(fencing::to_reply(fence))
         }
-        Ok(_) | Err(None) => {
+        Ok(_) => {
             stats::WAITS_FAILED.bump();
             WaitResult::Failed(errors::write_failed())
         }
-        Err(Some(line)) => {
+        Err(line) => {
             stats::WAITS_FAILED.bump();
             WaitResult::Failed(line)
         }

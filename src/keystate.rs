@@ -155,6 +155,21 @@ pub fn run<'c, 'o, T>(
     Ok((answer, store_any(key, converted.as_ref(), &changes, now)?))
 }
 
+/// Opens the keys of `calls` for writing and [`run_all`]s `transition` on
+/// them; the keys are closed again on return (a caller that hands freed
+/// locks to waiters does so afterwards, per key). `Err` names the key (its
+/// index) that could not be opened, was not a lock, or was not written.
+pub fn transact_all<'c, 'o, T>(
+    calls: &'c [Call<'c>],
+    transition: impl for<'s, 'k> FnOnce(&mut [Txn<'s, 'o, Loaded<'k, 'c>>]) -> T,
+) -> Result<(T, Vec<Written>), (usize, Failure)> {
+    let mut keys = Vec::with_capacity(calls.len());
+    for (at, key_call) in calls.iter().enumerate() {
+        keys.push(key_call.open_key(true).ok_or((at, Failure::WriteFailed))?);
+    }
+    run_all(&mut keys, transition)
+}
+
 /// [`run`] over several keys at once (LOCK.MACQUIRE, the hand-off of a set):
 /// every key is read first and the transition decides on all of them
 /// together; then each key's changes are stored, in order. `Err` names the

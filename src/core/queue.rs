@@ -163,29 +163,28 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         self.entries.get(&handle).map(|e| &e.waiter)
     }
 
-    /// The keys whose queue the waiter heads.
-    pub fn heads_of(&self, handle: H) -> Vec<KeyId> {
-        let Some(entry) = self.entries.get(&handle) else { return Vec::new() };
+    /// Each key the waiter waits for, and whether it heads that key's queue
+    /// (a queue never starts with a hole, so its head is at `head_seq`).
+    fn places<'q>(&'q self, entry: &'q Entry<H>) -> impl Iterator<Item = (&'q KeyId, bool)> + 'q {
         entry
             .waiter
             .keys
             .iter()
             .zip(&entry.seqs)
-            .filter(|((key, _), &seq)| self.by_key.get(key).is_some_and(|q| q.head_seq == seq))
-            .map(|((key, _), _)| key.clone())
-            .collect()
+            .map(|((key, _), &seq)| (key, self.by_key.get(key).is_some_and(|q| q.head_seq == seq)))
+    }
+
+    /// The keys whose queue the waiter heads.
+    pub fn heads_of(&self, handle: H) -> Vec<KeyId> {
+        let Some(entry) = self.entries.get(&handle) else { return Vec::new() };
+        self.places(entry).filter(|&(_, head)| head).map(|(key, _)| key.clone()).collect()
     }
 
     /// Whether the waiter stands at the head of the queue of every key it
     /// waits for (only then may it be served).
     pub fn at_every_head(&self, handle: H) -> bool {
         let Some(entry) = self.entries.get(&handle) else { return false };
-        entry
-            .waiter
-            .keys
-            .iter()
-            .zip(&entry.seqs)
-            .all(|((key, _), &seq)| self.by_key.get(key).is_some_and(|q| q.head_seq == seq))
+        self.places(entry).all(|(_, head)| head)
     }
 
     /// Takes waiters from the head of a key's queue for as long as `take`
