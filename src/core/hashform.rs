@@ -316,6 +316,34 @@ mod tests {
         }
     }
 
+    /// The field edits of `LOCK.RELEASE key owner` at `now`, and whether the
+    /// key goes whole.
+    fn release(map: &MapFields, owner: &[u8], now: i64) -> (FieldEdits, bool) {
+        let view = HashLock::open(map).unwrap();
+        let mut txn = Txn::new(&view, now, 0);
+        assert!(lock::release(&mut txn, owner));
+        let changes = txn.finish();
+        (field_edits(&changes), changes.delete)
+    }
+
+    #[test]
+    fn a_release_deletes_the_holders_fields_and_the_last_one_the_key() {
+        // README, LOCK.RELEASE: for one holder of several `HDEL key
+        // h|<token> f|<fence>`; the last holder's release is `DEL key`, with
+        // no field edit.
+        let mut f = Fencer::new(0);
+        let mut map = MapFields::default();
+        let Grant::Granted(t1) = grant(&mut map, Want::read(), b"r1", 5, &mut f) else { panic!() };
+        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r2", 6, &mut f) else { panic!() };
+        let (edits, deleted) = release(&map, b"r1", 10);
+        let deletes: Vec<&[u8]> = edits.deletes().collect();
+        assert_eq!(deletes, vec![&b"h|r1"[..], format!("f|{t1}").as_bytes()]);
+        assert_eq!((edits.sets().len(), deleted, edits.is_empty()), (0, false, false));
+        map.apply(&edits);
+        let (edits, deleted) = release(&map, b"r2", 10);
+        assert!(deleted && edits.is_empty(), "{edits:?}");
+    }
+
     #[test]
     fn hashes_this_module_did_not_write_are_not_locks() {
         let mut map = MapFields::default();
