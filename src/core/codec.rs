@@ -407,6 +407,24 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_single_value_is_stored_whole() {
+        // Every field at its largest: a 20-digit token, the last
+        // representable deadline, a 10-digit hold count, a 64-byte exit id
+        // and a 256-byte owner. Encoding must not cut any of it off.
+        let h = Hold {
+            mode: Mode::Write,
+            fence: u64::MAX,
+            deadline_ms: i64::MAX,
+            holds: u32::MAX,
+            exit_id: ExitId::new(&[b'x'; REQUEST_ID_LEN_MAX]).unwrap(),
+        };
+        let owner = [b'o'; TOKEN_LEN_MAX];
+        let bytes = encode(Kind::Reentrant, &owner, &h);
+        assert_eq!(bytes.len(), 4 + 2 + 21 + 20 + 11 + 1 + REQUEST_ID_LEN_MAX + TOKEN_LEN_MAX);
+        assert_eq!(decode_single(&bytes), Some(Single { kind: Kind::Reentrant, owner: &owner, hold: h }));
+    }
+
+    #[test]
     fn owner_may_contain_separators_and_binary() {
         let owner = b"a|b\x00\xff|";
         let bytes = encode(Kind::Plain, owner, &hold());
