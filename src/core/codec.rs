@@ -498,6 +498,42 @@ mod tests {
     }
 
     #[test]
+    fn previous_group_values_at_their_limits_are_read() {
+        // What the previous release could store must still be a lock after
+        // the upgrade: a full semaphore, a shared lock held by its writer
+        // alone, an owner of the longest token.
+        let full = decode_legacy_group(b"LK1|M|2|2|p|1|5|1|a|p|2|5|1|b|").map(|g| g.count());
+        assert_eq!(full, Some(2), "as many holders as permits");
+        let writer = decode_legacy_group(b"LK1|S|0|1|w|1|5|1|a|").map(|g| (g.mode(), g.count()));
+        assert_eq!(writer, Some((Some(Mode::Write), 1)), "a writer alone");
+        let owner = vec![b'o'; TOKEN_LEN_MAX];
+        let value = |owner: &[u8]| {
+            let mut v = format!("LK1|S|0|1|r|1|5|{}|", owner.len()).into_bytes();
+            v.extend_from_slice(owner);
+            v.push(b'|');
+            v
+        };
+        let longest = decode_legacy_group(&value(&owner)).and_then(|g| g.hold(&owner));
+        assert_eq!(longest, Some(Hold::new(Mode::Read, 1, 5)));
+        assert_eq!(decode_legacy_group(&value(&[b'o'; TOKEN_LEN_MAX + 1])), None, "longer than any token");
+    }
+
+    #[test]
+    fn making_tokens_unique_never_raises_one() {
+        // No free token below a repeated one: it stops at 0 (a value the
+        // previous release never wrote, as its tokens follow the clock)
+        // rather than wrap around to the largest token.
+        let Some(StringLock::Legacy(g)) = decode_string(b"LK1|S|0|3|r|0|5|1|a|r|1|5|1|b|r|1|5|1|c|") else {
+            panic!()
+        };
+        for (owner, stored) in [("a", 0), ("b", 1), ("c", 1)] {
+            let fence = g.hold(owner.as_bytes()).map(|h| h.fence);
+            assert!(fence.is_some_and(|f| f <= stored), "{owner}: {fence:?} above {stored}");
+        }
+        assert_eq!(g.top_fence(), 1);
+    }
+
+    #[test]
     fn previous_group_values_that_break_their_kinds_rules_are_not_locks() {
         for bad in [
             &b"LK1|S|1|1|r|1|2|1|o|"[..],      // shared locks have no limit
