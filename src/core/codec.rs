@@ -565,6 +565,11 @@ mod tests {
         let bytes = encode_header(&header, 1);
         assert_eq!(bytes.as_bytes(), b"LK2|M|3|p|1795312347678|1795312345678002|");
         assert_eq!(decode_header(bytes.as_bytes()), Some(header));
+        assert_eq!(
+            encode_header(&header, LISTPACK_HOLDERS_MAX).as_bytes(),
+            bytes.as_bytes(),
+            "compact up to 4"
+        );
         let padded = encode_header(&header, LISTPACK_HOLDERS_MAX + 1);
         let text = String::from_utf8(padded.as_bytes().to_vec()).unwrap();
         assert_eq!(text.trim_end_matches('.'), "LK2|M|3|p|1795312347678|1795312345678002|");
