@@ -302,6 +302,16 @@ mod tests {
         (field_edits(&changes), changes.delete)
     }
 
+    /// Readers r1 (granted at 5, deadline 1005) and r2 (at 6, deadline
+    /// 1006), and their tokens.
+    fn two_readers() -> (MapFields, [u64; 2]) {
+        let mut f = Fencer::new(0);
+        let mut map = MapFields::default();
+        let Grant::Granted(t1) = grant(&mut map, Want::read(), b"r1", 5, &mut f) else { panic!() };
+        let Grant::Granted(t2) = grant(&mut map, Want::read(), b"r2", 6, &mut f) else { panic!() };
+        (map, [t1, t2])
+    }
+
     #[test]
     fn an_extension_writes_the_holders_record_only() {
         // README, LOCK.EXTEND on a shared lock or semaphore: it replicates
@@ -309,10 +319,7 @@ mod tests {
         // unchanged token index), not the header, when the lock-wide bounds
         // stay as they were: here by the holder of the top token, and to
         // exactly the earliest deadline.
-        let mut f = Fencer::new(0);
-        let mut map = MapFields::default();
-        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r1", 5, &mut f) else { panic!() };
-        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r2", 6, &mut f) else { panic!() };
+        let (map, _) = two_readers();
         for (ttl, deadline) in [(2_000, 2_010), (995, 1_005)] {
             let (edits, _) = edits_of(&map, 10, |txn| lock::extend(txn, b"r2", ttl));
             let sets: Vec<(&[u8], &[u8])> = edits.sets().collect();
@@ -327,10 +334,7 @@ mod tests {
         // README, LOCK.RELEASE: for one holder of several `HDEL key
         // h|<token> f|<fence>`; the last holder's release is `DEL key`, with
         // no field edit.
-        let mut f = Fencer::new(0);
-        let mut map = MapFields::default();
-        let Grant::Granted(t1) = grant(&mut map, Want::read(), b"r1", 5, &mut f) else { panic!() };
-        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r2", 6, &mut f) else { panic!() };
+        let (mut map, [t1, _]) = two_readers();
         let (edits, deleted) = edits_of(&map, 10, |txn| lock::release(txn, b"r1"));
         let deletes: Vec<&[u8]> = edits.deletes().collect();
         assert_eq!(deletes, vec![&b"h|r1"[..], format!("f|{t1}").as_bytes()]);
