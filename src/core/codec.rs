@@ -407,6 +407,24 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_single_value_is_stored_whole() {
+        // Every field at its largest: a 20-digit token, the last
+        // representable deadline, a 10-digit hold count, a 64-byte exit id
+        // and a 256-byte owner. Encoding must not cut any of it off.
+        let h = Hold {
+            mode: Mode::Write,
+            fence: u64::MAX,
+            deadline_ms: i64::MAX,
+            holds: u32::MAX,
+            exit_id: ExitId::new(&[b'x'; REQUEST_ID_LEN_MAX]).unwrap(),
+        };
+        let owner = [b'o'; TOKEN_LEN_MAX];
+        let bytes = encode(Kind::Reentrant, &owner, &h);
+        assert_eq!(bytes.len(), 4 + 2 + 21 + 20 + 11 + 1 + REQUEST_ID_LEN_MAX + TOKEN_LEN_MAX);
+        assert_eq!(decode_single(&bytes), Some(Single { kind: Kind::Reentrant, owner: &owner, hold: h }));
+    }
+
+    #[test]
     fn owner_may_contain_separators_and_binary() {
         let owner = b"a|b\x00\xff|";
         let bytes = encode(Kind::Plain, owner, &hold());
@@ -480,6 +498,42 @@ mod tests {
     }
 
     #[test]
+    fn previous_group_values_at_their_limits_are_read() {
+        // What the previous release could store must still be a lock after
+        // the upgrade: a full semaphore, a shared lock held by its writer
+        // alone, an owner of the longest token.
+        let full = decode_legacy_group(b"LK1|M|2|2|p|1|5|1|a|p|2|5|1|b|").map(|g| g.count());
+        assert_eq!(full, Some(2), "as many holders as permits");
+        let writer = decode_legacy_group(b"LK1|S|0|1|w|1|5|1|a|").map(|g| (g.mode(), g.count()));
+        assert_eq!(writer, Some((Some(Mode::Write), 1)), "a writer alone");
+        let owner = vec![b'o'; TOKEN_LEN_MAX];
+        let value = |owner: &[u8]| {
+            let mut v = format!("LK1|S|0|1|r|1|5|{}|", owner.len()).into_bytes();
+            v.extend_from_slice(owner);
+            v.push(b'|');
+            v
+        };
+        let longest = decode_legacy_group(&value(&owner)).and_then(|g| g.hold(&owner));
+        assert_eq!(longest, Some(Hold::new(Mode::Read, 1, 5)));
+        assert_eq!(decode_legacy_group(&value(&[b'o'; TOKEN_LEN_MAX + 1])), None, "longer than any token");
+    }
+
+    #[test]
+    fn making_tokens_unique_never_raises_one() {
+        // No free token below a repeated one: it stops at 0 (a value the
+        // previous release never wrote, as its tokens follow the clock)
+        // rather than wrap around to the largest token.
+        let Some(StringLock::Legacy(g)) = decode_string(b"LK1|S|0|3|r|0|5|1|a|r|1|5|1|b|r|1|5|1|c|") else {
+            panic!()
+        };
+        for (owner, stored) in [("a", 0), ("b", 1), ("c", 1)] {
+            let fence = g.hold(owner.as_bytes()).map(|h| h.fence);
+            assert!(fence.is_some_and(|f| f <= stored), "{owner}: {fence:?} above {stored}");
+        }
+        assert_eq!(g.top_fence(), 1);
+    }
+
+    #[test]
     fn previous_group_values_that_break_their_kinds_rules_are_not_locks() {
         for bad in [
             &b"LK1|S|1|1|r|1|2|1|o|"[..],      // shared locks have no limit
@@ -511,6 +565,11 @@ mod tests {
         let bytes = encode_header(&header, 1);
         assert_eq!(bytes.as_bytes(), b"LK2|M|3|p|1795312347678|1795312345678002|");
         assert_eq!(decode_header(bytes.as_bytes()), Some(header));
+        assert_eq!(
+            encode_header(&header, LISTPACK_HOLDERS_MAX).as_bytes(),
+            bytes.as_bytes(),
+            "compact up to 4"
+        );
         let padded = encode_header(&header, LISTPACK_HOLDERS_MAX + 1);
         let text = String::from_utf8(padded.as_bytes().to_vec()).unwrap();
         assert_eq!(text.trim_end_matches('.'), "LK2|M|3|p|1795312347678|1795312345678002|");

@@ -288,12 +288,28 @@ mod tests {
         assert_eq!(view.hold(b"r2").map(|h| h.deadline_ms), Some(1006));
     }
 
-    /// The field edits of `LOCK.EXTEND key owner ttl` at `now`.
-    fn extend(map: &MapFields, owner: &[u8], ttl: i64, now: i64) -> FieldEdits {
+    /// The field edits of a call on the hash lock `map` at `now` (`op`,
+    /// which must succeed), and whether the key goes whole.
+    fn edits_of<'m>(
+        map: &'m MapFields,
+        now: i64,
+        op: impl for<'s> FnOnce(&mut Txn<'s, 'static, HashLock<&'m MapFields>>) -> bool,
+    ) -> (FieldEdits, bool) {
         let view = HashLock::open(map).unwrap();
         let mut txn = Txn::new(&view, now, 0);
-        assert!(lock::extend(&mut txn, owner, ttl));
-        field_edits(&txn.finish())
+        assert!(op(&mut txn));
+        let changes = txn.finish();
+        (field_edits(&changes), changes.delete)
+    }
+
+    /// Readers r1 (granted at 5, deadline 1005) and r2 (at 6, deadline
+    /// 1006), and their tokens.
+    fn two_readers() -> (MapFields, [u64; 2]) {
+        let mut f = Fencer::new(0);
+        let mut map = MapFields::default();
+        let Grant::Granted(t1) = grant(&mut map, Want::read(), b"r1", 5, &mut f) else { panic!() };
+        let Grant::Granted(t2) = grant(&mut map, Want::read(), b"r2", 6, &mut f) else { panic!() };
+        (map, [t1, t2])
     }
 
     #[test]
@@ -303,17 +319,29 @@ mod tests {
         // unchanged token index), not the header, when the lock-wide bounds
         // stay as they were: here by the holder of the top token, and to
         // exactly the earliest deadline.
-        let mut f = Fencer::new(0);
-        let mut map = MapFields::default();
-        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r1", 5, &mut f) else { panic!() };
-        let Grant::Granted(_) = grant(&mut map, Want::read(), b"r2", 6, &mut f) else { panic!() };
+        let (map, _) = two_readers();
         for (ttl, deadline) in [(2_000, 2_010), (995, 1_005)] {
-            let edits = extend(&map, b"r2", ttl, 10);
+            let (edits, _) = edits_of(&map, 10, |txn| lock::extend(txn, b"r2", ttl));
             let sets: Vec<(&[u8], &[u8])> = edits.sets().collect();
             let record = format!("r|6000|{deadline}");
             assert_eq!(sets, vec![(&b"h|r2"[..], record.as_bytes()), (b"f|6000", b"r2")], "ttl {ttl}");
             assert_eq!(edits.deletes().len(), 0);
         }
+    }
+
+    #[test]
+    fn a_release_deletes_the_holders_fields_and_the_last_one_the_key() {
+        // README, LOCK.RELEASE: for one holder of several `HDEL key
+        // h|<token> f|<fence>`; the last holder's release is `DEL key`, with
+        // no field edit.
+        let (mut map, [t1, _]) = two_readers();
+        let (edits, deleted) = edits_of(&map, 10, |txn| lock::release(txn, b"r1"));
+        let deletes: Vec<&[u8]> = edits.deletes().collect();
+        assert_eq!(deletes, vec![&b"h|r1"[..], format!("f|{t1}").as_bytes()]);
+        assert_eq!((edits.sets().len(), deleted, edits.is_empty()), (0, false, false));
+        map.apply(&edits);
+        let (edits, deleted) = edits_of(&map, 10, |txn| lock::release(txn, b"r2"));
+        assert!(deleted && edits.is_empty(), "{edits:?}");
     }
 
     #[test]
