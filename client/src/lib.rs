@@ -93,6 +93,7 @@ mod guard;
 mod node;
 pub mod quorum;
 mod redlock;
+mod resp;
 
 pub use error::{Error, Lost, Phase, Result};
 pub use guard::{Detached, Guard, Renewal, Status, Watchdog};

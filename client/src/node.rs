@@ -1,43 +1,63 @@
-//! One lock node: its address, and at most one multiplexed connection to it.
+//! One lock node: its address, and the one connection every call to it
+//! shares.
 //!
-//! Why one connection per node, shared by every call: a multiplexed
-//! connection sends commands in the order they were issued and matches the
-//! replies in order. So a `LOCK.RELEASE` issued after a `LOCK.ACQUIRE` (even
-//! one whose reply timed out, or whose round returned without waiting for
-//! it) reaches the node after it, and cannot overtake it and leave the late
-//! ACQUIRE's lock behind. A second connection for releases would lose that
-//! order.
+//! Why one connection per node, written in the order the calls were made:
+//! a `LOCK.RELEASE` issued after a `LOCK.ACQUIRE` (even one whose reply
+//! timed out, or whose round returned at its majority without waiting for
+//! it) must reach the node after it; otherwise the late ACQUIRE grants
+//! after the RELEASE and leaves the lock behind until its TTL.
 //!
-//! What a dropped call does (checked in redis 0.27's
-//! `aio/multiplexed_connection.rs`): `req_packed_command` puts the packed
-//! command into the connection's channel (a bounded `mpsc`, cancel-safe:
-//! a message is queued whole or not at all), and one task per connection
-//! takes them in channel order and writes them. If the caller's future is
-//! gone by the time that task takes the message (`start_send` checks
-//! `output.is_closed()`), the command is skipped, never written; once
-//! written it runs on the node, and its reply is discarded. So a call that
-//! is dropped or times out is sent in order or never: either way nothing
-//! issued later can overtake it. A call that must reach the node (a
-//! release) must therefore be kept running, not dropped; the rounds that
-//! return at their majority keep their late calls running in the
-//! background (`Redlock::detach`).
+//! How that order is kept, by construction: [`Node::call`] puts the
+//! request into the node's queue when it is called, before it returns its
+//! future (so a call is queued even if its future is never polled, or is
+//! polled later by another task); one task per node takes the queue in
+//! order and is the only writer of the connection; one reader per
+//! connection hands the replies, in order, to the calls waiting for them.
+//! (An earlier version wrote through the `redis` crate's multiplexed
+//! connection: a call enqueued there when its future was first polled, and
+//! waited for room in that connection's 50-entry channel. A round that
+//! returned at its majority left a call that was still waiting for room to
+//! a background task; the caller's next command could be polled first and
+//! overtake it. Seen as a lock left behind in CI under load.)
 //!
-//! Every call is bounded: waiting for (or opening) the connection by the
-//! connect timeout, the command by the caller's timeout. Nothing is retried
-//! here: a failed call is reported as such, and the connection is dropped
-//! only when it is broken (an I/O error), to be reopened lazily by a later
-//! call. A timeout leaves the connection in place, which keeps the order.
+//! A call whose caller has given up (its future was dropped: it timed out,
+//! or the caller's round was cancelled) before the writer reached it is not
+//! written at all; a written call runs on the node even if nobody waits for
+//! its reply. Either way nothing issued later can overtake it.
+//!
+//! Every wait is bounded: a call waits at most its timeout (plus the
+//! connect timeout when no connection is open as it is issued); opening a
+//! connection (TCP and the AUTH / SELECT handshake) by the connect timeout;
+//! a write by the latest deadline of the calls in it. Nothing is retried: a
+//! failed call is reported as such, and a broken connection is dropped and
+//! reopened by the next call (not within `reconnect_backoff` of a failed
+//! connect). The queue and the calls in flight are bounded too
+//! ([`QUEUED_MAX`], [`IN_FLIGHT_MAX`]): beyond them a call fails at once.
 
-use std::sync::Mutex as StdMutex;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisError, RedisResult, Value};
-use tokio::sync::Mutex;
-use tokio::time::error::Elapsed;
-use tokio::time::{timeout, Instant};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, ProtocolVersion, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::quorum::Raw;
+use crate::resp::{self, Reply};
+
+/// Calls queued for one node and not yet written; more fail at once.
+pub(crate) const QUEUED_MAX: usize = 100_000;
+/// Calls written on one connection and not yet answered (a node that
+/// stopped answering but keeps its connection open); more fail at once.
+pub(crate) const IN_FLIGHT_MAX: usize = 100_000;
+/// The most calls the writer puts into one write.
+const BATCH_MAX: usize = 256;
 
 /// Timeouts every call to a node obeys.
 #[derive(Clone, Copy, Debug)]
@@ -52,164 +72,427 @@ pub(crate) struct Limits {
 pub(crate) struct Node {
     /// The address as given, for messages and `info` tables.
     pub url: String,
-    client: Client,
-    /// The connection every call uses. Read on every call: a std mutex
-    /// held only to clone or replace it, never across an await, so many
-    /// tasks calling at once do not queue behind each other here.
-    slot: StdMutex<Slot>,
-    /// Held while a connection is being opened, so that the calls that find
-    /// none wait for that one attempt instead of each opening another.
-    opening: Mutex<()>,
+    limits: Limits,
+    /// The node's queue; its writer task ends when the node is dropped.
+    queue: mpsc::UnboundedSender<Job>,
+    state: Arc<State>,
 }
 
+/// What the callers and the writer task share.
 #[derive(Default)]
-struct Slot {
-    conn: Option<MultiplexedConnection>,
-    /// Bumped on each new connection, so that a call that saw the old one
-    /// break does not drop a newer one.
-    generation: u64,
-    last_failure: Option<(Instant, String)>,
+struct State {
+    /// Calls in the queue (bounded by [`QUEUED_MAX`]).
+    queued: AtomicUsize,
+    /// Whether a connection is open (a call issued while none is waits for
+    /// the connect too).
+    connected: AtomicBool,
+}
+
+/// A reply, or why there is none; a pipeline's replies in order.
+type Replies = Result<Vec<Reply>, Raw>;
+
+/// One call in the queue.
+struct Job {
+    /// The packed command(s); empty for the warm-up (open only).
+    bytes: Vec<u8>,
+    /// How many replies the bytes ask for.
+    replies: usize,
+    /// When the caller stops waiting.
+    deadline: Instant,
+    done: oneshot::Sender<Replies>,
 }
 
 impl Node {
-    pub fn new(url: &str) -> Result<Node, RedisError> {
-        Ok(Node {
-            url: url.to_string(),
-            client: Client::open(url)?,
-            slot: StdMutex::new(Slot::default()),
-            opening: Mutex::new(()),
-        })
+    /// Parses `url` (`redis://[[user]:password@]host:port[/db]`) and starts
+    /// the node's writer task (so: inside a Tokio runtime). Connects on
+    /// the first call.
+    pub fn new(url: &str, limits: Limits) -> Result<Node, String> {
+        let info = url.into_connection_info().map_err(|e| e.to_string())?;
+        if !matches!(info.addr, ConnectionAddr::Tcp(..)) {
+            return Err("only redis://host:port[/db] (plain TCP) nodes are supported".into());
+        }
+        if info.redis.protocol != ProtocolVersion::RESP2 {
+            return Err("only the RESP2 protocol is supported".into());
+        }
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| "a node must be created inside a Tokio runtime".to_string())?;
+        let (queue, jobs) = mpsc::unbounded_channel();
+        let state = Arc::new(State::default());
+        runtime.spawn(write_in_order(info, limits, jobs, state.clone()));
+        Ok(Node { url: url.to_string(), limits, queue, state })
     }
 
-    /// Opens the connection now (used by `Redlock::connect`); failures are
+    /// Opens the connection now (used by `Redlock::connect`); a failure is
     /// remembered and reported by the next calls.
-    pub async fn warm_up(&self, limits: Limits) {
-        let _ = self.connection(limits).await;
+    pub async fn warm_up(&self) {
+        let _ = self.issue(Vec::new(), 0, Duration::ZERO).await;
     }
 
-    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
-        // Nothing can panic while the slot is held; if it ever were
-        // poisoned, its data is still consistent (whole-field writes).
-        self.slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// The open connection, or the reason to fail at once (a connect
-    /// failed within the backoff); `Ok(None)`: open one.
-    fn current(&self, limits: Limits) -> Result<Option<(MultiplexedConnection, u64)>, Raw> {
-        let slot = self.slot();
-        if let Some(conn) = &slot.conn {
-            return Ok(Some((conn.clone(), slot.generation)));
-        }
-        match &slot.last_failure {
-            Some((at, why)) if at.elapsed() < limits.reconnect_backoff => {
-                Err(Raw::Unreachable(format!("{why} ({} ms ago)", at.elapsed().as_millis())))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    async fn connection(&self, limits: Limits) -> Result<(MultiplexedConnection, u64), Raw> {
-        match self.current(limits)? {
-            Some(open) => Ok(open),
-            // Boxed: opening a connection is a large future (resolving,
-            // connecting, the handshake) and rare; inline, it would make
-            // every call's future as large, and a round moves each of them.
-            None => Box::pin(self.open(limits)).await,
-        }
-    }
-
-    /// Opens the connection, or waits for another call that is opening it.
-    async fn open(&self, limits: Limits) -> Result<(MultiplexedConnection, u64), Raw> {
-        // Bounded wait for another call's connect attempt, then look again.
-        let _opening = timeout(limits.connect_timeout, self.opening.lock())
-            .await
-            .map_err(|_| Raw::Unreachable("timed out waiting for the connection".into()))?;
-        if let Some(open) = self.current(limits)? {
-            return Ok(open);
-        }
-        // The redis crate's own timeouts stay unset: ours are explicit here.
-        let opened = timeout(
-            limits.connect_timeout,
-            self.client.get_multiplexed_async_connection_with_config(&AsyncConnectionConfig::new()),
-        )
-        .await;
-        let mut slot = self.slot();
-        let why = match opened {
-            Ok(Ok(conn)) => {
-                slot.generation += 1;
-                slot.last_failure = None;
-                slot.conn = Some(conn.clone());
-                return Ok((conn, slot.generation));
-            }
-            Ok(Err(e)) => format!("connect failed: {e}"),
-            Err(_) => format!("connect timed out after {} ms", limits.connect_timeout.as_millis()),
-        };
-        slot.last_failure = Some((Instant::now(), why.clone()));
-        Err(Raw::Unreachable(why))
-    }
-
-    /// Drops the connection of `generation` if it is still the current one.
-    fn forget(&self, generation: u64) {
-        let mut slot = self.slot();
-        if slot.generation == generation {
-            slot.conn = None;
-        }
-    }
-
-    /// Sends `request` and waits at most `command_timeout` for its reply
-    /// (a pipeline's: all its replies, as one [`Raw::Array`]). If the future
-    /// is dropped (or times out) after the request was queued, it is sent
-    /// in order, before any later request, or not at all (when the
-    /// connection's task had not taken it yet); never after a later one. A
-    /// pipeline is one write: its commands go out together, in order.
-    pub async fn call(&self, request: &Request, limits: Limits, command_timeout: Duration) -> Raw {
-        let reply = match request {
-            Request::One(cmd) => self.query(cmd, limits, command_timeout).await,
-            Request::Each { pipeline, commands } => {
-                self.query_each(pipeline, *commands, limits, command_timeout).await
-            }
-        };
-        match reply {
-            Ok(value) => from_value(value),
-            Err(raw) => raw,
-        }
-    }
-
-    /// One command, keeping a successful reply as a [`Value`]; error
-    /// replies, timeouts and connection failures come back as `Err`.
-    pub async fn query(&self, cmd: &Cmd, limits: Limits, command_timeout: Duration) -> Result<Value, Raw> {
-        let (mut conn, generation) = self.connection(limits).await?;
-        let reply = timeout(command_timeout, conn.req_packed_command(cmd)).await;
-        self.reply(reply, generation)
-    }
-
-    /// The `commands` commands of `pipeline`, their replies as one array.
-    async fn query_each(
+    /// Queues `request` now, and returns the wait for its reply (a
+    /// pipeline's: all its replies, as one [`Raw::Array`]), at most
+    /// `command_timeout`.
+    pub fn call(
         &self,
-        pipeline: &Pipeline,
-        commands: usize,
-        limits: Limits,
+        request: &Request,
         command_timeout: Duration,
-    ) -> Result<Value, Raw> {
-        let (mut conn, generation) = self.connection(limits).await?;
-        let reply = timeout(command_timeout, conn.req_packed_commands(pipeline, 0, commands)).await;
-        self.reply(reply.map(|values| values.map(Value::Array)), generation)
-    }
-
-    /// A reply, or why there is none; a broken connection is dropped.
-    fn reply(&self, reply: Result<RedisResult<Value>, Elapsed>, generation: u64) -> Result<Value, Raw> {
-        match reply {
-            Err(_) => Err(Raw::TimedOut),
-            Ok(Ok(value)) => split_error(value),
-            Ok(Err(e)) => {
-                let raw = from_error(&e);
-                if matches!(raw, Raw::Unreachable(_)) {
-                    self.forget(generation);
-                }
-                Err(raw)
+    ) -> impl Future<Output = Raw> + Send + 'static {
+        let (bytes, replies) = match request {
+            Request::One(cmd) => (cmd.get_packed_command(), 1),
+            Request::Each { pipeline, commands } => (pipeline.get_packed_pipeline(), *commands),
+        };
+        let pipelined = matches!(request, Request::Each { .. });
+        let reply = self.issue(bytes, replies, command_timeout);
+        async move {
+            match reply.await {
+                Ok(replies) if pipelined => Raw::Array(replies.into_iter().map(raw).collect()),
+                Ok(replies) => replies.into_iter().next().map_or(Raw::Nil, raw),
+                Err(raw) => raw,
             }
         }
     }
+
+    /// One command, queued now, keeping a successful reply as a [`Value`];
+    /// error replies, timeouts and connection failures come back as `Err`.
+    pub fn query(
+        &self,
+        cmd: &Cmd,
+        command_timeout: Duration,
+    ) -> impl Future<Output = Result<Value, Raw>> + Send + 'static {
+        let reply = self.issue(cmd.get_packed_command(), 1, command_timeout);
+        async move { value(reply.await?.into_iter().next().unwrap_or(Reply::Nil)) }
+    }
+
+    /// Puts one job into the queue (or refuses it at once), and returns the
+    /// bounded wait for its answer.
+    fn issue(
+        &self,
+        bytes: Vec<u8>,
+        replies: usize,
+        command_timeout: Duration,
+    ) -> impl Future<Output = Replies> + Send + 'static {
+        let (done, answer) = oneshot::channel();
+        let mut wait = command_timeout;
+        if !self.state.connected.load(Ordering::Acquire) {
+            wait = wait.saturating_add(self.limits.connect_timeout);
+        }
+        let deadline = Instant::now() + wait;
+        let refused = if self.state.queued.fetch_add(1, Ordering::AcqRel) >= QUEUED_MAX {
+            self.state.queued.fetch_sub(1, Ordering::AcqRel);
+            Some(format!("{QUEUED_MAX} calls are already queued for this node"))
+        } else if self.queue.send(Job { bytes, replies, deadline, done }).is_err() {
+            self.state.queued.fetch_sub(1, Ordering::AcqRel);
+            Some("the node's connection task has ended".to_string())
+        } else {
+            None
+        };
+        async move {
+            if let Some(why) = refused {
+                return Err(Raw::Unreachable(why));
+            }
+            match timeout_at(deadline, answer).await {
+                Err(_) => Err(Raw::TimedOut),
+                Ok(Ok(replies)) => replies,
+                // Dropped unanswered: the writer task ended.
+                Ok(Err(_)) => Err(Raw::Unreachable("the node's connection task has ended".into())),
+            }
+        }
+    }
+}
+
+/// The node's writer task: takes the queue in order, opens the connection
+/// when there is none, writes each call (several at once when they are
+/// queued together). Ends when the node is dropped.
+async fn write_in_order(
+    info: ConnectionInfo,
+    limits: Limits,
+    mut jobs: mpsc::UnboundedReceiver<Job>,
+    state: Arc<State>,
+) {
+    let mut link: Option<Link> = None;
+    let mut last_failure: Option<(Instant, Raw)> = None;
+    let mut batch = Vec::new();
+    while let Some(job) = jobs.recv().await {
+        batch.push(job);
+        while batch.len() < BATCH_MAX {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        state.queued.fetch_sub(batch.len(), Ordering::AcqRel);
+        // Nobody waits for these any more: not written (see the module's
+        // comment: skipping a call never reorders the others).
+        batch.retain(|job| !job.done.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        if link.as_ref().is_some_and(Link::is_closed) {
+            link = None;
+            state.connected.store(false, Ordering::Release);
+        }
+        let open = match link.as_mut() {
+            Some(open) => open,
+            None => match connect(&info, limits, &mut last_failure).await {
+                Ok(opened) => {
+                    state.connected.store(true, Ordering::Release);
+                    link.insert(opened)
+                }
+                Err(refused) => {
+                    for job in batch.drain(..) {
+                        let _ = job.done.send(Err(refused.clone()));
+                    }
+                    continue;
+                }
+            },
+        };
+        if open.send(&mut batch).await.is_err() {
+            link = None;
+            state.connected.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// A new connection, unless the last connect failed within the backoff.
+/// A node that cannot be reached is [`Raw::Unreachable`]; one that refuses
+/// the handshake (a wrong password, a database it does not have) answers
+/// that refusal to every call, as the error reply it is.
+async fn connect(
+    info: &ConnectionInfo,
+    limits: Limits,
+    last_failure: &mut Option<(Instant, Raw)>,
+) -> Result<Link, Raw> {
+    if let Some((at, failure)) = last_failure {
+        if at.elapsed() < limits.reconnect_backoff {
+            return Err(match failure {
+                Raw::Unreachable(why) => {
+                    Raw::Unreachable(format!("{why} ({} ms ago)", at.elapsed().as_millis()))
+                }
+                refused => refused.clone(),
+            });
+        }
+    }
+    let failure = match timeout(limits.connect_timeout, Link::open(info)).await {
+        Ok(Ok(link)) => {
+            *last_failure = None;
+            return Ok(link);
+        }
+        Ok(Err(failure)) => failure,
+        Err(_) => {
+            Raw::Unreachable(format!("connect timed out after {} ms", limits.connect_timeout.as_millis()))
+        }
+    };
+    *last_failure = Some((Instant::now(), failure.clone()));
+    Err(failure)
+}
+
+fn fail(jobs: impl Iterator<Item = Job>, why: &str) {
+    for job in jobs {
+        let _ = job.done.send(Err(Raw::Unreachable(why.to_string())));
+    }
+}
+
+/// One open connection: its write half (used by the writer task only) and
+/// the calls written on it that wait for their replies, in order.
+struct Link {
+    write: OwnedWriteHalf,
+    waiting: Arc<Mutex<Waiting>>,
+    reader: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    calls: VecDeque<Written>,
+    /// Why the connection is closed, once it is.
+    closed: Option<String>,
+}
+
+/// A call written on the connection, waiting for its replies.
+struct Written {
+    expected: usize,
+    replies: Vec<Reply>,
+    done: oneshot::Sender<Replies>,
+}
+
+impl Link {
+    /// Connects, starts the reader, and runs the handshake the URL asks
+    /// for (AUTH, SELECT), each checked.
+    async fn open(info: &ConnectionInfo) -> Result<Link, Raw> {
+        let unreachable = |e: std::io::Error| Raw::Unreachable(format!("connect failed: {e}"));
+        let ConnectionAddr::Tcp(host, port) = &info.addr else {
+            return Err(Raw::Unreachable("not a TCP address".into()));
+        };
+        let stream = TcpStream::connect((host.as_str(), *port)).await.map_err(unreachable)?;
+        // Lock commands are small and latency-bound.
+        stream.set_nodelay(true).map_err(unreachable)?;
+        let (read, write) = stream.into_split();
+        let waiting = Arc::new(Mutex::new(Waiting::default()));
+        let reader = tokio::spawn(read_replies(read, waiting.clone()));
+        let mut link = Link { write, waiting, reader };
+        for (what, cmd) in handshake(info) {
+            let (done, answer) = oneshot::channel();
+            let job = Job { bytes: cmd.get_packed_command(), replies: 1, deadline: far_future(), done };
+            link.send(&mut vec![job]).await.map_err(Raw::Unreachable)?;
+            match answer.await {
+                Ok(Ok(replies)) => match replies.into_iter().next() {
+                    Some(Reply::Status(ok)) if ok == "OK" => {}
+                    Some(Reply::Error { code, detail }) => {
+                        return Err(Raw::ServerError {
+                            code,
+                            detail: format!("{detail} (on connect, {what})"),
+                        })
+                    }
+                    other => return Err(Raw::Other(format!("{what} on connect: {other:?}"))),
+                },
+                Ok(Err(failure)) => return Err(failure),
+                Err(_) => return Err(Raw::Unreachable(format!("connection lost during {what}"))),
+            }
+        }
+        Ok(link)
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        lock(&self.waiting)
+    }
+
+    fn is_closed(&self) -> bool {
+        self.waiting().closed.is_some()
+    }
+
+    /// Writes the batch's calls in order, as one write; their replies go to
+    /// them as they come. Empties the batch. `Err` when the connection
+    /// broke (every call waiting on it is failed).
+    async fn send(&mut self, batch: &mut Vec<Job>) -> Result<(), String> {
+        let Some(write_by) = batch.iter().map(|job| job.deadline).max() else { return Ok(()) };
+        let mut bytes = Vec::new();
+        {
+            let mut waiting = self.waiting();
+            if let Some(why) = waiting.closed.clone() {
+                fail(batch.drain(..), &why);
+                return Err(why);
+            }
+            if waiting.calls.len().saturating_add(batch.len()) > IN_FLIGHT_MAX {
+                let why = format!("{} calls are unanswered on this connection", waiting.calls.len());
+                fail(batch.drain(..), &why);
+                return Ok(());
+            }
+            for job in batch.drain(..) {
+                if job.replies == 0 {
+                    let _ = job.done.send(Ok(Vec::new()));
+                    continue;
+                }
+                bytes.extend_from_slice(&job.bytes);
+                waiting.calls.push_back(Written {
+                    expected: job.replies,
+                    replies: Vec::new(),
+                    done: job.done,
+                });
+            }
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let why = match timeout_at(write_by, self.write.write_all(&bytes)).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => format!("connection lost: {e}"),
+            Err(_) => "a write timed out (the node does not read)".to_string(),
+        };
+        self.close(&why);
+        Err(why)
+    }
+
+    fn close(&self, why: &str) {
+        self.reader.abort();
+        close(&self.waiting, why);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.close("the connection was dropped");
+    }
+}
+
+/// The handshake commands for `info`, each with its name for errors.
+fn handshake(info: &ConnectionInfo) -> Vec<(&'static str, Cmd)> {
+    let mut commands = Vec::new();
+    if let Some(password) = &info.redis.password {
+        let mut auth = redis::cmd("AUTH");
+        if let Some(user) = &info.redis.username {
+            auth.arg(user);
+        }
+        commands.push(("AUTH", auth.arg(password).clone()));
+    }
+    if info.redis.db != 0 {
+        commands.push(("SELECT", redis::cmd("SELECT").arg(info.redis.db).clone()));
+    }
+    commands
+}
+
+/// Far enough to never matter, near enough not to overflow an Instant.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400)
+}
+
+/// The connection's reader task: parses replies as they arrive and hands
+/// each to the oldest call waiting for it. On EOF, an I/O error or a
+/// malformed reply, the connection is closed and every waiting call fails.
+async fn read_replies(mut read: OwnedReadHalf, waiting: Arc<Mutex<Waiting>>) {
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut chunk = vec![0u8; 16 * 1024];
+    let why = 'read: loop {
+        let mut used = 0;
+        loop {
+            match resp::parse(&buf[used..]) {
+                Ok(Some((reply, len))) => {
+                    used += len;
+                    if let Err(why) = deliver(&waiting, reply) {
+                        break 'read why;
+                    }
+                }
+                Ok(None) => break,
+                Err(why) => break 'read format!("malformed reply: {why}"),
+            }
+        }
+        buf.drain(..used);
+        match read.read(&mut chunk).await {
+            Ok(0) => break "connection closed by the node".to_string(),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) => break format!("connection lost: {e}"),
+        }
+    };
+    close(&waiting, &why);
+}
+
+/// Gives `value` to the oldest waiting call (which completes with its last
+/// reply).
+fn deliver(waiting: &Mutex<Waiting>, reply: Reply) -> Result<(), String> {
+    let mut waiting = lock(waiting);
+    let Some(call) = waiting.calls.front_mut() else {
+        return Err("a reply no call asked for".into());
+    };
+    call.replies.push(reply);
+    if call.replies.len() >= call.expected {
+        if let Some(call) = waiting.calls.pop_front() {
+            let _ = call.done.send(Ok(call.replies));
+        }
+    }
+    Ok(())
+}
+
+/// Marks the connection closed (the first reason stays) and fails every
+/// call waiting on it.
+fn close(waiting: &Mutex<Waiting>, why: &str) {
+    let mut waiting = lock(waiting);
+    waiting.closed.get_or_insert_with(|| why.to_string());
+    for call in waiting.calls.drain(..) {
+        let _ = call.done.send(Err(Raw::Unreachable(why.to_string())));
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Nothing can panic while it is held; if it ever were poisoned, the
+    // data is still consistent (whole-field writes).
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What one call sends to a node: one command, or several written at once
@@ -247,36 +530,154 @@ impl Request {
     }
 }
 
-fn from_value(value: Value) -> Raw {
-    match split_error(value) {
-        Err(raw) => raw,
-        Ok(Value::Int(n)) => Raw::Int(n),
-        Ok(Value::Nil) => Raw::Nil,
-        Ok(Value::Array(items)) => Raw::Array(items.into_iter().map(from_value).collect()),
-        Ok(other) => Raw::Other(format!("{other:?}")),
+/// A reply as the quorum code reads it.
+fn raw(reply: Reply) -> Raw {
+    match reply {
+        Reply::Int(n) => Raw::Int(n),
+        Reply::Nil => Raw::Nil,
+        Reply::Array(items) => Raw::Array(items.into_iter().map(raw).collect()),
+        Reply::Error { code, detail } => Raw::ServerError { code, detail },
+        Reply::Bulk(bytes) => Raw::Other(format!("{:?}", String::from_utf8_lossy(&bytes))),
+        Reply::Status(text) => Raw::Other(text),
     }
 }
 
-/// An error reply as a [`Raw::ServerError`]; any other value as it is.
-fn split_error(value: Value) -> Result<Value, Raw> {
-    match value {
-        Value::ServerError(e) => Err(Raw::ServerError {
-            code: e.code().to_string(),
-            detail: e.details().unwrap_or("").to_string(),
-        }),
-        value => Ok(value),
-    }
+/// A reply as a [`Value`] (for `LOCK.INFO`); an error reply, even inside
+/// an array, as a [`Raw::ServerError`].
+fn value(reply: Reply) -> Result<Value, Raw> {
+    Ok(match reply {
+        Reply::Int(n) => Value::Int(n),
+        Reply::Nil => Value::Nil,
+        Reply::Array(items) => Value::Array(items.into_iter().map(value).collect::<Result<_, _>>()?),
+        Reply::Error { code, detail } => return Err(Raw::ServerError { code, detail }),
+        Reply::Bulk(bytes) => Value::BulkString(bytes),
+        Reply::Status(text) => Value::SimpleString(text),
+    })
 }
 
-fn from_error(e: &RedisError) -> Raw {
-    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_unrecoverable_error()
-    {
-        return Raw::Unreachable(format!("connection lost: {e}"));
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    const LONG: Duration = Duration::from_secs(5);
+
+    fn limits() -> Limits {
+        Limits { connect_timeout: LONG, reconnect_backoff: Duration::from_millis(10) }
     }
-    match e.code() {
-        Some(code) => {
-            Raw::ServerError { code: code.to_string(), detail: e.detail().unwrap_or("").to_string() }
-        }
-        None => Raw::ServerError { code: "ERR".into(), detail: e.to_string() },
+
+    /// A loopback peer that records the name of every command it reads,
+    /// in the order it read them, and answers the n-th command with `:n`
+    /// (or with an error for `FAIL`); `CLOSE` makes it drop the connection
+    /// unanswered. It accepts any number of connections, one after the
+    /// other.
+    async fn recorder() -> (String, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("redis://127.0.0.1:{}/", listener.local_addr().unwrap().port());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
+                'connection: while let Ok(n @ 1..) = socket.read(&mut chunk).await {
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Ok(Some((Reply::Array(words), used))) = resp::parse(&buf) {
+                        buf.drain(..used);
+                        let Some(Reply::Bulk(name)) = words.first() else { break 'connection };
+                        let name = String::from_utf8_lossy(name).to_string();
+                        let count = {
+                            let mut seen = lock(&record);
+                            seen.push(name.clone());
+                            seen.len()
+                        };
+                        let answer = match name.as_str() {
+                            "CLOSE" => break 'connection,
+                            "FAIL" => "-WRONGTYPE not a lock\r\n".to_string(),
+                            _ => format!(":{count}\r\n"),
+                        };
+                        if socket.write_all(answer.as_bytes()).await.is_err() {
+                            break 'connection;
+                        }
+                    }
+                }
+            }
+        });
+        (url, seen)
+    }
+
+    fn request(name: &str) -> Request {
+        redis::cmd(name).into()
+    }
+
+    /// The property the release relies on: a call is queued when it is
+    /// made, so a call made earlier is written earlier even when its future
+    /// is polled later (or by another task) than a later call's.
+    #[tokio::test]
+    async fn calls_are_written_in_the_order_they_are_made_even_if_polled_later() {
+        let (url, seen) = recorder().await;
+        let node = Node::new(&url, limits()).unwrap();
+        let acquire = node.call(&request("ACQUIRE"), LONG);
+        let release = node.call(&request("RELEASE"), LONG);
+        assert_eq!(release.await, Raw::Int(2), "the release is the second command the node read");
+        assert_eq!(tokio::spawn(acquire).await.unwrap(), Raw::Int(1));
+        assert_eq!(*lock(&seen), ["ACQUIRE", "RELEASE"]);
+    }
+
+    /// A pipeline's replies come back together, in order; an error reply
+    /// is an error, in a pipeline or alone.
+    #[tokio::test]
+    async fn pipelines_and_error_replies() {
+        let (url, _) = recorder().await;
+        let node = Node::new(&url, limits()).unwrap();
+        let fences = Request::each([redis::cmd("FENCE"), redis::cmd("FAIL"), redis::cmd("FENCE")]);
+        let error = || Raw::ServerError { code: "WRONGTYPE".into(), detail: "not a lock".into() };
+        assert_eq!(node.call(&fences, LONG).await, Raw::Array(vec![Raw::Int(1), error(), Raw::Int(3)]));
+        assert_eq!(node.call(&request("FAIL"), LONG).await, error());
+        assert_eq!(node.query(&redis::cmd("FAIL"), LONG).await, Err(error()));
+        assert_eq!(node.query(&redis::cmd("INFO"), LONG).await, Ok(Value::Int(6)));
+    }
+
+    /// When the node drops the connection, every call waiting on it fails
+    /// as unreachable (it may have run), and the next call opens a new one.
+    #[tokio::test]
+    async fn a_dropped_connection_fails_its_calls_and_the_next_call_reconnects() {
+        let (url, seen) = recorder().await;
+        let node = Node::new(&url, limits()).unwrap();
+        let closing = node.call(&request("CLOSE"), LONG);
+        assert!(matches!(closing.await, Raw::Unreachable(why) if why.contains("closed")));
+        // The writer notices the closed connection at the next call.
+        assert_eq!(node.call(&request("AGAIN"), LONG).await, Raw::Int(2));
+        assert_eq!(*lock(&seen), ["CLOSE", "AGAIN"]);
+    }
+
+    /// A call whose future was dropped before the writer reached it is not
+    /// written; the calls around it are, in order.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_call_given_up_before_it_was_written_is_not_written() {
+        let (url, seen) = recorder().await;
+        let node = Node::new(&url, limits()).unwrap();
+        node.warm_up().await;
+        // On one thread the writer cannot run between these three calls.
+        let first = node.call(&request("FIRST"), LONG);
+        drop(node.call(&request("DROPPED"), LONG));
+        let last = node.call(&request("LAST"), LONG);
+        assert_eq!((first.await, last.await), (Raw::Int(1), Raw::Int(2)));
+        assert_eq!(*lock(&seen), ["FIRST", "LAST"]);
+    }
+
+    /// A node that does not listen: unreachable, with the reason, and no
+    /// second connect within the backoff.
+    #[tokio::test]
+    async fn an_unreachable_node_says_why() {
+        let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+        let limits = Limits { reconnect_backoff: LONG, ..limits() };
+        let node = Node::new(&format!("redis://127.0.0.1:{port}/"), limits).unwrap();
+        assert!(
+            matches!(node.call(&request("PING"), LONG).await, Raw::Unreachable(why) if why.starts_with("connect failed: "))
+        );
+        assert!(
+            matches!(node.call(&request("PING"), LONG).await, Raw::Unreachable(why) if why.ends_with(" ms ago)"))
+        );
     }
 }

@@ -299,15 +299,6 @@ pub(crate) struct Inner {
     idle: Notify,
 }
 
-impl Inner {
-    fn limits(&self) -> Limits {
-        Limits {
-            connect_timeout: self.config.connect_timeout,
-            reconnect_backoff: self.config.reconnect_backoff,
-        }
-    }
-}
-
 /// Counts one background task while alive (see [`Redlock::settle`]).
 pub(crate) struct Background(Arc<Inner>);
 
@@ -330,22 +321,27 @@ struct Reply {
     answer: Answer,
 }
 
-/// One call of a round. It owns what it uses (the client and the command,
-/// shared by the round's calls), so that it can outlive the round: see
-/// [`Redlock::detach`]. Bounded by the node's timeouts.
-async fn call(
-    inner: Arc<Inner>,
+/// One call of a round, queued on its node NOW (see `node.rs`: the order
+/// of calls to a node is the order of these calls, whenever and by
+/// whichever task the returned future is polled). The future owns what it
+/// uses, so that it can outlive the round: see [`Redlock::detach`].
+/// Bounded by the node's timeouts.
+fn call(
+    inner: &Inner,
     round: usize,
     node: usize,
-    request: Arc<Request>,
+    request: &Request,
     timeout: Duration,
     classify: Classify,
-) -> Reply {
-    let answer = match inner.nodes.get(node) {
-        Some(target) => classify(&target.call(&request, inner.limits(), timeout).await),
-        None => Answer::Failed(format!("no node {node}")),
-    };
-    Reply { round, node, answer }
+) -> impl Future<Output = Reply> + Send + 'static {
+    let reply = inner.nodes.get(node).map(|target| target.call(request, timeout));
+    async move {
+        let answer = match reply {
+            Some(reply) => classify(&reply.await),
+            None => Answer::Failed(format!("no node {node}")),
+        };
+        Reply { round, node, answer }
+    }
 }
 
 /// Takes replies from the calls in flight, recording each in its round,
@@ -396,7 +392,12 @@ impl Redlock {
             if parsed.iter().any(|n| n.url == url) {
                 return Err(Error::InvalidArgument(format!("node {url} is listed twice")));
             }
-            let node = Node::new(url).map_err(|e| Error::InvalidArgument(format!("node {url:?}: {e}")))?;
+            let limits = Limits {
+                connect_timeout: config.connect_timeout,
+                reconnect_backoff: config.reconnect_backoff,
+            };
+            let node =
+                Node::new(url, limits).map_err(|e| Error::InvalidArgument(format!("node {url:?}: {e}")))?;
             parsed.push(node);
         }
         if parsed.is_empty() {
@@ -414,8 +415,7 @@ impl Redlock {
         }
         let inner = Inner { nodes: parsed, config, background: AtomicUsize::new(0), idle: Notify::new() };
         let redlock = Redlock { inner: Arc::new(inner) };
-        let limits = redlock.limits();
-        join_all(redlock.inner.nodes.iter().map(|n| n.warm_up(limits))).await;
+        join_all(redlock.inner.nodes.iter().map(Node::warm_up)).await;
         Ok(redlock)
     }
 
@@ -437,10 +437,6 @@ impl Redlock {
 
     pub fn config(&self) -> Config {
         self.inner.config
-    }
-
-    fn limits(&self) -> Limits {
-        self.inner.limits()
     }
 
     /// Waits until the work that earlier calls left running in the
@@ -485,8 +481,8 @@ impl Redlock {
     }
 
     /// One call of `request` as round `round` per node listed in `nodes`
-    /// (all: [`Redlock::every_node`]), each with its own timeout; not
-    /// started yet.
+    /// (all: [`Redlock::every_node`]), each with its own timeout: queued
+    /// on their nodes now, in node order.
     fn calls_to(
         &self,
         round: usize,
@@ -494,11 +490,8 @@ impl Redlock {
         timeout: Duration,
         classify: Classify,
         nodes: Vec<usize>,
-    ) -> impl Iterator<Item = impl Future<Output = Reply> + Send + 'static> + '_ {
-        let request = Arc::new(request);
-        nodes
-            .into_iter()
-            .map(move |node| call(self.inner.clone(), round, node, request.clone(), timeout, classify))
+    ) -> Vec<impl Future<Output = Reply> + Send + 'static> {
+        nodes.into_iter().map(|node| call(&self.inner, round, node, &request, timeout, classify)).collect()
     }
 
     /// Lets the calls still in flight run to their end in one background
@@ -535,7 +528,8 @@ impl Redlock {
         targets: Vec<usize>,
         timeout: Duration,
     ) -> Progress {
-        let mut flight: FuturesUnordered<_> = self.calls_to(0, request, timeout, classify, targets).collect();
+        let mut flight: FuturesUnordered<_> =
+            self.calls_to(0, request, timeout, classify, targets).into_iter().collect();
         let mut rounds = [round];
         drive(&mut flight, &mut rounds, |r| r[0].decided().is_some()).await;
         if rounds[0].decided() == Some(true) {
@@ -756,9 +750,9 @@ impl Redlock {
     pub async fn info(&self, resource: &str) -> Vec<NodeInfo> {
         let mut cmd = redis::cmd("LOCK.INFO");
         cmd.arg(resource);
-        let limits = self.limits();
         let timeout = self.inner.config.command_timeout;
-        let replies = join_all(self.inner.nodes.iter().map(|n| n.query(&cmd, limits, timeout))).await;
+        let queries: Vec<_> = self.inner.nodes.iter().map(|n| n.query(&cmd, timeout)).collect();
+        let replies = join_all(queries).await;
         self.inner
             .nodes
             .iter()
@@ -800,6 +794,7 @@ impl Redlock {
         let request = kind.grant(token, ttl);
         let mut flight: FuturesUnordered<_> = self
             .calls_to(GRANT, request, timeout.min(ttl), quorum::classify_grant, self.every_node())
+            .into_iter()
             .collect();
         let mut rounds = [Progress::with_quorum(nodes, kind.quorum()), Progress::new(nodes)];
         drive(&mut flight, &mut rounds, |r| r[GRANT].decided().is_some()).await;
@@ -894,15 +889,15 @@ impl Redlock {
             }
             Kind::Reentrant(resource) => {
                 let request = command("LOCK.EXIT", resource, token, &[]).into();
-                let limits = self.limits();
                 let timeout = self.inner.config.command_timeout;
-                let exits = self
+                let exits: Vec<_> = self
                     .inner
                     .nodes
                     .iter()
                     .zip(answers)
                     .filter(|(_, answer)| matches!(answer, Some(Answer::Yes(_))))
-                    .map(|(node, _)| node.call(&request, limits, timeout));
+                    .map(|(node, _)| node.call(&request, timeout))
+                    .collect();
                 join_all(exits).await;
             }
         }
@@ -918,13 +913,8 @@ impl Redlock {
     /// Sends `request` to every node at once and waits for every answer;
     /// each node's call has its own timeout. Answers are in node order.
     async fn round(&self, request: &Request, timeout: Duration, classify: Classify) -> Vec<Answer> {
-        let limits = self.limits();
-        let calls = self
-            .inner
-            .nodes
-            .iter()
-            .map(|node| async move { classify(&node.call(request, limits, timeout).await) });
-        join_all(calls).await
+        let calls: Vec<_> = self.inner.nodes.iter().map(|node| node.call(request, timeout)).collect();
+        join_all(calls).await.iter().map(classify).collect()
     }
 }
 

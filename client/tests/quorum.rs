@@ -412,3 +412,52 @@ async fn the_fencing_round_runs_only_when_asked_and_skips_nodes_at_t() {
     rl.settle().await;
     assert_free(&all(&servers), "five");
 }
+
+/// A node URL's user, password and database are used: every new
+/// connection sends AUTH and SELECT first, and checks their replies; a
+/// refused handshake makes the node unreachable, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urls_with_a_user_a_password_and_a_database() {
+    let servers = cluster(3);
+    for server in &servers {
+        let _: () = redis::cmd("ACL")
+            .arg(&["SETUSER", "locker", "on", ">secret", "~*", "+@all"])
+            .query(&mut server.conn())
+            .unwrap();
+    }
+    let url =
+        |server: &Server, password: &str| format!("redis://locker:{password}@127.0.0.1:{}/3", server.port);
+    let good: Vec<String> = servers.iter().map(|s| url(s, "secret")).collect();
+    let rl = Redlock::connect(&good, test_config()).await.expect("connect");
+    let guard = rl.try_acquire("in-db-3", Mode::Exclusive, SECOND).await.expect("acquire");
+    rl.settle().await;
+    for server in &servers {
+        assert_eq!(holder(server, "in-db-3"), None, "the lock is not in db 0");
+        let mut c = server.conn();
+        let _: () = redis::cmd("SELECT").arg(3).query(&mut c).unwrap();
+        let info = lock_info(&mut c, "in-db-3").expect("the lock is in db 3");
+        let holder = info.iter().find(|(name, _)| name == "holder").map(|(_, v)| v.clone());
+        assert_eq!(holder, Some(redis::Value::BulkString(guard.token().as_bytes().to_vec())));
+        let users: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
+        assert!(users.contains("user=locker"), "the client authenticated as locker: {users}");
+    }
+    guard.release().await.expect("release");
+
+    let wrong: Vec<String> = servers.iter().map(|s| url(s, "wrong")).collect();
+    let rl =
+        Redlock::connect(&wrong, test_config()).await.expect("a node that refuses is not a connect error");
+    let error = rl.try_acquire("in-db-3", Mode::Exclusive, SECOND).await.expect_err("AUTH refused");
+    let text = error.to_string();
+    assert!(
+        text.starts_with(
+            "no quorum for 'in-db-3': 0 of 3 granted (need 2); 3 other errors (first: WRONGPASS "
+        ),
+        "{text}"
+    );
+    assert!(text.ends_with(" (on connect, AUTH))"), "{text}");
+
+    for bad in ["rediss://127.0.0.1:1/", "redis+unix:///tmp/x.sock", "redis://127.0.0.1:1/?protocol=resp3"] {
+        let error = Redlock::connect([bad], test_config()).await.expect_err(bad);
+        assert!(matches!(error, Error::InvalidArgument(_)), "{bad}: {error:?}");
+    }
+}
