@@ -45,8 +45,9 @@
 //!   each round sends for it: the single-key commands for one resource,
 //!   `LOCK.MACQUIRE` / `RENEW` / `MRELEASE` and pipelined `LOCK.FENCE`s
 //!   for a set; pure, unit-tested.
-//! - `node`: one node's address and its single ordered multiplexed
-//!   connection, with the connect and per-command timeouts.
+//! - `node`: one node's address, its queue of calls (in the order they were
+//!   made) and the one connection its writer task writes them on, with the
+//!   connect and per-command timeouts; `resp`: the RESP2 reply reader.
 //! - [`Redlock`] (`redlock.rs`): the rounds: acquire on all N in parallel,
 //!   the fencing round, extend, release on all N, reentrant enter/exit,
 //!   info.
