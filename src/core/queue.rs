@@ -310,6 +310,29 @@ mod tests {
         q.waiters(&key(k)).map(|w| w.handle).collect()
     }
 
+    /// The accessors the hand-off reads: whether a waiter waits for a set,
+    /// a waiter by handle, the keys whose queue it heads.
+    #[test]
+    fn a_set_waiter_is_found_by_handle_and_knows_which_queues_it_heads() {
+        let mut q = Queues::default();
+        assert!(!on(1, &["a"]).is_set() && on(2, &["a", "b"]).is_set());
+        q.push(on(1, &["a"]), 10).unwrap();
+        assert!(!q.is_empty());
+        q.push(on(2, &["a", "b"]), 10).unwrap();
+        let set = q.get(2).expect("queued");
+        assert_eq!((set.handle, set.keys.len()), (2, 2));
+        assert!(q.get(3).is_none());
+        // It heads b's queue, not a's (1 is ahead of it there).
+        assert_eq!(q.heads_of(2), vec![key("b")]);
+        assert!(!q.at_every_head(2));
+        assert_eq!(q.heads_of(1), vec![key("a")]);
+        q.remove(1);
+        assert_eq!(q.heads_of(2), vec![key("a"), key("b")]);
+        assert!(q.at_every_head(2));
+        q.remove(2);
+        assert!(q.get(2).is_none() && q.heads_of(2).is_empty() && q.is_empty());
+    }
+
     #[test]
     fn fifo_per_key_with_bound() {
         let mut q = Queues::default();
