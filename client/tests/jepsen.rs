@@ -5,10 +5,11 @@
 //!
 //! A run is one scenario for one implementation: N masters (5, or 1 for the
 //! one-node scenario), each behind a TCP proxy; workers contend for the
-//! scenario's resources (plain locks, read-write locks, semaphores through
-//! the quorum client; or, on one node, WAIT hand-off, reentrant enter/exit
-//! with request ids, permits and read-write locks spoken directly); under a
-//! lock that excludes others a worker reads the resource's register, works
+//! scenario's resources (plain locks, read-write locks, semaphores, sets of
+//! 2-3 plain locks taken all or nothing, through the quorum client; or, on
+//! one node, WAIT hand-off, reentrant enter/exit with request ids, permits
+//! and read-write locks spoken directly); under a lock that excludes others
+//! a worker reads the resource's register (each key's, for a set), works
 //! (1-8 ms, or 0.2-2.5 TTLs kept alive by the watchdog or by extending) and
 //! writes value + 1, both with its fencing token (the register is fenced:
 //! it refuses a token below the highest it has seen on a read or a write;
@@ -86,6 +87,10 @@ fn mix(seed: u64, salt: u64) -> u64 {
 }
 
 const TWO_LOCKS: &[(&str, Kind)] = &[("r0", Kind::Exclusive), ("r1", Kind::Exclusive)];
+/// The set workload's pool: each attempt takes 2 or 3 of these four keys as
+/// one set, so that sets overlap often.
+const SET_POOL: &[(&str, Kind)] =
+    &[("s0", Kind::Set), ("s1", Kind::Set), ("s2", Kind::Set), ("s3", Kind::Set)];
 const BOTH_IMPLS: &[Impl] = &[Impl::Classic, Impl::Module];
 const MODULE: &[Impl] = &[Impl::Module];
 
@@ -255,6 +260,23 @@ const SCENARIOS: &[Scenario] = &[
         impls: &[Impl::MajoritySemaphore, Impl::Module],
         contrast_must_fail: true,
         workload: Workload::Quorum(&[("sem0", Kind::Semaphore(2))]),
+        ..BASE
+    },
+    Scenario {
+        name: "sets",
+        faults: &[
+            Fault::KillRestart,
+            Fault::LostReplies,
+            Fault::Partition,
+            Fault::SlowNode,
+            Fault::HolderPause,
+            Fault::ClientCrash,
+        ],
+        // A node restarted without persistence under the set workload at
+        // every seed (the probe's own lock is a single key).
+        probes: &[Probe::Restart],
+        workload: Workload::Quorum(SET_POOL),
+        quarantine_ms: QUARANTINE_MS,
         ..BASE
     },
 ];

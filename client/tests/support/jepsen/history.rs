@@ -146,6 +146,20 @@ impl Op {
         }
     }
 
+    /// The entry of another key of the same set as `self`: the set's grant,
+    /// leases and release, that key's name and register accesses.
+    pub fn with_accesses_of(&self, key: Op) -> Op {
+        Op {
+            resource: key.resource,
+            cs_start: key.cs_start,
+            cs_end: key.cs_end,
+            read: key.read,
+            write: key.write,
+            write_at: key.write_at,
+            ..self.clone()
+        }
+    }
+
     /// Records a lease learned at `at`, valid until `until`.
     pub fn lease(&mut self, at: Duration, until: Duration) {
         self.leases.push((at, until));

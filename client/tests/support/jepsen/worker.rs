@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use redlock_client::{Config, Error, Guard, Mode, Redlock, Status, Watchdog};
 use tokio::sync::oneshot;
@@ -118,14 +119,16 @@ impl Locker {
         matches!(self, Locker::Module(_))
     }
 
+    /// One attempt on `resources` (this project's client also takes a set
+    /// of several, all or nothing, with one token; the contrasts take one).
     pub async fn try_acquire(
         &self,
-        resource: &str,
+        resources: &[&str],
         want: Want,
         ttl: Duration,
     ) -> Result<Held, (Outcome, String)> {
         match self {
-            Locker::Module(redlock) => match acquire_fenced(redlock, resource, mode(want), ttl).await {
+            Locker::Module(redlock) => match acquire_fenced(redlock, resources, mode(want), ttl).await {
                 Ok((guard, fence)) => Ok(Held {
                     token: guard.token().to_string(),
                     fence: Some(fence),
@@ -144,10 +147,17 @@ impl Locker {
                     Err((outcome, error.to_string()))
                 }
             },
-            Locker::Classic(classic) => match classic.try_acquire(resource, ttl).await {
-                Ok(lock) => Ok(Held { token: lock.token, fence: None, deadline: lock.deadline, guard: None }),
-                Err((definite, why)) => Err((if definite { Outcome::Fail } else { Outcome::Unknown }, why)),
-            },
+            Locker::Classic(classic) => {
+                let [resource] = resources else { panic!("the contrasts take one resource at a time") };
+                match classic.try_acquire(resource, ttl).await {
+                    Ok(lock) => {
+                        Ok(Held { token: lock.token, fence: None, deadline: lock.deadline, guard: None })
+                    }
+                    Err((definite, why)) => {
+                        Err((if definite { Outcome::Fail } else { Outcome::Unknown }, why))
+                    }
+                }
+            }
         }
     }
 
@@ -239,14 +249,21 @@ impl Locker {
 
 /// One attempt with the fencing round (the quorum client runs it when the
 /// token is asked for; every scenario writes a fenced register, so every
-/// grant reads it); a fencing round that fails releases the lock.
+/// grant reads it); a fencing round that fails releases the lock. Several
+/// resources are one set (`try_acquire_many`: one token, one fencing token).
 async fn acquire_fenced(
     redlock: &Redlock,
-    resource: &str,
+    resources: &[&str],
     mode: Mode,
     ttl: Duration,
 ) -> Result<(Guard, u64), Error> {
-    let guard = redlock.try_acquire(resource, mode, ttl).await?;
+    let guard = match resources {
+        [resource] => redlock.try_acquire(resource, mode, ttl).await?,
+        set => {
+            let set: Vec<(&str, Mode)> = set.iter().map(|&r| (r, mode)).collect();
+            redlock.try_acquire_many(&set, ttl).await?
+        }
+    };
     match guard.fencing_token().await {
         Ok(fence) => Ok((guard, fence)),
         Err(error) => {
@@ -359,6 +376,17 @@ impl Ctx {
 pub struct Holding {
     pub held: Held,
     pub op: Op,
+    /// The other keys of a set (empty for one resource), for their
+    /// register accesses only: the rest of each key's history entry (the
+    /// grant, leases, release) is the set's, `op`'s, copied when recorded.
+    pub others: Vec<Op>,
+}
+
+impl Holding {
+    /// Every key's entry: `op`'s, then the other keys of a set.
+    fn ops_mut(&mut self) -> impl Iterator<Item = &mut Op> {
+        std::iter::once(&mut self.op).chain(self.others.iter_mut())
+    }
 }
 
 /// What a workload resource is.
@@ -368,6 +396,10 @@ pub enum Kind {
     /// A read-write lock: a third of the attempts write, the rest read.
     ReadWrite,
     Semaphore(u32),
+    /// A key of the set pool (every `Set` resource of the workload): an
+    /// attempt takes 2 or 3 of the pool's keys, in random order, as one set
+    /// (`try_acquire_many`, exclusive), so that sets overlap on some keys.
+    Set,
 }
 
 #[derive(Clone, Debug)]
@@ -405,26 +437,44 @@ impl Worker {
         want: Want,
         ttl: Duration,
     ) -> Result<Holding, String> {
+        self.try_acquire_keys(&[resource], want, ttl).await
+    }
+
+    /// One attempt on one resource or a set of several; recorded as one
+    /// history entry per key (the same grant, leases and release for all,
+    /// so that the checker sees each key of a set held over the same
+    /// window).
+    async fn try_acquire_keys(&self, keys: &[&str], want: Want, ttl: Duration) -> Result<Holding, String> {
         let rec = &self.ctx.rec;
         let invoke = rec.now();
-        let result = self.locker.try_acquire(resource, want, ttl).await;
+        let result = self.locker.try_acquire(keys, want, ttl).await;
         let completed = Instant::now();
-        let mut op = Op::new(self.id, resource, want, invoke);
+        let mut op = Op::new(self.id, keys[0], want, invoke);
+        let others = keys[1..].iter().map(|key| Op::new(self.id, key, want, invoke)).collect();
         op.complete = rec.at(completed);
         match result {
             Ok(held) => {
                 op.token = Some(held.token.clone());
                 op.fence = held.fence;
                 op.lease(op.complete, op.complete + held.deadline.saturating_duration_since(completed));
-                Ok(Holding { held, op })
+                Ok(Holding { held, op, others })
             }
             Err((outcome, why)) => {
                 op.outcome = outcome;
                 op.error = Some(why.clone());
-                rec.op(op);
+                self.record(op, others);
                 Err(why)
             }
         }
+    }
+
+    /// Records a set's (or one resource's) entries: `op` and, for each
+    /// other key, `op` with that key's name and register accesses.
+    fn record(&self, op: Op, others: Vec<Op>) {
+        for key in others {
+            self.ctx.rec.op(op.with_accesses_of(key));
+        }
+        self.ctx.rec.op(op);
     }
 
     /// Until every node answers (at most ~1 s): connections broken by a
@@ -472,34 +522,63 @@ impl Worker {
 
     /// Writes only with at least [`WRITE_MARGIN`] of validity left.
     pub fn careful_write(&self, h: &mut Holding, base: u64) -> bool {
+        self.careful_write_all(h, &[base])
+    }
+
+    /// Reads every key's register (one resource, or each key of a set)
+    /// with the lock's fencing token: the values, or `None` if one refused.
+    fn read_all(&self, h: &mut Holding) -> Option<Vec<u64>> {
+        let fence = h.held.fence;
+        let values: Vec<Option<u64>> =
+            h.ops_mut().map(|op| self.ctx.read_register(self.id, op, fence)).collect();
+        values.into_iter().collect()
+    }
+
+    /// Writes `base + 1` to every key's register (`bases` as `read_all`
+    /// returned them); true when all accepted.
+    fn write_all(&self, h: &mut Holding, bases: &[u64]) -> bool {
+        let fence = h.held.fence;
+        let id = self.id;
+        let written: Vec<bool> =
+            h.ops_mut().zip(bases).map(|(op, &base)| self.ctx.write_register(id, op, fence, base)).collect();
+        written.into_iter().all(|accepted| accepted)
+    }
+
+    /// `write_all` only with at least [`WRITE_MARGIN`] of validity left.
+    fn careful_write_all(&self, h: &mut Holding, bases: &[u64]) -> bool {
         if h.held.remaining() < WRITE_MARGIN {
             h.op.aborted = true;
             return false;
         }
-        self.write(h, base)
+        self.write_all(h, bases)
+    }
+
+    /// Ends every key's critical section at `now`.
+    fn end_sections(h: &mut Holding, now: Duration) {
+        for op in h.ops_mut() {
+            if op.cs_start.is_some() && op.cs_end.is_none() {
+                op.cs_end = Some(now);
+            }
+        }
     }
 
     /// Ends the critical section, releases, and records the operation.
     pub async fn finish(&self, mut h: Holding) {
         let now = self.ctx.rec.now();
-        if h.op.cs_start.is_some() && h.op.cs_end.is_none() {
-            h.op.cs_end = Some(now);
-        }
+        Self::end_sections(&mut h, now);
         h.op.release = Some(now);
         let resource = h.op.resource.clone();
         self.locker.release(&resource, h.held).await;
-        self.ctx.rec.op(h.op);
+        self.record(h.op, h.others);
     }
 
     /// Crashes while holding: no release; the lock runs out by itself.
     pub fn abandon(&self, mut h: Holding) -> Duration {
         let now = self.ctx.rec.now();
         h.op.abandoned = true;
-        if h.op.cs_start.is_some() && h.op.cs_end.is_none() {
-            h.op.cs_end = Some(now);
-        }
+        Self::end_sections(&mut h, now);
         self.locker.abandon(h.held);
-        self.ctx.rec.op(h.op);
+        self.record(h.op, h.others);
         now
     }
 
@@ -572,31 +651,39 @@ impl Worker {
     /// One attempt of the workload, and the critical section if granted.
     async fn attempt(&self, resources: &[Resource], work: Work, rng: &mut StdRng) {
         let resource = &resources[rng.gen_range(0..resources.len())];
+        let mut keys = vec![resource.name.as_str()];
         let want = match resource.kind {
             Kind::Exclusive => Want::Exclusive,
             Kind::ReadWrite if rng.gen_range(0..3) == 0 => Want::Write,
             Kind::ReadWrite => Want::Read,
             Kind::Semaphore(permits) => Want::Permit(permits),
+            Kind::Set => {
+                keys = resources.iter().filter(|r| r.kind == Kind::Set).map(|r| r.name.as_str()).collect();
+                keys.shuffle(rng);
+                keys.truncate(rng.gen_range(2..=3));
+                Want::Exclusive
+            }
         };
-        let Ok(mut h) = self.try_acquire(&resource.name, want).await else {
+        let Ok(mut h) = self.try_acquire_keys(&keys, want, self.ctx.ttl).await else {
             tokio::time::sleep(Duration::from_millis(rng.gen_range(20..80))).await;
             return;
         };
-        let base = if want.writes() { self.read(&mut h) } else { None };
+        let label = keys.join(",");
+        let bases = if want.writes() { self.read_all(&mut h) } else { None };
         match self.ctx.take_request(self.id) {
             Some(Request::Pause(pause)) => {
                 let start = self.ctx.rec.now();
                 h.op.paused = true;
                 let until = h.held.deadline + pause.past_validity;
                 tokio::time::sleep_until(until.into()).await;
-                let accepted = base.map(|base| self.write(&mut h, base));
+                let accepted = bases.as_ref().map(|bases| self.write_all(&mut h, bases));
                 let end = self.ctx.rec.now();
                 self.ctx.rec.event(
                     "holder pause",
                     format!(
                         "client {} paused on '{}' until {} ms past its validity; stale write {}",
                         self.id,
-                        resource.name,
+                        label,
                         pause.past_validity.as_millis(),
                         match accepted {
                             Some(true) => "accepted",
@@ -621,9 +708,9 @@ impl Worker {
                     tokio::time::sleep(Duration::from_millis(rng.gen_range(1..8))).await;
                     true
                 };
-                match base {
-                    Some(base) if kept => {
-                        self.careful_write(&mut h, base);
+                match &bases {
+                    Some(bases) if kept => {
+                        self.careful_write_all(&mut h, bases);
                     }
                     Some(_) => h.op.aborted = true,
                     None => {}
