@@ -333,6 +333,35 @@ mod tests {
         assert!(q.get(2).is_none() && q.heads_of(2).is_empty() && q.is_empty());
     }
 
+    /// Compaction renumbers the waiters of the compacted queue only, in
+    /// that key's place of a set waiter's keys, counting from the queue's
+    /// current head (here not 0): afterwards the set waiter still knows
+    /// where it stands in both its queues.
+    #[test]
+    fn compaction_keeps_a_set_waiters_places() {
+        let mut q = Queues::default();
+        for h in 0..5 {
+            q.push(on(1_000 + h, &["a"]), 1_000).unwrap();
+            assert_eq!(pop(&mut q, "a"), Some(1_000 + h));
+        }
+        q.push(on(0, &["a", "b"]), 1_000).unwrap();
+        for h in 1..=100 {
+            q.push(on(h, &["a"]), 1_000).unwrap();
+        }
+        q.push(on(200, &["b", "a"]), 1_000).unwrap();
+        for h in 1..=100 {
+            q.remove(h);
+        }
+        assert!(q.by_key[&key("a")].slots.len() <= 2 * 2 + HOLES_SLACK, "compacted");
+        assert_eq!(listed(&q, "a"), [0, 200]);
+        assert!(q.heads_of(200).is_empty());
+        q.remove(0);
+        assert_eq!(q.heads_of(200), [key("b"), key("a")]);
+        assert!(q.at_every_head(200));
+        assert_eq!(q.remove(200).map(|w| w.handle), Some(200));
+        assert!(q.is_empty() && !q.contains_key(&key("a")) && !q.contains_key(&key("b")));
+    }
+
     #[test]
     fn fifo_per_key_with_bound() {
         let mut q = Queues::default();
