@@ -362,6 +362,27 @@ mod tests {
         assert!(q.is_empty() && !q.contains_key(&key("a")) && !q.contains_key(&key("b")));
     }
 
+    /// The keys with waiters in one database, or in all (-1): what a
+    /// FLUSHDB / SWAPDB of that database must look at.
+    #[test]
+    fn keys_with_waiters_by_database() {
+        let mut q = Queues::default();
+        let in_db = |db: i32, k: &str| -> KeyId { (db, k.as_bytes().to_vec()) };
+        for (handle, db) in [(1, 0), (2, 3), (3, 3)] {
+            let mut waiter = w(handle);
+            waiter.keys = [(in_db(db, &format!("k{handle}")), Want::plain())].into_iter().collect();
+            q.push(waiter, 10).unwrap();
+        }
+        let sorted = |mut keys: Vec<KeyId>| {
+            keys.sort();
+            keys
+        };
+        assert_eq!(q.keys_in(0), [in_db(0, "k1")]);
+        assert_eq!(sorted(q.keys_in(3)), [in_db(3, "k2"), in_db(3, "k3")]);
+        assert!(q.keys_in(1).is_empty());
+        assert_eq!(q.keys_in(-1).len(), 3);
+    }
+
     #[test]
     fn fifo_per_key_with_bound() {
         let mut q = Queues::default();
