@@ -381,6 +381,7 @@ mod tests {
         assert_eq!(sorted(q.keys_in(3)), [in_db(3, "k2"), in_db(3, "k3")]);
         assert!(q.keys_in(1).is_empty());
         assert_eq!(q.keys_in(-1).len(), 3);
+        assert!(q.contains_key(&in_db(3, "k2")) && !q.contains_key(&in_db(0, "k2")));
     }
 
     #[test]
