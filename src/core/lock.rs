@@ -388,7 +388,8 @@ pub fn is_current<S: Stored + ?Sized>(stored: &S, fence: u64, now_ms: i64) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::memory::Holders;
+    use crate::core::kind::{Hold, Kind, Mode};
+    use crate::core::memory::{Holders, Single};
     use crate::core::txn::Changes;
 
     const TTL: i64 = 1_000;
@@ -748,5 +749,35 @@ mod tests {
         let (fenced, _, changes) = run(&lock, 1, 0, |txn| fence(txn, b"a", t, &mut f));
         assert!(fenced);
         assert!(changes.is_empty(), "{changes:?}");
+    }
+
+    /// A plain lock as a replica or an AOF replay hands it over: a token far
+    /// above this node's own counter (2036), held until 1000.
+    fn stored() -> Single<'static> {
+        Single {
+            kind: Kind::Plain,
+            owner: b"old",
+            hold: Hold::new(Mode::Write, 2_100_000_000_000_001, 1_000),
+        }
+    }
+
+    #[test]
+    fn lock_check_knows_a_one_holder_locks_token() {
+        // LOCK.CHECK key fence: 1 while that token holds the lock, else 0.
+        let s = stored();
+        assert!(is_current(&s, 2_100_000_000_000_001, 999));
+        assert!(!is_current(&s, 2_100_000_000_000_002, 999), "another token");
+        assert!(!is_current(&s, 2_100_000_000_000_001, 1_000), "expired");
+    }
+
+    #[test]
+    fn a_grant_over_a_stored_lock_rises_above_its_token() {
+        // SPEC property 4: a token read back from stored state is never
+        // issued again, whatever this node's counter says.
+        let s = stored();
+        let mut fencer = Fencer::new(0);
+        let mut txn = Txn::new(&s, 2_000, 0);
+        let grant = acquire(&mut txn, Want::plain(), &b"new"[..], 1_000, Admission::Open, &mut fencer);
+        assert_eq!(grant, Grant::Granted(2_100_000_000_000_002));
     }
 }
