@@ -221,16 +221,19 @@ impl Server {
 
     pub fn with(opts: Opts) -> Server {
         name_server_in_panics();
-        let dir = fresh_dir();
         // A port can be taken by another process between our probe and the
-        // server's bind: try a few.
+        // server's bind: try a few, each in a fresh directory (a failed
+        // attempt's drop removes its directory, so a shared one would be
+        // gone for the next attempt, which then cannot start at all).
+        let mut failures = Vec::new();
         for _ in 0..5 {
-            let mut server = Server { port: free_port(), dir: dir.clone(), opts: opts.clone(), child: None };
+            let mut server = Server { port: free_port(), dir: fresh_dir(), opts: opts.clone(), child: None };
             if server.spawn() {
                 return server;
             }
+            failures.push(format!("port {}: {}", server.port, server.log().trim_end()));
         }
-        panic!("could not start {}; see logs in {}", server_name(), dir.display());
+        panic!("could not start {}:\n{}", server_name(), failures.join("\n"));
     }
 
     /// Spawns the process and waits until it answers as itself (its
