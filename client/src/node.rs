@@ -238,9 +238,7 @@ async fn write_in_order(
                     link.insert(opened)
                 }
                 Err(refused) => {
-                    for job in batch.drain(..) {
-                        let _ = job.done.send(Err(refused.clone()));
-                    }
+                    fail(batch.drain(..), &refused);
                     continue;
                 }
             },
@@ -285,9 +283,10 @@ async fn connect(
     Err(failure)
 }
 
-fn fail(jobs: impl Iterator<Item = Job>, why: &str) {
+/// Answers every job with `failure`, unwritten.
+fn fail(jobs: impl Iterator<Item = Job>, failure: &Raw) {
     for job in jobs {
-        let _ = job.done.send(Err(Raw::Unreachable(why.to_string())));
+        let _ = job.done.send(Err(failure.clone()));
     }
 }
 
@@ -367,12 +366,12 @@ impl Link {
         {
             let mut waiting = self.waiting();
             if let Some(why) = waiting.closed.clone() {
-                fail(batch.drain(..), &why);
+                fail(batch.drain(..), &Raw::Unreachable(why.clone()));
                 return Err(why);
             }
             if waiting.calls.len().saturating_add(batch.len()) > IN_FLIGHT_MAX {
                 let why = format!("{} calls are unanswered on this connection", waiting.calls.len());
-                fail(batch.drain(..), &why);
+                fail(batch.drain(..), &Raw::Unreachable(why));
                 return Ok(());
             }
             for job in batch.drain(..) {

@@ -386,16 +386,14 @@ impl Redlock {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        let limits =
+            Limits { connect_timeout: config.connect_timeout, reconnect_backoff: config.reconnect_backoff };
         let mut parsed: Vec<Node> = Vec::new();
         for url in nodes {
             let url = url.as_ref().trim();
             if parsed.iter().any(|n| n.url == url) {
                 return Err(Error::InvalidArgument(format!("node {url} is listed twice")));
             }
-            let limits = Limits {
-                connect_timeout: config.connect_timeout,
-                reconnect_backoff: config.reconnect_backoff,
-            };
             let node =
                 Node::new(url, limits).map_err(|e| Error::InvalidArgument(format!("node {url:?}: {e}")))?;
             parsed.push(node);
