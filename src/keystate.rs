@@ -22,6 +22,7 @@ use crate::core::kind::{Hold, Mode, Shape};
 use crate::core::memory::{Free, Holders, Single};
 use crate::core::txn::{Changes, Stored, Txn};
 use crate::ffi::{Call, Key, KeyKind};
+use crate::node;
 
 /// A hash key's fields, read through the FFI.
 pub struct KeyFields<'k, 'c> {
@@ -146,7 +147,7 @@ pub fn run<'c, 'o, T>(
     let now = clock::now_ms();
     let (answer, changes, converted) = {
         let loaded = load(key).map_err(|NotALock| Failure::NotALock)?;
-        let mut txn = Txn::new(&loaded, now, config::EXPIRY_DELAY_MS.get());
+        let mut txn = Txn::new(&loaded, now, node::expiry_delay_ms(now));
         let answer = transition(&mut txn);
         let changes = txn.finish();
         let converted = legacy_converted(&loaded, &changes);
@@ -185,7 +186,7 @@ pub fn run_all<'c, 'o, T>(
         for (at, key) in keys.iter().enumerate() {
             loaded.push(load(key).map_err(|NotALock| (at, Failure::NotALock))?);
         }
-        let delay = config::EXPIRY_DELAY_MS.get();
+        let delay = node::expiry_delay_ms(now);
         let mut txns: Vec<Txn<'_, 'o, Loaded<'_, 'c>>> =
             loaded.iter().map(|l| Txn::new(l, now, delay)).collect();
         let answer = transition(&mut txns);

@@ -2,7 +2,7 @@
 //! run on Redis' main thread, so the mutexes are never contended; they only
 //! make the statics safe.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Mutex;
 
 use crate::clock;
@@ -15,6 +15,12 @@ static QUARANTINE: Mutex<Option<Quarantine>> = Mutex::new(None);
 /// Set once a quarantine is found over, so that every later grant checks
 /// one flag instead of the clock (a quarantine, once over, stays over).
 static QUARANTINE_OVER: AtomicBool = AtomicBool::new(true);
+/// Whether the start-up quarantine keeps every restored lock from being
+/// taken over early (see [`quarantine::covers_restored_locks`]).
+static START_QUARANTINE_COVERS: AtomicBool = AtomicBool::new(false);
+/// When the restart grace started (module clock), or `NO_GRACE`.
+static RESTART_GRACE_SINCE: AtomicI64 = AtomicI64::new(NO_GRACE);
+const NO_GRACE: i64 = i64::MIN;
 
 pub fn with_fencer<T>(f: impl FnOnce(&mut Fencer) -> T) -> T {
     let mut guard = FENCER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -79,7 +85,53 @@ pub fn quarantine_at_start(appendonly: bool, appendfsync: &str) -> bool {
     if needed {
         start_quarantine(Reason::Startup);
     }
+    let covered = needed
+        && quarantine::covers_restored_locks(
+            current_length_ms(),
+            config::MAX_TTL_MS.get(),
+            config::EXPIRY_DELAY_MS.get(),
+        );
+    START_QUARANTINE_COVERS.store(covered, Ordering::Relaxed);
     needed
+}
+
+/// The node's own AOF or RDB file was loaded at start: the locks in it were
+/// granted by the process before, on a module clock this one may be ahead
+/// of. Unless the start-up quarantine already covers them, start the restart
+/// grace.
+pub fn on_loaded_from_disk() {
+    if START_QUARANTINE_COVERS.load(Ordering::Relaxed) {
+        return;
+    }
+    RESTART_GRACE_SINCE.store(clock::now_ms(), Ordering::Relaxed);
+    let tolerance = config::CLOCK_JUMP_TOLERANCE_MS.get();
+    let lasts =
+        config::MAX_TTL_MS.get().saturating_add(config::EXPIRY_DELAY_MS.get()).saturating_add(tolerance);
+    redis_module::logging::log_notice(format!(
+        "lock: restart grace: locks were restored from disk without a quarantine covering them; \
+         for {lasts} ms a lock that expires by itself is taken over {tolerance} ms \
+         (lock.clock-jump-tolerance-ms) after its deadline, so that a wall-clock step before \
+         this restart cannot shorten it"
+    ));
+}
+
+/// The restart grace in force at `now_ms` (0 when none): see
+/// [`quarantine::restart_grace_ms`].
+pub fn restart_grace_ms(now_ms: i64) -> i64 {
+    let since = RESTART_GRACE_SINCE.load(Ordering::Relaxed);
+    quarantine::restart_grace_ms(
+        (since != NO_GRACE).then_some(since),
+        now_ms,
+        config::MAX_TTL_MS.get(),
+        config::EXPIRY_DELAY_MS.get(),
+        config::CLOCK_JUMP_TOLERANCE_MS.get(),
+    )
+}
+
+/// How long an expired holder keeps its slot at `now_ms`: the lock-delay
+/// (`lock.expiry-delay-ms`) plus the restart grace while it lasts.
+pub fn expiry_delay_ms(now_ms: i64) -> i64 {
+    config::EXPIRY_DELAY_MS.get().saturating_add(restart_grace_ms(now_ms))
 }
 
 /// This node was a replica and is now a master: asynchronous replication may

@@ -276,3 +276,63 @@ fn forward_jump_within_the_tolerance_keeps_the_lock() {
         "another token got the lock {after:?} after a 1500 ms grant"
     );
 }
+
+/// A forward step of the wall clock while the node runs moves no deadline
+/// (the tests above). A restart re-anchors the module clock on the wall
+/// clock, so the same step would land at a restart from the AOF: the
+/// restored lock's deadline would come that much early in real time. The
+/// restart grace keeps a restored lock from being taken over until
+/// `lock.clock-jump-tolerance-ms` after its deadline, so a step up to the
+/// tolerance cannot shorten it.
+#[test]
+fn a_step_before_an_aof_restart_does_not_shorten_the_restored_lock() {
+    let clock = ClockFile::new();
+    let mut s = Server::with(
+        Opts::new().aof_always().module_arg("clock-jump-tolerance-ms", "3000").clock_file(clock.path()),
+    );
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 0, "a first start restores nothing");
+    jump(&mut c, &clock, 2_000);
+    let t0 = Instant::now();
+    let fence = acquire_ok(&mut c, "k", "tok-A", 4_000);
+    // The file keeps the step: the new process anchors 2 s ahead.
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "appendfsync always: no quarantine");
+    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 3_000);
+    assert_eq!(info_int(&mut c, "k", "fence"), Some(fence), "the AOF restored tok-A's lock");
+    let (next, after) = wait_for_grant(&mut c, "k", "tok-B", t0, Duration::from_secs(10));
+    assert!(
+        after >= Duration::from_millis(3_990),
+        "tok-B got the lock {after:?} after a 4000 ms grant: the restart cut it short"
+    );
+    // Its deadline read on the new clock plus the grace: 4 - 2 + 3 s.
+    assert!(after < Duration::from_millis(7_000), "tok-B waited {after:?}");
+    assert!(next > fence);
+    eprintln!("step +2 s, then AOF restart: tok-B granted {after:?} after a 4000 ms grant (grace 3000 ms)");
+}
+
+/// The bound: a step larger than the tolerance before an AOF restart
+/// shortens the restored lock by the difference.
+#[test]
+fn a_step_beyond_the_tolerance_before_an_aof_restart_shortens_the_restored_lock() {
+    let clock = ClockFile::new();
+    let mut s = Server::with(
+        Opts::new().aof_always().module_arg("clock-jump-tolerance-ms", "1000").clock_file(clock.path()),
+    );
+    let mut c = s.conn();
+    jump(&mut c, &clock, 3_000);
+    let t0 = Instant::now();
+    acquire_ok(&mut c, "k", "tok-A", 5_000);
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 1_000);
+    let (_, after) = wait_for_grant(&mut c, "k", "tok-B", t0, Duration::from_secs(10));
+    // Deadline read 3 s early, 1 s of grace: lost about 2 s early.
+    assert!(
+        after < Duration::from_millis(4_000),
+        "the test did not observe the early loss ({after:?} into a 5000 ms lock)"
+    );
+    assert!(after >= Duration::from_millis(2_950), "tok-B got the lock {after:?} after the grant");
+    eprintln!("step +3 s, then AOF restart, tolerance 1 s: tok-B granted {after:?} into a 5000 ms lock");
+}

@@ -123,9 +123,36 @@ fn aof_always_restores_a_held_lock_exactly() {
     eprintln!("aof exact restore: down {down:?}, fence {fence} -> next grant {next}");
 }
 
+/// Servers here whose locks expire while they are down run with a restart
+/// grace of 1 s (`lock.clock-jump-tolerance-ms`): a lock restored from disk
+/// is taken over that long after its deadline, not at it.
+fn short_grace() -> Opts {
+    Opts::new().module_arg("clock-jump-tolerance-ms", "1000")
+}
+
+/// Waits (bounded) until `token` gets `key`, a 1500 ms lock granted just
+/// after `t0` and restored from disk, and checks that it did not before the
+/// deadline plus the 1 s grace; returns the new fencing token.
+fn taken_over_after_the_grace(c: &mut Connection, key: &str, token: &str, t0: Instant) -> i64 {
+    let mut next = None;
+    wait_until(Duration::from_secs(5), "another token to get the expired lock", || {
+        next = match acquire(c, key, token, 1_000) {
+            Value::Int(fence) => Some(fence),
+            _ => None,
+        };
+        next.is_some()
+    });
+    let granted_after = t0.elapsed();
+    assert!(
+        granted_after >= Duration::from_millis(2_450),
+        "{key} taken over {granted_after:?} after a 1500 ms grant: before the restart grace ended"
+    );
+    next.unwrap_or_default()
+}
+
 #[test]
 fn aof_replay_after_the_deadline_does_not_revive_the_lock() {
-    let mut s = Server::with(Opts::new().aof_always());
+    let mut s = Server::with(short_grace().aof_always());
     let mut c = s.conn();
     let t0 = Instant::now();
     let fence = acquire_ok(&mut c, "res", "tok-A", 1_500);
@@ -154,7 +181,7 @@ fn aof_replay_after_the_deadline_does_not_revive_the_lock() {
         "lock replayed {:?} after its deadline came back",
         t0.elapsed()
     );
-    let next = acquire_ok(&mut c, "res", "tok-B", 1_000);
+    let next = taken_over_after_the_grace(&mut c, "res", "tok-B", t0);
     assert!(next > fence, "token {next} not above {fence}");
     assert_eq!(info_int(&mut c, "res", "fence"), Some(next));
 }
@@ -185,7 +212,7 @@ fn aof_restores_a_reentrant_lock_with_its_hold_count() {
 #[test]
 fn rdb_restores_held_locks_and_drops_expired_ones() {
     // No AOF: the restart loads dump.rdb from the server's directory.
-    let mut s = Server::start();
+    let mut s = Server::with(short_grace());
     let mut c = s.conn();
     let t0 = Instant::now();
     let long_fence = acquire_ok(&mut c, "long", "tok-A", 20_000);
@@ -217,7 +244,7 @@ fn rdb_restores_held_locks_and_drops_expired_ones() {
         assert_eq!(pexpiretime, short.pexpiretime);
     }
     assert!(lock_info(&mut c, "short").is_none(), "expired lock came back");
-    let next = acquire_ok(&mut c, "short", "tok-T", 1_000);
+    let next = taken_over_after_the_grace(&mut c, "short", "tok-T", t0);
     assert!(
         next > short_fence && next > long_fence && next > re_fence && next > last_before,
         "token {next} after RDB restart not above {last_before}"

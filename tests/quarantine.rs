@@ -46,6 +46,7 @@ fn restart_without_persistence_quarantines_then_grants_above_old_tokens() {
     let restarted = Instant::now();
     let mut c = s.conn();
     assert_eq!(info_stat(&mut c, "quarantine"), 1);
+    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 0, "nothing was restored from disk");
     let left = quarantine_left(acquire(&mut c, "res", "b"));
     assert!(left > QUARANTINE_MS - 1000, "{left}");
     // Everything but new grants keeps working in quarantine.
@@ -74,6 +75,9 @@ fn aof_always_needs_no_quarantine_and_keeps_the_lock() {
     s.kill_and_restart();
     let mut c = s.conn();
     assert_eq!(info_stat(&mut c, "quarantine"), 0);
+    // No quarantine covers the restored lock: it gets the restart grace
+    // (lock.clock-jump-tolerance-ms, 60 s by default) after its deadline.
+    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 60_000);
     assert_eq!(acquire(&mut c, "res", "b").unwrap(), None, "still held by a");
     assert_eq!(acquire(&mut c, "res", "a").unwrap(), Some(t1), "the holder's retry keeps its token");
     assert!(acquire(&mut c, "other", "b").unwrap().unwrap() > t1);

@@ -117,6 +117,12 @@ const BASE: Scenario = Scenario {
     misuse: false,
 };
 
+/// `lock.clock-jump-tolerance-ms` where nodes restart from an AOF: the
+/// restart grace (a lock restored from disk is taken over this long after
+/// its deadline) covers the restart probe's 500 ms step, plus the +-200 ms
+/// steps in `mixed`, and keeps the liveness bound short.
+const RESTART_TOLERANCE_MS: u64 = 1_500;
+
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "holder-pause",
@@ -143,6 +149,10 @@ const SCENARIOS: &[Scenario] = &[
         work: Work::Long,
         quarantine_ms: QUARANTINE_MS,
         aof: true,
+        // The probes step the victim's wall clock before the restart: a
+        // restored lock must last to its real deadline (restart grace).
+        clock: true,
+        tolerance_ms: Some(RESTART_TOLERANCE_MS),
         ..BASE
     },
     Scenario {
@@ -199,6 +209,9 @@ const SCENARIOS: &[Scenario] = &[
         clock: true,
         // 0-1 s apart (+-200 ms steps on top): within the quarantine.
         clock_step_ms: 250,
+        // Steps and the restart probe's step (promoted node 2 restarts from
+        // its AOF) within it.
+        tolerance_ms: Some(RESTART_TOLERANCE_MS),
         replica: true,
         misuse: true,
         ..BASE
@@ -561,8 +574,13 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
         handles.push(tokio::spawn(misuse.run(mix(seed, 99))));
     }
 
-    let quarantine = if module { ms(scenario.quarantine_ms) } else { Duration::ZERO };
-    let bound = ttl + quarantine + scenario.lock_delay().unwrap_or_default() + scenario.hold_max() + SLACK;
+    let (quarantine, grace) = if module {
+        (ms(scenario.quarantine_ms), scenario.restart_grace())
+    } else {
+        (Duration::ZERO, Duration::ZERO)
+    };
+    let bound =
+        ttl + quarantine + grace + scenario.lock_delay().unwrap_or_default() + scenario.hold_max() + SLACK;
     let mut run = Run {
         scenario,
         imp,

@@ -73,6 +73,50 @@ pub fn needed_at_start(appendonly: bool, appendfsync: &str) -> bool {
     !(appendonly && appendfsync.eq_ignore_ascii_case("always"))
 }
 
+/// The restart grace: after a start that kept its locks (restored from the
+/// AOF or RDB) and started no quarantine covering them, a lock that expires
+/// by itself is taken over `tolerance_ms` (`lock.clock-jump-tolerance-ms`)
+/// after its deadline instead of at it, until every restored lock has run
+/// out. Returns the extra lock-delay in force at `now_ms`.
+///
+/// Why: a restart re-anchors the module clock to the wall clock, so a
+/// forward wall-clock step taken while the old process ran (which moved no
+/// deadline then, property 8) lands at the restart: a restored deadline
+/// comes that much early in real time. The grace makes a step of up to the
+/// tolerance harmless across a restart too, as the key's backstop expiry
+/// does while the node runs. A restored deadline is at most `max_ttl_ms`
+/// after the old process stopped, which was before `started_ms` on the new
+/// clock whenever that clock stepped forward (a backward step only makes
+/// restored locks last longer), so the grace lasts until `started_ms +
+/// max_ttl_ms + expiry_delay_ms + tolerance_ms`.
+pub fn restart_grace_ms(
+    started_ms: Option<i64>,
+    now_ms: i64,
+    max_ttl_ms: i64,
+    expiry_delay_ms: i64,
+    tolerance_ms: i64,
+) -> i64 {
+    let Some(started_ms) = started_ms else { return 0 };
+    let tolerance_ms = tolerance_ms.max(0);
+    let ends_ms = started_ms
+        .saturating_add(max_ttl_ms.max(0))
+        .saturating_add(expiry_delay_ms.max(0))
+        .saturating_add(tolerance_ms);
+    if now_ms < ends_ms {
+        tolerance_ms
+    } else {
+        0
+    }
+}
+
+/// Whether a start-up quarantine of `length_ms` already keeps every
+/// restored lock from being taken over early, whatever the clock step: no
+/// grant at all happens before `start + length_ms`, and a restored lock ran
+/// out (in real time) by `start + max_ttl_ms` plus its lock-delay.
+pub fn covers_restored_locks(length_ms: i64, max_ttl_ms: i64, expiry_delay_ms: i64) -> bool {
+    length_ms >= max_ttl_ms.saturating_add(expiry_delay_ms.max(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,5 +155,29 @@ mod tests {
         assert_eq!(Reason::Promotion.name(), "promotion");
         assert_eq!(Reason::Startup.describe(), "node restarted");
         assert_eq!(Reason::Promotion.describe(), "replica promoted to master");
+    }
+
+    #[test]
+    fn the_restart_grace_lasts_until_every_restored_lock_has_run_out() {
+        // Started at 1,000; max-ttl 30 s, lock-delay 2 s, tolerance 5 s:
+        // the grace is 5 s until 1,000 + 30,000 + 2,000 + 5,000.
+        let grace = |now| restart_grace_ms(Some(1_000), now, 30_000, 2_000, 5_000);
+        assert_eq!(grace(1_000), 5_000);
+        assert_eq!(grace(37_999), 5_000, "the latest restored deadline plus its delays");
+        assert_eq!(grace(38_000), 0);
+        assert_eq!(grace(90_000), 0);
+        assert_eq!(restart_grace_ms(None, 1_000, 30_000, 2_000, 5_000), 0, "no grace unless started");
+        assert_eq!(restart_grace_ms(Some(1_000), 1_000, 30_000, 0, 0), 0, "tolerance 0: none");
+        assert_eq!(restart_grace_ms(Some(1_000), 30_999, 30_000, 0, 0), 0);
+        assert_eq!(restart_grace_ms(Some(1_000), 30_999, 30_000, -5, 10), 10, "a negative delay counts as 0");
+        assert_eq!(restart_grace_ms(Some(1_000), 31_010, 30_000, -5, 10), 0);
+    }
+
+    #[test]
+    fn a_quarantine_as_long_as_the_longest_lock_covers_restored_ones() {
+        assert!(covers_restored_locks(31_000, 30_000, 0));
+        assert!(covers_restored_locks(32_000, 30_000, 2_000));
+        assert!(!covers_restored_locks(31_999, 30_000, 2_000));
+        assert!(!covers_restored_locks(0, 30_000, 0), "quarantine off");
     }
 }

@@ -141,6 +141,26 @@ extern "C" fn role_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent:
     }
 }
 
+/// Whether the load in progress reads this node's own AOF or RDB file (not
+/// a replica's full sync).
+static LOADING_FROM_DISK: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn loading_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
+    match subevent {
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START => {
+            LOADING_FROM_DISK.store(true, Ordering::Relaxed);
+        }
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
+            if LOADING_FROM_DISK.swap(false, Ordering::Relaxed) {
+                if let Some(h) = handlers() {
+                    let _ = catch_unwind(h.loaded_from_disk);
+                }
+            }
+        }
+        _ => LOADING_FROM_DISK.store(false, Ordering::Relaxed),
+    }
+}
+
 /// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (`1 << 5`) from
 /// Valkey 9's `src/valkeymodule.h` (valkey PR 2593): until every loaded
 /// module sets it, Valkey refuses `CLUSTER MIGRATESLOTS`. redis-module
@@ -195,13 +215,15 @@ pub fn declare_atomic_slot_migration(ctx: RawCtx) -> Result<(), String> {
 
 type ServerEventCallback = extern "C" fn(RawCtx, raw::RedisModuleEvent, u64, *mut c_void);
 
-/// Subscribes to flush and swapdb (locks freed behind the module's back)
-/// and to role changes (a promotion starts the failover quarantine).
+/// Subscribes to flush and swapdb (locks freed behind the module's back),
+/// to role changes (a promotion starts the failover quarantine) and to the
+/// start-up load (locks restored from disk start the restart grace).
 // Raw pointers come from Redis itself and are only passed back to it.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn subscribe_server_events(ctx: RawCtx) -> Result<(), String> {
-    let server_events: [(u64, ServerEventCallback, &str); 3] = [
+    let server_events: [(u64, ServerEventCallback, &str); 4] = [
         (raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, role_callback, "role-change"),
+        (raw::REDISMODULE_EVENT_LOADING, loading_callback, "loading"),
         (raw::REDISMODULE_EVENT_SWAPDB, swapdb_callback, "swapdb"),
         (raw::REDISMODULE_EVENT_FLUSHDB, flush_callback, "flush"),
     ];

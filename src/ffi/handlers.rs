@@ -18,6 +18,9 @@ pub struct Handlers {
     pub db_changed: fn(&Call<'_>, i32),
     /// This node became a master.
     pub promoted: fn(),
+    /// The start-up load of the AOF or RDB file ended (not a replica's
+    /// full sync).
+    pub loaded_from_disk: fn(),
     /// A key timer fired (the call works on its key).
     pub key_timer: fn(&Call<'_>, &KeyId),
     /// The waiters' timeout timer fired.

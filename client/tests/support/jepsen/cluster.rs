@@ -90,6 +90,8 @@ impl Spec {
 pub struct Member {
     pub server: Server,
     pub clock: Option<ClockFile>,
+    /// Runs with AOF always (a scenario's `aof`, or a replica).
+    pub aof: bool,
 }
 
 pub struct Slot {
@@ -167,7 +169,10 @@ impl Cluster {
             let mut slots: Vec<Slot> = servers
                 .into_iter()
                 .zip(clocks)
-                .map(|(server, clock)| Slot { master: Member { server, clock }, replica: None })
+                .map(|(server, clock)| Slot {
+                    master: Member { server, clock, aof: spec.aof },
+                    replica: None,
+                })
                 .collect();
             if !spec.classic && spec.quarantine_ms > 0 && !spec.aof {
                 // The nodes have never granted anything: end the start-up
@@ -212,7 +217,7 @@ impl Cluster {
         let clock = spec.clock.then(|| ClockFile::new(spec.offset(node), spec.rate_ppm));
         let server = Server::with(opts(spec, clock.as_ref(), true));
         replicate(&server, master);
-        Member { server, clock }
+        Member { server, clock, aof: true }
     }
 
     /// The proxies' URLs: what the clients connect to.
@@ -269,6 +274,11 @@ impl Cluster {
             wait_for_clock(&member.server, offset_ms);
         })
         .await
+    }
+
+    /// Whether node `i` (its master now) restarts from an AOF.
+    pub fn has_aof(&self, i: usize) -> bool {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())[i].master.aof
     }
 
     pub fn has_replica(&self, i: usize) -> bool {

@@ -31,6 +31,12 @@ use super::worker::{Ctx, Holding, Impl, PauseRequest, Request, Worker};
 /// How far the clock probe moves the victim's wall clock: far beyond the
 /// TTL, well within the module's `lock.clock-jump-tolerance-ms` (60 s).
 const CLOCK_PROBE_JUMP_MS: i64 = 10_000;
+/// How far the restart probe steps the victim's wall clock forward just
+/// before killing it (scenarios under the clock shim): the new process
+/// anchors its module clock on the stepped wall clock, so a lock restored
+/// from the AOF would come back this much early without the module's
+/// restart grace. Within the scenarios' `lock.clock-jump-tolerance-ms`.
+const RESTART_PROBE_STEP_MS: i64 = 500;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -416,14 +422,20 @@ impl Run<'_> {
         let start = self.now();
         let what = match probe {
             Probe::Restart | Probe::RestartShared => {
-                cluster.kill_restart(VICTIM, Duration::ZERO).await;
-                if self.scenario.aof {
-                    format!(
-                        "node {VICTIM} killed (-9) and restarted at once from its AOF (appendfsync always)"
-                    )
+                let step = if self.scenario.clock {
+                    let to = cluster.clock_offset(VICTIM) + RESTART_PROBE_STEP_MS;
+                    cluster.set_clock(VICTIM, to).await;
+                    format!("its wall clock stepped {RESTART_PROBE_STEP_MS} ms forward, then ")
                 } else {
-                    format!("node {VICTIM} killed (-9) and restarted at once, without persistence")
-                }
+                    String::new()
+                };
+                cluster.kill_restart(VICTIM, Duration::ZERO).await;
+                let how = if self.scenario.aof || cluster.has_aof(VICTIM) {
+                    "from its AOF (appendfsync always)"
+                } else {
+                    "without persistence"
+                };
+                format!("node {VICTIM}: {step}killed (-9) and restarted at once {how}")
             }
             Probe::ClockForward => {
                 let base = cluster.base_offset(VICTIM);
@@ -449,7 +461,8 @@ impl Run<'_> {
             if granted { "GRANTED while P1 held" } else { "refused" }
         );
         p1.finish(h1).await;
-        if probe == Probe::ClockForward {
+        let stepped = matches!(probe, Probe::Restart | Probe::RestartShared) && self.scenario.clock;
+        if probe == Probe::ClockForward || stepped {
             cluster.set_clock(VICTIM, cluster.base_offset(VICTIM)).await;
         }
         self.event(&format!("{probe:?} (probe)"), what.clone(), start);

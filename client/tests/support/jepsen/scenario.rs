@@ -156,6 +156,19 @@ impl Scenario {
 
     /// The longest a worker may hold without a fault (a long critical
     /// section renews; see `Work::Long`).
+    /// How much later than its deadline a lock that expires by itself may be
+    /// taken over after a node restarted from its AOF (the module's restart
+    /// grace, `lock.clock-jump-tolerance-ms`): added to the liveness bound
+    /// where nodes restart from an AOF (a scenario's `aof`, or a promoted
+    /// replica).
+    pub fn restart_grace(&self) -> Duration {
+        if self.aof || self.replica {
+            Duration::from_millis(self.tolerance_ms.unwrap_or(60_000))
+        } else {
+            Duration::ZERO
+        }
+    }
+
     pub fn hold_max(&self) -> Duration {
         match self.work {
             Work::Short => Duration::ZERO,
