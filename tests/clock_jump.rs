@@ -277,6 +277,38 @@ fn forward_jump_within_the_tolerance_keeps_the_lock() {
     );
 }
 
+/// An AOF-always server with `lock.clock-jump-tolerance-ms` at
+/// `tolerance_ms` whose wall clock steps `step_ms` forward, then grants
+/// `tok-A` a `ttl_ms` lock on `k`, then is killed (-9) and restarted from
+/// its AOF with the step still in its clock file (so the new process
+/// anchors its module clock `step_ms` ahead of the old one). Returns the
+/// server (and its clock file, which must outlive it), a connection to the
+/// restarted process, the instant just before the grant, and tok-A's token.
+fn step_then_aof_restart(
+    tolerance_ms: i64,
+    step_ms: i64,
+    ttl_ms: i64,
+) -> (Server, ClockFile, Connection, Instant, i64) {
+    let clock = ClockFile::new();
+    let mut s = Server::with(
+        Opts::new()
+            .aof_always()
+            .module_arg("clock-jump-tolerance-ms", &tolerance_ms.to_string())
+            .clock_file(clock.path()),
+    );
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 0, "a first start restores nothing");
+    jump(&mut c, &clock, step_ms);
+    let t0 = Instant::now();
+    let fence = acquire_ok(&mut c, "k", "tok-A", ttl_ms);
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "appendfsync always: no quarantine");
+    assert_eq!(info_stat(&mut c, "restart_grace_ms"), tolerance_ms);
+    assert_eq!(info_int(&mut c, "k", "fence"), Some(fence), "the AOF restored tok-A's lock");
+    (s, clock, c, t0, fence)
+}
+
 /// A forward step of the wall clock while the node runs moves no deadline
 /// (the tests above). A restart re-anchors the module clock on the wall
 /// clock, so the same step would land at a restart from the AOF: the
@@ -286,21 +318,7 @@ fn forward_jump_within_the_tolerance_keeps_the_lock() {
 /// tolerance cannot shorten it.
 #[test]
 fn a_step_before_an_aof_restart_does_not_shorten_the_restored_lock() {
-    let clock = ClockFile::new();
-    let mut s = Server::with(
-        Opts::new().aof_always().module_arg("clock-jump-tolerance-ms", "3000").clock_file(clock.path()),
-    );
-    let mut c = s.conn();
-    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 0, "a first start restores nothing");
-    jump(&mut c, &clock, 2_000);
-    let t0 = Instant::now();
-    let fence = acquire_ok(&mut c, "k", "tok-A", 4_000);
-    // The file keeps the step: the new process anchors 2 s ahead.
-    s.kill_and_restart();
-    let mut c = s.conn();
-    assert_eq!(info_stat(&mut c, "quarantine"), 0, "appendfsync always: no quarantine");
-    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 3_000);
-    assert_eq!(info_int(&mut c, "k", "fence"), Some(fence), "the AOF restored tok-A's lock");
+    let (_s, _clock, mut c, t0, fence) = step_then_aof_restart(3_000, 2_000, 4_000);
     let (next, after) = wait_for_grant(&mut c, "k", "tok-B", t0, Duration::from_secs(10));
     assert!(
         after >= Duration::from_millis(3_990),
@@ -316,17 +334,7 @@ fn a_step_before_an_aof_restart_does_not_shorten_the_restored_lock() {
 /// shortens the restored lock by the difference.
 #[test]
 fn a_step_beyond_the_tolerance_before_an_aof_restart_shortens_the_restored_lock() {
-    let clock = ClockFile::new();
-    let mut s = Server::with(
-        Opts::new().aof_always().module_arg("clock-jump-tolerance-ms", "1000").clock_file(clock.path()),
-    );
-    let mut c = s.conn();
-    jump(&mut c, &clock, 3_000);
-    let t0 = Instant::now();
-    acquire_ok(&mut c, "k", "tok-A", 5_000);
-    s.kill_and_restart();
-    let mut c = s.conn();
-    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 1_000);
+    let (_s, _clock, mut c, t0, _) = step_then_aof_restart(1_000, 3_000, 5_000);
     let (_, after) = wait_for_grant(&mut c, "k", "tok-B", t0, Duration::from_secs(10));
     // Deadline read 3 s early, 1 s of grace: lost about 2 s early.
     assert!(
