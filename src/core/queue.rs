@@ -437,9 +437,9 @@ mod tests {
         }
     }
 
-    /// Departures from behind a waiting head, from the middle and from the
-    /// tail, in queues whose length the compaction threshold (`2 * waiting
-    /// + HOLES_SLACK`, always even) can step over without meeting: the
+    /// Departures from behind a waiting head and from the tail, in queues
+    /// whose length the compaction threshold (twice the waiters plus
+    /// `HOLES_SLACK`, always even) can step over without meeting it: the
     /// holes stay bounded at every step.
     #[test]
     fn a_queue_keeps_at_most_one_hole_per_waiter_plus_the_slack() {
