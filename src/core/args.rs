@@ -485,6 +485,16 @@ mod tests {
         line.split(' ').map(str::as_bytes).collect()
     }
 
+    /// A ttl-ms outside 1..LIMITS.ttl_ms_max.
+    fn ttl_out_of_range(value: i64) -> ArgError {
+        ArgError::OutOfRange { what: "ttl-ms", value, min: 1, max: 30_000, config: Some("lock.max-ttl-ms") }
+    }
+
+    /// A WAIT timeout outside 0..WAIT_MS_MAX.
+    fn wait_out_of_range(value: i64) -> ArgError {
+        ArgError::OutOfRange { what: "timeout-ms", value, min: 0, max: WAIT_MS_MAX, config: None }
+    }
+
     #[test]
     fn integers_parse_like_redis() {
         for (text, want) in [
@@ -533,36 +543,9 @@ mod tests {
         let long = "x".repeat(TOKEN_LEN_MAX + 1);
         let cases: Vec<(String, ArgError)> = vec![
             ("LOCK.ACQUIRE k t".into(), ArgError::Arity),
-            (
-                "LOCK.ACQUIRE k t 0".into(),
-                ArgError::OutOfRange {
-                    what: "ttl-ms",
-                    value: 0,
-                    min: 1,
-                    max: 30_000,
-                    config: Some("lock.max-ttl-ms"),
-                },
-            ),
-            (
-                "LOCK.ACQUIRE k t 30001".into(),
-                ArgError::OutOfRange {
-                    what: "ttl-ms",
-                    value: 30_001,
-                    min: 1,
-                    max: 30_000,
-                    config: Some("lock.max-ttl-ms"),
-                },
-            ),
-            (
-                "LOCK.ACQUIRE k t -1".into(),
-                ArgError::OutOfRange {
-                    what: "ttl-ms",
-                    value: -1,
-                    min: 1,
-                    max: 30_000,
-                    config: Some("lock.max-ttl-ms"),
-                },
-            ),
+            ("LOCK.ACQUIRE k t 0".into(), ttl_out_of_range(0)),
+            ("LOCK.ACQUIRE k t 30001".into(), ttl_out_of_range(30_001)),
+            ("LOCK.ACQUIRE k t -1".into(), ttl_out_of_range(-1)),
             ("LOCK.ACQUIRE k t +5".into(), ArgError::NotInteger { what: "ttl-ms" }),
             ("LOCK.ACQUIRE k t 1.5".into(), ArgError::NotInteger { what: "ttl-ms" }),
             ("LOCK.ACQUIRE k  5".into(), ArgError::EmptyToken { what: "token" }),
@@ -572,16 +555,7 @@ mod tests {
             ),
             ("LOCK.ACQUIRE k t 5 WAIT".into(), ArgError::MissingValue("WAIT")),
             ("LOCK.ACQUIRE k t 5 WAIT 1 WAIT 2".into(), ArgError::DuplicateOption("WAIT")),
-            (
-                "LOCK.ACQUIRE k t 5 WAIT -1".into(),
-                ArgError::OutOfRange {
-                    what: "timeout-ms",
-                    value: -1,
-                    min: 0,
-                    max: WAIT_MS_MAX,
-                    config: None,
-                },
-            ),
+            ("LOCK.ACQUIRE k t 5 WAIT -1".into(), wait_out_of_range(-1)),
             ("LOCK.ACQUIRE k t 5 NX".into(), ArgError::UnknownOption("NX".into())),
             ("LOCK.ACQUIRE k t 5 WAIT 1 extra".into(), ArgError::UnknownOption("extra".into())),
         ];
@@ -718,29 +692,11 @@ mod tests {
             ("LOCK.MACQUIRE t 100 101 a", numkeys(101, 100)),
             ("LOCK.MACQUIRE t 100 x a", ArgError::NotInteger { what: "numkeys" }),
             ("LOCK.MACQUIRE  100 1 a", ArgError::EmptyToken { what: "token" }),
-            (
-                "LOCK.MACQUIRE t 0 1 a",
-                ArgError::OutOfRange {
-                    what: "ttl-ms",
-                    value: 0,
-                    min: 1,
-                    max: 30_000,
-                    config: Some("lock.max-ttl-ms"),
-                },
-            ),
+            ("LOCK.MACQUIRE t 0 1 a", ttl_out_of_range(0)),
             ("LOCK.MACQUIRE t 100 2 a a", ArgError::DuplicateKey { at: 2 }),
             ("LOCK.MACQUIRE t 100 2 a b WAIT", ArgError::MissingValue("WAIT")),
             ("LOCK.MACQUIRE t 100 2 a b WAIT 1 WAIT 2", ArgError::DuplicateOption("WAIT")),
-            (
-                "LOCK.MACQUIRE t 100 2 a b WAIT -1",
-                ArgError::OutOfRange {
-                    what: "timeout-ms",
-                    value: -1,
-                    min: 0,
-                    max: WAIT_MS_MAX,
-                    config: None,
-                },
-            ),
+            ("LOCK.MACQUIRE t 100 2 a b WAIT -1", wait_out_of_range(-1)),
             ("LOCK.MACQUIRE t 100 2 a b MODES", ArgError::MissingValue("MODES")),
             ("LOCK.MACQUIRE t 100 2 a b MODES WAIT 1", ArgError::MissingValue("MODES")),
             ("LOCK.MACQUIRE t 100 2 a b MODES SHARED MODES SHARED", ArgError::DuplicateOption("MODES")),
