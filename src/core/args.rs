@@ -780,6 +780,10 @@ mod tests {
             list_count(&argv("LOCK.WAITERS k LIMIT 5"), 2, 1000),
             Err(ArgError::UnknownOption("LIMIT".into()))
         );
+        assert_eq!(
+            list_count(&argv("LOCK.WAITERS k LIMIT"), 2, 1000),
+            Err(ArgError::UnknownOption("LIMIT".into()))
+        );
         assert_eq!(list_count(&argv("LOCK.WAITERS k COUNT 5 x"), 2, 1000), Err(ArgError::Arity));
         assert_eq!(list_count(&argv("LOCK.WAITERS"), 2, 1000), Err(ArgError::Arity));
     }
