@@ -485,6 +485,16 @@ mod tests {
         line.split(' ').map(str::as_bytes).collect()
     }
 
+    /// A ttl-ms outside 1..LIMITS.ttl_ms_max.
+    fn ttl_out_of_range(value: i64) -> ArgError {
+        ArgError::OutOfRange { what: "ttl-ms", value, min: 1, max: 30_000, config: Some("lock.max-ttl-ms") }
+    }
+
+    /// A WAIT timeout outside 0..WAIT_MS_MAX.
+    fn wait_out_of_range(value: i64) -> ArgError {
+        ArgError::OutOfRange { what: "timeout-ms", value, min: 0, max: WAIT_MS_MAX, config: None }
+    }
+
     #[test]
     fn integers_parse_like_redis() {
         for (text, want) in [
@@ -533,36 +543,9 @@ mod tests {
         let long = "x".repeat(TOKEN_LEN_MAX + 1);
         let cases: Vec<(String, ArgError)> = vec![
             ("LOCK.ACQUIRE k t".into(), ArgError::Arity),
-            (
-                "LOCK.ACQUIRE k t 0".into(),
-                ArgError::OutOfRange {
-                    what: "ttl-ms",
-                    value: 0,
-                    min: 1,
-                    max: 30_000,
-                    config: Some("lock.max-ttl-ms"),
-                },
-            ),
-            (
-                "LOCK.ACQUIRE k t 30001".into(),
-                ArgError::OutOfRange {
-                    what: "ttl-ms",
-                    value: 30_001,
-                    min: 1,
-                    max: 30_000,
-                    config: Some("lock.max-ttl-ms"),
-                },
-            ),
-            (
-                "LOCK.ACQUIRE k t -1".into(),
-                ArgError::OutOfRange {
-                    what: "ttl-ms",
-                    value: -1,
-                    min: 1,
-                    max: 30_000,
-                    config: Some("lock.max-ttl-ms"),
-                },
-            ),
+            ("LOCK.ACQUIRE k t 0".into(), ttl_out_of_range(0)),
+            ("LOCK.ACQUIRE k t 30001".into(), ttl_out_of_range(30_001)),
+            ("LOCK.ACQUIRE k t -1".into(), ttl_out_of_range(-1)),
             ("LOCK.ACQUIRE k t +5".into(), ArgError::NotInteger { what: "ttl-ms" }),
             ("LOCK.ACQUIRE k t 1.5".into(), ArgError::NotInteger { what: "ttl-ms" }),
             ("LOCK.ACQUIRE k  5".into(), ArgError::EmptyToken { what: "token" }),
@@ -572,16 +555,7 @@ mod tests {
             ),
             ("LOCK.ACQUIRE k t 5 WAIT".into(), ArgError::MissingValue("WAIT")),
             ("LOCK.ACQUIRE k t 5 WAIT 1 WAIT 2".into(), ArgError::DuplicateOption("WAIT")),
-            (
-                "LOCK.ACQUIRE k t 5 WAIT -1".into(),
-                ArgError::OutOfRange {
-                    what: "timeout-ms",
-                    value: -1,
-                    min: 0,
-                    max: WAIT_MS_MAX,
-                    config: None,
-                },
-            ),
+            ("LOCK.ACQUIRE k t 5 WAIT -1".into(), wait_out_of_range(-1)),
             ("LOCK.ACQUIRE k t 5 NX".into(), ArgError::UnknownOption("NX".into())),
             ("LOCK.ACQUIRE k t 5 WAIT 1 extra".into(), ArgError::UnknownOption("extra".into())),
         ];
@@ -680,6 +654,140 @@ mod tests {
         assert_eq!(renew(&argv(&most), LIMITS), Ok(Extend { owner: b"t", ttl_ms: 100 }));
     }
 
+    fn set_of(line: &str) -> Result<AcquireAll<'_>, ArgError> {
+        acquire_all(&argv(line), LIMITS)
+    }
+
+    #[test]
+    fn a_set_takes_one_mode_for_every_key_or_one_per_key() {
+        let (r, w) = (Want::read(), Want::write());
+        let all = |wants: Vec<Want>, wait_ms| Ok(AcquireAll { owner: b"t", ttl_ms: 100, wait_ms, wants });
+        assert_eq!(set_of("LOCK.MACQUIRE t 100 2 a b"), all(vec![Want::plain(); 2], None));
+        assert_eq!(set_of("LOCK.MACQUIRE t 100 2 a b modes shared"), all(vec![r, r], None));
+        assert_eq!(
+            set_of("LOCK.MACQUIRE t 100 2 a b MODES Shared EXCLUSIVE WAIT 5"),
+            all(vec![r, w], Some(5))
+        );
+        assert_eq!(
+            set_of("LOCK.MACQUIRE t 100 2 a b wait 0 MODES plain exclusive"),
+            all(vec![Want::plain(), w], Some(0))
+        );
+        // A key may be named like an option: numkeys says where keys end.
+        assert_eq!(set_of("LOCK.MACQUIRE t 100 1 WAIT WAIT 1"), all(vec![Want::plain()], Some(1)));
+    }
+
+    #[test]
+    fn a_set_misuse() {
+        let numkeys = |value, max| ArgError::OutOfRange {
+            what: "numkeys",
+            value,
+            min: 1,
+            max,
+            config: Some("lock.max-multi-keys"),
+        };
+        for (line, want) in [
+            ("LOCK.MACQUIRE t 100", ArgError::Arity),
+            ("LOCK.MACQUIRE t 100 3 a b", ArgError::Arity),
+            ("LOCK.MACQUIRE t 100 0", numkeys(0, 100)),
+            ("LOCK.MACQUIRE t 100 101 a", numkeys(101, 100)),
+            ("LOCK.MACQUIRE t 100 x a", ArgError::NotInteger { what: "numkeys" }),
+            ("LOCK.MACQUIRE  100 1 a", ArgError::EmptyToken { what: "token" }),
+            ("LOCK.MACQUIRE t 0 1 a", ttl_out_of_range(0)),
+            ("LOCK.MACQUIRE t 100 2 a a", ArgError::DuplicateKey { at: 2 }),
+            ("LOCK.MACQUIRE t 100 2 a b WAIT", ArgError::MissingValue("WAIT")),
+            ("LOCK.MACQUIRE t 100 2 a b WAIT 1 WAIT 2", ArgError::DuplicateOption("WAIT")),
+            ("LOCK.MACQUIRE t 100 2 a b WAIT -1", wait_out_of_range(-1)),
+            ("LOCK.MACQUIRE t 100 2 a b MODES", ArgError::MissingValue("MODES")),
+            ("LOCK.MACQUIRE t 100 2 a b MODES WAIT 1", ArgError::MissingValue("MODES")),
+            ("LOCK.MACQUIRE t 100 2 a b MODES SHARED MODES SHARED", ArgError::DuplicateOption("MODES")),
+            ("LOCK.MACQUIRE t 100 3 a b c MODES SHARED SHARED", ArgError::ModeCount { given: 2, keys: 3 }),
+            ("LOCK.MACQUIRE t 100 2 a b MODES READ", ArgError::UnknownMode("READ".into())),
+            ("LOCK.MACQUIRE t 100 2 a b NX", ArgError::UnknownOption("NX".into())),
+        ] {
+            assert_eq!(set_of(line), Err(want), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_key_named_twice_is_reported_at_its_first_repeat() {
+        // In argument order (1-based), not in the order keys sort in.
+        assert_eq!(set_of("LOCK.MACQUIRE t 100 4 z z a a"), Err(ArgError::DuplicateKey { at: 2 }));
+        assert_eq!(set_of("LOCK.MACQUIRE t 100 4 b a c a"), Err(ArgError::DuplicateKey { at: 4 }));
+        assert_eq!(set_of("LOCK.MACQUIRE t 100 3 a b c").map(|s| s.wants.len()), Ok(3));
+    }
+
+    #[test]
+    fn the_set_size_limit_is_the_setting_within_1_to_1000() {
+        let keys = |n: usize| " k".repeat(n);
+        let with = |max| Limits { multi_keys_max: max, ..LIMITS };
+        // The setting, inclusive; 0 counts as 1, above 1000 as 1000.
+        let distinct = |n: usize| {
+            let names: String = (0..n).map(|i| format!(" k{i}")).collect();
+            format!("LOCK.MACQUIRE t 100 {n}{names}")
+        };
+        assert_eq!(acquire_all(&argv(&distinct(3)), with(3)).map(|s| s.wants.len()), Ok(3));
+        assert!(matches!(
+            acquire_all(&argv(&distinct(4)), with(3)),
+            Err(ArgError::OutOfRange { max: 3, .. })
+        ));
+        assert!(matches!(
+            acquire_all(&argv(&distinct(2)), with(0)),
+            Err(ArgError::OutOfRange { max: 1, .. })
+        ));
+        assert_eq!(acquire_all(&argv(&distinct(1)), with(0)).map(|s| s.wants.len()), Ok(1));
+        assert!(matches!(
+            acquire_all(&argv(&distinct(1001)), with(5000)),
+            Err(ArgError::OutOfRange { max: 1000, .. })
+        ));
+        assert_eq!(acquire_all(&argv(&distinct(1000)), with(5000)).map(|s| s.wants.len()), Ok(1000));
+        // LOCK.MRELEASE: the same bound, keys counted.
+        let release = |n: usize| format!("LOCK.MRELEASE t{}", keys(n));
+        assert_eq!(release_all(&argv(&release(3)), with(3)), Ok(Owner { owner: b"t" }));
+        assert_eq!(release_all(&argv(&release(4)), with(3)), Err(ArgError::TooManyKeys { count: 4, max: 3 }));
+        assert_eq!(release_all(&argv(&release(2)), with(0)), Err(ArgError::TooManyKeys { count: 2, max: 1 }));
+        assert_eq!(release_all(&argv(&release(1000)), with(5000)), Ok(Owner { owner: b"t" }));
+        assert_eq!(
+            release_all(&argv(&release(1001)), with(5000)),
+            Err(ArgError::TooManyKeys { count: 1001, max: 1000 })
+        );
+        assert_eq!(release_all(&argv("LOCK.MRELEASE t"), LIMITS), Err(ArgError::Arity));
+        assert_eq!(
+            release_all(&argv("LOCK.MRELEASE  k"), LIMITS),
+            Err(ArgError::EmptyToken { what: "token" })
+        );
+    }
+
+    #[test]
+    fn list_count_defaults_to_100_within_its_maximum() {
+        assert_eq!(list_count(&argv("LOCK.WAITERS k"), 2, 1000), Ok(LIST_DEFAULT));
+        assert_eq!(
+            list_count(&argv("LOCK.CONTENDED"), 1, 16),
+            Ok(16),
+            "the default never passes the maximum"
+        );
+        assert_eq!(list_count(&argv("LOCK.WAITERS k count 1000"), 2, 1000), Ok(1000));
+        assert_eq!(list_count(&argv("LOCK.WAITERS k COUNT 1"), 2, 1000), Ok(1));
+        assert_eq!(
+            list_count(&argv("LOCK.WAITERS k COUNT 1001"), 2, 1000),
+            Err(ArgError::OutOfRange { what: "count", value: 1001, min: 1, max: 1000, config: None })
+        );
+        assert_eq!(
+            list_count(&argv("LOCK.CONTENDED COUNT 0"), 1, 16),
+            Err(ArgError::OutOfRange { what: "count", value: 0, min: 1, max: 16, config: None })
+        );
+        assert_eq!(list_count(&argv("LOCK.WAITERS k COUNT"), 2, 1000), Err(ArgError::MissingValue("COUNT")));
+        assert_eq!(
+            list_count(&argv("LOCK.WAITERS k LIMIT 5"), 2, 1000),
+            Err(ArgError::UnknownOption("LIMIT".into()))
+        );
+        assert_eq!(
+            list_count(&argv("LOCK.WAITERS k LIMIT"), 2, 1000),
+            Err(ArgError::UnknownOption("LIMIT".into()))
+        );
+        assert_eq!(list_count(&argv("LOCK.WAITERS k COUNT 5 x"), 2, 1000), Err(ArgError::Arity));
+        assert_eq!(list_count(&argv("LOCK.WAITERS"), 2, 1000), Err(ArgError::Arity));
+    }
+
     #[test]
     fn errors_read_as_documented() {
         let cases: Vec<(ArgError, &str)> = vec![
@@ -709,6 +817,12 @@ mod tests {
             (ArgError::MissingValue("WAIT"), "option WAIT needs a value"),
             (ArgError::TooManyKeys { count: 1001, max: 1000 }, "1001 keys, more than the limit of 1000"),
             (ArgError::BadRequestId, "request id must be 1 to 64 printable ASCII characters without '|'"),
+            (ArgError::DuplicateKey { at: 3 }, "key #3 appears twice in the set"),
+            (ArgError::UnknownMode("READ".into()), "unknown mode 'READ' (PLAIN, SHARED or EXCLUSIVE)"),
+            (
+                ArgError::ModeCount { given: 2, keys: 3 },
+                "MODES takes one mode for every key or one per key: 2 modes for 3 keys",
+            ),
         ];
         for (error, text) in cases {
             assert_eq!(error.to_string(), text);

@@ -751,6 +751,124 @@ mod tests {
         assert!(changes.is_empty(), "{changes:?}");
     }
 
+    /// Runs LOCK.MACQUIRE's `acquire_all` over `locks` (one key each, in
+    /// order) at `now`: the reply, each lock afterwards, each key's changes.
+    fn grant_set(
+        locks: &[Holders],
+        wants: &[Want],
+        owner: &'static [u8],
+        now: i64,
+        admissions: &[Admission],
+        f: &mut Fencer,
+    ) -> (AllGrant, Vec<Holders>, Vec<Changes<'static>>) {
+        let mut txns: Vec<Txn<'_, 'static, Holders>> = locks.iter().map(|l| Txn::new(l, now, 0)).collect();
+        let out = acquire_all(&mut txns, wants, owner, TTL, admissions, f);
+        let changes: Vec<Changes<'static>> = txns.into_iter().map(|t| t.finish().into_owned()).collect();
+        let after = locks.iter().zip(&changes).map(|(l, c)| l.apply(c)).collect();
+        (out, after, changes)
+    }
+
+    #[test]
+    fn a_set_is_granted_whole_with_one_token_above_every_stored_one() {
+        // The middle key comes back from a replica with a token far above
+        // this node's counter, expired: the set's one token rises above it.
+        let stored = Holders::single(Kind::Plain, b"old", Hold::new(Mode::Write, 9_000_000, 10));
+        let locks = [Holders::free(), stored, Holders::free()];
+        let wants = [Want::plain(), Want::plain(), Want::read()];
+        let mut f = Fencer::new(0);
+        let (g, after, _) = grant_set(&locks, &wants, b"o", 20, &[Admission::Open; 3], &mut f);
+        let AllGrant::Granted(t) = g else { panic!("{g:?}") };
+        assert!(t > 9_000_000, "{t}");
+        for lock in &after {
+            assert_eq!(lock.hold(b"o").map(|h| (h.fence, h.deadline_ms)), Some((t, 20 + TTL)));
+        }
+        assert_eq!(after[2].hold(b"o").map(|h| h.mode), Some(Mode::Read));
+        assert!(f.next(20) > t, "the node's counter is past the set's token");
+    }
+
+    #[test]
+    fn a_refused_set_writes_nothing_and_names_the_reason_waiting_cannot_cure() {
+        let mut f = Fencer::new(0);
+        let (_, held) = grant(&Holders::free(), Want::plain(), b"other", 0, &mut f);
+        let free = Holders::free();
+        let open = [Admission::Open; 3];
+        // Busy at 1, another kind at 2: the error wins, whatever its place.
+        let (g, _, changes) = grant_set(
+            &[free.clone(), held.clone(), held.clone()],
+            &[Want::plain(), Want::plain(), Want::read()],
+            b"o",
+            1,
+            &open,
+            &mut f,
+        );
+        assert_eq!(g, AllGrant::Refused { at: 2, why: Grant::WrongKind { found: Kind::Plain } });
+        assert!(changes.iter().all(Changes::is_empty), "all or nothing: {changes:?}");
+        // Quarantined at 0, busy at 1 and 2: busy, at its first key.
+        let admissions = [Admission::Quarantined, Admission::Open, Admission::Open];
+        let (g, _, changes) = grant_set(
+            &[free.clone(), held.clone(), held.clone()],
+            &[Want::plain(); 3],
+            b"o",
+            1,
+            &admissions,
+            &mut f,
+        );
+        assert_eq!(g, AllGrant::Refused { at: 1, why: Grant::Busy });
+        assert!(changes.iter().all(Changes::is_empty));
+        // Only quarantined: that is the reason.
+        let (g, _, _) = grant_set(
+            &[free.clone(), free.clone()],
+            &[Want::plain(); 2],
+            b"o",
+            1,
+            &[Admission::Open, Admission::Quarantined],
+            &mut f,
+        );
+        assert_eq!(g, AllGrant::Refused { at: 1, why: Grant::Quarantined });
+    }
+
+    #[test]
+    fn a_set_held_whole_with_one_token_is_renewed_with_it() {
+        let mut f = Fencer::new(0);
+        let free = [Holders::free(), Holders::free()];
+        let wants = [Want::plain(), Want::write()];
+        let (AllGrant::Granted(t), held, _) =
+            grant_set(&free, &wants, b"o", 0, &[Admission::Open; 2], &mut f)
+        else {
+            panic!()
+        };
+        // A retry after a lost reply: the same token, every deadline reset
+        // (even with waiters queued: the holder itself renews).
+        let (g, after, _) = grant_set(&held, &wants, b"o", 100, &[Admission::Queued; 2], &mut f);
+        assert_eq!(g, AllGrant::Renewed(t));
+        for lock in &after {
+            assert_eq!(lock.hold(b"o").map(|h| (h.fence, h.deadline_ms)), Some((t, 100 + TTL)));
+        }
+    }
+
+    #[test]
+    fn a_set_held_in_part_or_under_two_tokens_is_granted_anew_under_one() {
+        let mut f = Fencer::new(0);
+        let (Grant::Granted(_), a) = grant(&Holders::free(), Want::plain(), b"o", 0, &mut f) else {
+            panic!()
+        };
+        let (Grant::Granted(tb), b) = grant(&Holders::free(), Want::plain(), b"o", 1, &mut f) else {
+            panic!()
+        };
+        let open = [Admission::Open; 2];
+        // Held in part: the held key moves to the new token.
+        let (g, after, _) =
+            grant_set(&[a.clone(), Holders::free()], &[Want::plain(); 2], b"o", 2, &open, &mut f);
+        let AllGrant::Granted(t) = g else { panic!("{g:?}") };
+        assert!(t > tb);
+        assert!(after.iter().all(|l| l.hold(b"o").map(|h| h.fence) == Some(t)));
+        // Held whole but under two tokens: one new token for both.
+        let (g, after, _) = grant_set(&[a, b], &[Want::plain(); 2], b"o", 3, &open, &mut f);
+        let AllGrant::Granted(t2) = g else { panic!("{g:?}") };
+        assert!(t2 > t);
+        assert!(after.iter().all(|l| l.hold(b"o").map(|h| (h.fence, h.deadline_ms)) == Some((t2, 3 + TTL))));
+    }
+
     /// A plain lock as a replica or an AOF replay hands it over: a token far
     /// above this node's own counter (2036), held until 1000.
     fn stored() -> Single<'static> {

@@ -421,6 +421,51 @@ mod tests {
         assert!(q.is_empty());
     }
 
+    /// The memory bound of a queue: at most one hole per waiter plus
+    /// `HOLES_SLACK`, after every operation, never a hole at the head, and
+    /// `waiting` counts the slots that are not holes.
+    fn assert_holes_bounded(q: &Queues<u32>) {
+        for (key, queue) in &q.by_key {
+            let waiting = queue.slots.iter().flatten().count();
+            assert_eq!(queue.waiting, waiting, "{key:?}");
+            assert!(
+                queue.slots.len() <= 2 * waiting + HOLES_SLACK,
+                "{key:?}: {} slots for {waiting} waiters",
+                queue.slots.len()
+            );
+            assert!(matches!(queue.slots.front(), Some(Some(_))), "{key:?} starts with a hole");
+        }
+    }
+
+    /// Departures from behind a waiting head and from the tail, in queues
+    /// whose length the compaction threshold (twice the waiters plus
+    /// `HOLES_SLACK`, always even) can step over without meeting it: the
+    /// holes stay bounded at every step.
+    #[test]
+    fn a_queue_keeps_at_most_one_hole_per_waiter_plus_the_slack() {
+        // 101 waiters (an odd length), all but the head leaving in order.
+        let mut q = Queues::default();
+        for h in 0..=100 {
+            q.push(w(h), 1_000).unwrap();
+        }
+        for h in 1..=100 {
+            q.remove(h).unwrap();
+            assert_holes_bounded(&q);
+        }
+        assert_eq!(listed(&q, "k"), [0]);
+        // A head and 34 behind it leaving from the tail: one waiter is left
+        // with 34 slots at most.
+        let mut q = Queues::default();
+        for h in 0..=34 {
+            q.push(w(h), 1_000).unwrap();
+        }
+        for h in (1..=34).rev() {
+            q.remove(h).unwrap();
+            assert_holes_bounded(&q);
+        }
+        assert_eq!(listed(&q, "k"), [0]);
+    }
+
     #[test]
     fn serve_takes_a_run_from_the_head() {
         let mut q = Queues::default();
@@ -487,6 +532,7 @@ mod tests {
                 prop_assert_eq!(q.len(&key("k")), model.len());
                 prop_assert_eq!(&listed(&q, "k"), &model);
                 prop_assert_eq!(q.peek(&key("k")).map(|w| w.handle), model.first().copied());
+                assert_holes_bounded(&q);
             }
         }
 
@@ -530,6 +576,7 @@ mod tests {
                 if let Some((oldest, _)) = model.first() {
                     prop_assert!(q.at_every_head(*oldest));
                 }
+                assert_holes_bounded(&q);
             }
         }
     }
