@@ -105,8 +105,11 @@ pub fn on_loaded_from_disk() {
     }
     RESTART_GRACE_SINCE.store(clock::now_ms(), Ordering::Relaxed);
     let tolerance = config::CLOCK_JUMP_TOLERANCE_MS.get();
-    let lasts =
-        config::MAX_TTL_MS.get().saturating_add(config::EXPIRY_DELAY_MS.get()).saturating_add(tolerance);
+    let lasts = quarantine::restart_grace_lasts_ms(
+        config::MAX_TTL_MS.get(),
+        config::EXPIRY_DELAY_MS.get(),
+        tolerance,
+    );
     redis_module::logging::log_notice(format!(
         "lock: restart grace: locks were restored from disk without a quarantine covering them; \
          for {lasts} ms a lock that expires by itself is taken over {tolerance} ms \

@@ -98,15 +98,19 @@ pub fn restart_grace_ms(
 ) -> i64 {
     let Some(started_ms) = started_ms else { return 0 };
     let tolerance_ms = tolerance_ms.max(0);
-    let ends_ms = started_ms
-        .saturating_add(max_ttl_ms.max(0))
-        .saturating_add(expiry_delay_ms.max(0))
-        .saturating_add(tolerance_ms);
+    let ends_ms =
+        started_ms.saturating_add(restart_grace_lasts_ms(max_ttl_ms, expiry_delay_ms, tolerance_ms));
     if now_ms < ends_ms {
         tolerance_ms
     } else {
         0
     }
+}
+
+/// How long the restart grace lasts after it starts: until every restored
+/// lock has run out and its lock-delay and the grace itself have passed.
+pub fn restart_grace_lasts_ms(max_ttl_ms: i64, expiry_delay_ms: i64, tolerance_ms: i64) -> i64 {
+    max_ttl_ms.max(0).saturating_add(expiry_delay_ms.max(0)).saturating_add(tolerance_ms.max(0))
 }
 
 /// Whether a start-up quarantine of `length_ms` already keeps every

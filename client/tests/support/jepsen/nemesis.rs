@@ -430,7 +430,7 @@ impl Run<'_> {
                     String::new()
                 };
                 cluster.kill_restart(VICTIM, Duration::ZERO).await;
-                let how = if self.scenario.aof || cluster.has_aof(VICTIM) {
+                let how = if cluster.has_aof(VICTIM) {
                     "from its AOF (appendfsync always)"
                 } else {
                     "without persistence"
