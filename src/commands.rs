@@ -8,10 +8,11 @@ use crate::core::args::{self, ArgError};
 use crate::core::fencing::{self, Fencer};
 use crate::core::kind::{Kind, Want};
 use crate::core::lock::{self, Admission, AllGrant, Exit, Grant};
+use crate::core::quarantine::Refusal;
 use crate::core::queue::Waiter;
 use crate::core::txn::{Stored, Txn};
 use crate::errors;
-use crate::ffi::{Call, Field, Freed, Reply};
+use crate::ffi::{self, Call, Field, Freed, Reply};
 use crate::handoff;
 use crate::keystate::{self, Failure, Loaded, Written};
 use crate::node;
@@ -63,9 +64,16 @@ fn grant_parsed(
     }
 }
 
+/// Why a newcomer may not be granted the call's key now, though it is
+/// free: a quarantine (of the node, the database or the key) or the
+/// eviction guard.
+fn refusal(call: &Call<'_>) -> Option<Refusal> {
+    node::refusal(call.db(), call.key_name(), clock::now_ms())
+}
+
 /// Whether a newcomer may be granted the call's key now.
-fn admission(call: &Call<'_>, quarantined: bool) -> Admission {
-    if quarantined {
+fn admission(call: &Call<'_>, refused: bool) -> Admission {
+    if refused {
         return Admission::Quarantined;
     }
     // Only pay for the key name when someone waits or may wait.
@@ -77,11 +85,14 @@ fn admission(call: &Call<'_>, quarantined: bool) -> Admission {
 }
 
 fn grant(call: &Call<'_>, request: args::Acquire<'_>, want: Want) -> Reply {
-    let quarantine = node::quarantine();
-    let admission = admission(call, quarantine.is_some());
     // WAIT blocks only where a client may block (not in MULTI or a script).
     let wait_ms = request.wait_ms.filter(|_| !call.cannot_block());
+    // Asked once the key is open: opening it may have expired it (Redis'
+    // lazy expiry), which may have quarantined it.
+    let mut refusal = None;
     let result = keystate::transact(call, |txn| {
+        refusal = self::refusal(call);
+        let admission = admission(call, refusal.is_some());
         let grant =
             node::with_fencer(|f| lock::acquire(txn, want, request.owner, request.ttl_ms, admission, f));
         (grant, txn.next_free_at_ms())
@@ -92,15 +103,16 @@ fn grant(call: &Call<'_>, request: args::Acquire<'_>, want: Want) -> Reply {
     };
     drop(key);
     after_write(call, written);
-    match (grant, quarantine, wait_ms) {
-        (Grant::Granted(fence), ..) => counted_token(&stats::GRANTS, fence),
+    match (grant, refusal, wait_ms) {
+        (Grant::Granted(fence), ..) => {
+            watch_for_removal(call);
+            counted_token(&stats::GRANTS, fence)
+        }
         (Grant::Renewed(fence), ..) => counted_token(&stats::RENEWALS, fence),
-        // In quarantine nothing new is granted, so waiting would only block
-        // the caller for the whole period: refuse at once.
-        (Grant::Quarantined, Some((reason, left_ms)), _)
-        | (Grant::Busy, Some((reason, left_ms)), Some(_)) => {
-            stats::QUARANTINED.bump();
-            Reply::Error(errors::quarantined(reason, left_ms))
+        // While new grants are refused, waiting would only block the caller
+        // for the whole period: refuse at once.
+        (Grant::Quarantined, Some(refusal), _) | (Grant::Busy, Some(refusal), Some(_)) => {
+            refused_now(&refusal)
         }
         (Grant::Quarantined, None, _) => Reply::Error(errors::internal()),
         (Grant::Busy, None, Some(timeout_ms)) => {
@@ -114,6 +126,26 @@ fn grant(call: &Call<'_>, request: args::Acquire<'_>, want: Want) -> Reply {
             Reply::Nil
         }
         (why, ..) => refused(errors::grant_refused(why, want)),
+    }
+}
+
+/// A grant refused while the key is not grantable to anyone new (a
+/// quarantine, the eviction guard): counted, and answered with the reason.
+fn refused_now(refusal: &Refusal) -> Reply {
+    match refusal {
+        Refusal::Evictable(_) => stats::REFUSED_EVICTABLE.bump(),
+        Refusal::Node(..) | Refusal::Forgotten(..) => stats::QUARANTINED.bump(),
+    }
+    Reply::Error(errors::refused(refusal))
+}
+
+/// From a node's first grant on, every change to a key by another command
+/// must be seen (a lock removed behind the module's back quarantines its
+/// key): keyspace events are subscribed to then, so that a node that never
+/// holds a lock pays nothing for them.
+fn watch_for_removal(call: &Call<'_>) {
+    if let Err(e) = ffi::watch_keys(call) {
+        redis_module::logging::log_warning(format!("lock: {e}"));
     }
 }
 
@@ -143,13 +175,16 @@ pub fn acquire_all(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return rejected("lock.macquire", &e),
     };
-    let quarantine = node::quarantine();
     let calls: Vec<Call<'_>> =
         (0..request.wants.len()).map(|at| call.for_arg(args::MULTI_FIRST_KEY + at)).collect();
-    let admissions: Vec<Admission> = calls.iter().map(|c| admission(c, quarantine.is_some())).collect();
     let wait_ms = request.wait_ms.filter(|_| !call.cannot_block());
     let mut next_free = Vec::new();
+    // Asked once the keys are open (see `grant`).
+    let mut refusals: Vec<Option<Refusal>> = Vec::new();
     let result = keystate::transact_all(&calls, |txns| {
+        refusals = calls.iter().map(refusal).collect();
+        let admissions: Vec<Admission> =
+            calls.iter().zip(&refusals).map(|(c, r)| admission(c, r.is_some())).collect();
         let grant = node::with_fencer(|f| {
             lock::acquire_all(txns, &request.wants, request.owner, request.ttl_ms, &admissions, f)
         });
@@ -169,15 +204,21 @@ pub fn acquire_all(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
     for (key_call, written) in calls.iter().zip(written) {
         after_write(key_call, written);
     }
+    // The refusal the reply names: the set's first, when a key is refused.
+    let quarantine = refusals.iter().flatten().next().cloned();
     match (grant, quarantine, wait_ms) {
-        (AllGrant::Granted(fence), ..) => counted_token(&stats::GRANTS, fence),
-        (AllGrant::Renewed(fence), ..) => counted_token(&stats::RENEWALS, fence),
-        (AllGrant::Refused { why: Grant::Quarantined, .. }, Some((reason, left_ms)), _)
-        | (AllGrant::Refused { why: Grant::Busy, .. }, Some((reason, left_ms)), Some(_)) => {
-            stats::QUARANTINED.bump();
-            Reply::Error(errors::quarantined(reason, left_ms))
+        (AllGrant::Granted(fence), ..) => {
+            watch_for_removal(call);
+            counted_token(&stats::GRANTS, fence)
         }
-        (AllGrant::Refused { why: Grant::Quarantined, .. }, None, _) => Reply::Error(errors::internal()),
+        (AllGrant::Renewed(fence), ..) => counted_token(&stats::RENEWALS, fence),
+        (AllGrant::Refused { why: Grant::Quarantined, at }, _, _) => {
+            match refusals.get(at).cloned().flatten() {
+                Some(refusal) => refused_in_set(&refusal, at),
+                None => Reply::Error(errors::internal()),
+            }
+        }
+        (AllGrant::Refused { why: Grant::Busy, .. }, Some(refusal), Some(_)) => refused_now(&refusal),
         (AllGrant::Refused { why: Grant::Busy, at }, None, wait) => {
             if let Some(busy) = calls.get(at) {
                 contended(busy);
@@ -191,6 +232,14 @@ pub fn acquire_all(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
             let want = request.wants.get(at).copied().unwrap_or_else(Want::plain);
             refused(errors::in_set(&errors::grant_refused(why, want), at))
         }
+    }
+}
+
+/// A set refused because its key #`at` is refused to newcomers.
+fn refused_in_set(refusal: &Refusal, at: usize) -> Reply {
+    match refused_now(refusal) {
+        Reply::Error(line) => Reply::Error(errors::in_set(&line, at)),
+        other => other,
     }
 }
 
@@ -247,7 +296,7 @@ pub fn release_all(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
             Err(failure) => {
                 released.push(0);
                 writes.push(Default::default());
-                redis_module::logging::log_warning(format!("lock: LOCK.MRELEASE: {}", failed_line(failure)));
+                redis_module::logging::log_warning(format!("lock: LOCK.MRELEASE: {}", failure.line()));
             }
         }
     }
@@ -346,10 +395,8 @@ pub fn info(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
     }
     read(call, |lock| {
         let now = clock::now_ms();
-        let (Some(shape), live) = (lock.shape(), lock::live_holders(lock, now)) else { return Reply::Nil };
-        if live.is_empty() {
-            return Reply::Nil;
-        }
+        let live = lock::live_holders(lock, now);
+        let Some(shape) = lock.shape().filter(|_| !live.is_empty()) else { return not_held(call, lock, now) };
         let waiters = Field::Int(waiters_on(call));
         if let (true, Some((owner, hold))) = (shape.kind.is_single(), live.first()) {
             return Reply::Fields(vec![
@@ -383,6 +430,130 @@ pub fn info(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
         Reply::Fields(fields)
     })
     .unwrap_or_else(|reply| reply)
+}
+
+/// LOCK.INFO of a key with no live holder: nil when a new grant would be
+/// made now; else why not and for how long (`refused-ms` -1: until a
+/// setting changes or the queue moves): a quarantine, the eviction guard,
+/// an expired holder kept through its lock-delay or the restart grace, or
+/// clients queued for the key.
+fn not_held(call: &Call<'_>, lock: &Loaded<'_, '_>, now: i64) -> Reply {
+    let waiters = waiters_on(call);
+    let (code, left_ms, reason) = if let Some(refusal) = refusal(call) {
+        let left_ms = match &refusal {
+            Refusal::Node(_, left) | Refusal::Forgotten(_, left) => *left,
+            Refusal::Evictable(_) => -1,
+        };
+        (refusal_code(&refusal), left_ms, errors::refused(&refusal))
+    } else if let Some(until) = lock::kept_until(lock, now, node::expiry_delay_ms(now)) {
+        match lock::kept_until(lock, now, config::EXPIRY_DELAY_MS.get()) {
+            Some(delay_until) => (
+                "lock-delay",
+                delay_until.saturating_sub(now),
+                "the lock expired without a release; lock.expiry-delay-ms keeps newcomers out until it ends"
+                    .into(),
+            ),
+            None => (
+                "restart-grace",
+                until.saturating_sub(now),
+                "the lock was restored from disk at a restart and expired by itself: it is taken over \
+                 lock.clock-jump-tolerance-ms after its deadline for a while (the restart grace)"
+                    .into(),
+            ),
+        }
+    } else if waiters > 0 {
+        (
+            "queued",
+            -1,
+            "clients wait for this key: it goes to the head of the queue, not to a newcomer".into(),
+        )
+    } else {
+        return Reply::Nil;
+    };
+    Reply::Fields(vec![
+        ("kind", Field::Text(lock.shape().map_or("none", |shape| shape.kind.name()))),
+        ("holds", Field::Int(0)),
+        ("waiters", Field::Int(waiters)),
+        ("refused", Field::Text(code)),
+        ("refused-ms", Field::Int(left_ms)),
+        ("reason", Field::Bytes(reason.into_bytes())),
+    ])
+}
+
+/// The code LOCK.INFO gives a refusal.
+fn refusal_code(refusal: &Refusal) -> &'static str {
+    match refusal {
+        Refusal::Node(reason, _) => reason.name(),
+        Refusal::Forgotten(q, _) => q.cause.code(),
+        Refusal::Evictable(_) => "evictable",
+    }
+}
+
+/// `LOCK.REVOKE key`: an operator frees a lock without its token (a holder
+/// that died with a long TTL, a stuck semaphore, a value that is not one
+/// this module wrote). Every holder's grant ends at once, the key is
+/// deleted (replicated as `DEL`), waiters are served, and any quarantine of
+/// the key ends: the operator declares its locks gone. Counted, and logged
+/// with the holders and the time each had left. The fencing counter is
+/// untouched: the next grant's token is above the revoked ones, so a
+/// resource that checks tokens refuses a revoked holder that goes on.
+/// Reply: 1 if the key held a lock (of any kind, or a lock value this
+/// module did not write) and it is gone, 0 if it held none. Use it
+/// instead of `DEL`, which the module treats as a lock forgotten (the key is
+/// quarantined until the lock's deadline).
+pub fn revoke(call: &Call<'_>, argv: &[&[u8]]) -> Reply {
+    if let Err(e) = args::key_only(argv) {
+        return rejected("lock.revoke", &e);
+    }
+    let Some(mut key) = call.open_key(true) else { return Reply::Error(errors::write_failed()) };
+    let now = clock::now_ms();
+    let (holders, what) = match keystate::load(&key, now) {
+        Ok(Loaded::Free(_)) => (Vec::new(), String::new()),
+        Ok(lock) => {
+            let holders = Stored::holders(&lock);
+            let what = holders
+                .iter()
+                .map(|(owner, h)| {
+                    format!(
+                        "{} (token {}, {} ms left)",
+                        String::from_utf8_lossy(owner),
+                        h.fence,
+                        h.deadline_ms.saturating_sub(now).max(0)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            (holders, what)
+        }
+        Err(Failure::TooFar { ahead_ms, .. }) => {
+            (Vec::new(), format!("a lock value this module did not write (deadline {ahead_ms} ms ahead)"))
+        }
+        Err(failure) => return failed(failure),
+    };
+    let removed = !what.is_empty() || !holders.is_empty();
+    if removed && !key.delete() {
+        return Reply::Error(errors::write_failed());
+    }
+    drop(key);
+    let ended = node::end_key_quarantine(call.db(), call.key_name());
+    if removed || ended {
+        if removed {
+            stats::REVOKED.bump();
+        }
+        redis_module::logging::log_notice(format!(
+            "lock: LOCK.REVOKE of '{}' (db {}): {}{}",
+            String::from_utf8_lossy(call.key_name()),
+            call.db(),
+            if removed { format!("removed {what}") } else { "no lock held".into() },
+            if ended { "; its quarantine ended" } else { "" }
+        ));
+    }
+    if removed {
+        after_write(call, Written { freed: true, found_expired: false });
+    } else if ended {
+        let _ = handoff::settle(call);
+    }
+    Reply::Int(i64::from(removed))
 }
 
 /// `LOCK.RENEW token ttl-ms key [key ...]`: LOCK.EXTEND on every key for
@@ -499,9 +670,12 @@ fn write<'c, 'o, T>(
 /// WRONGTYPE reply when it is not a lock.
 fn read(call: &Call<'_>, f: impl FnOnce(&Loaded<'_, '_>) -> Reply) -> Result<Reply, Reply> {
     let Some(key) = call.open_key(false) else { return Ok(f(&Loaded::Free(Default::default()))) };
-    match keystate::load(&key) {
-        Ok(lock) => Ok(f(&lock)),
-        Err(_) => Err(wrongtype(errors::not_a_lock())),
+    let now = clock::now_ms();
+    let lock = keystate::load(&key, now).map_err(failed)?;
+    let reply = f(&lock);
+    match lock.too_far(now) {
+        Some(failure) => Err(failed(failure)),
+        None => Ok(reply),
     }
 }
 
@@ -527,15 +701,8 @@ fn waiters_on(call: &Call<'_>) -> i64 {
 
 fn failed(failure: Failure) -> Reply {
     match failure {
-        Failure::NotALock => wrongtype(errors::not_a_lock()),
-        Failure::WriteFailed => Reply::Error(errors::write_failed()),
-    }
-}
-
-fn failed_line(failure: Failure) -> String {
-    match failure {
-        Failure::NotALock => errors::not_a_lock(),
-        Failure::WriteFailed => errors::write_failed(),
+        Failure::WriteFailed => Reply::Error(failure.line()),
+        wrong => wrongtype(wrong.line()),
     }
 }
 

@@ -51,6 +51,9 @@ impl ConfigurationValue<i64> for BoundedI64 {
         }
         self.value.store(value, Ordering::Relaxed);
         redis_module::logging::log_notice(format!("lock.{} set to {}", self.name, value));
+        if self.name == MAX_TTL_MS.name {
+            MAX_TTL_SEEN_MS.fetch_max(value, Ordering::Relaxed);
+        }
         if self.name == QUARANTINE_MS.name {
             if let Some(hook) = QUARANTINE_SET_HOOK.get() {
                 hook();
@@ -73,6 +76,25 @@ const DAY_MS: i64 = 86_400_000;
 
 /// The largest TTL a grant or extension may carry.
 pub static MAX_TTL_MS: BoundedI64 = BoundedI64::new("max-ttl-ms", 30_000, 1, DAY_MS);
+
+/// The largest `lock.max-ttl-ms` in force since the module loaded: a lock
+/// granted before the setting was lowered may still carry a TTL this long.
+static MAX_TTL_SEEN_MS: AtomicI64 = AtomicI64::new(MAX_TTL_MS.default);
+
+/// How far past now a stored lock's deadline may lie and still be one this
+/// module could have written: the longest TTL in force since load, plus the
+/// clock-jump tolerance (a lock replicated or restored from a node whose
+/// clock ran that far ahead). A deadline beyond it is refused as not a
+/// lock (a value written by something else, such as a `SET` of a forged
+/// lock: it must not hold a key for years).
+pub fn deadline_ahead_max_ms() -> i64 {
+    max_ttl_seen_ms().saturating_add(CLOCK_JUMP_TOLERANCE_MS.get())
+}
+
+/// The largest `lock.max-ttl-ms` in force since load.
+pub fn max_ttl_seen_ms() -> i64 {
+    MAX_TTL_SEEN_MS.load(Ordering::Relaxed).max(MAX_TTL_MS.get())
+}
 
 /// How long after a lock's deadline its key's native Redis expiry is set:
 /// the largest forward wall-clock jump a held lock survives.
@@ -116,6 +138,45 @@ pub static FAILOVER_QUARANTINE: AtomicBool = AtomicBool::new(true);
 /// channel name built and looked up in Redis' pub/sub tables), so it can be
 /// turned off where nobody waits through pub/sub.
 pub static PUBLISH_FREED: AtomicBool = AtomicBool::new(true);
+
+/// Quarantine a key or a database whose locks were removed by something
+/// other than a lock command (eviction, FLUSHALL/FLUSHDB, SWAPDB, DEL,
+/// RENAME, MOVE, an overwrite, ...) until those locks' deadlines have
+/// passed. `no` is for throwaway instances whose keyspace is wiped on
+/// purpose (tests, benchmarks): a lock removed that way can then be granted
+/// twice.
+pub static REMOVAL_QUARANTINE: AtomicBool = AtomicBool::new(true);
+
+redis_module::enum_configuration! {
+    /// What a node does while `maxmemory-policy` may evict lock keys
+    /// (`maxmemory` set and a policy other than `noeviction`: lock keys carry
+    /// an expiry, so `volatile-*` policies evict them too).
+    #[allow(non_camel_case_types)]
+    #[derive(Debug, PartialEq, Eq, Copy)]
+    pub enum EvictionMode {
+        /// Refuse new grants (error code EVICTION) until the policy or
+        /// `maxmemory` changes: the default, for lock nodes.
+        refuse = 0,
+        /// Grant; a lock that gets evicted while in force quarantines its
+        /// key until its deadline (for instances shared with a cache).
+        quarantine = 1,
+    }
+}
+
+impl EvictionMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            EvictionMode::refuse => "refuse",
+            EvictionMode::quarantine => "quarantine",
+        }
+    }
+}
+
+pub static EVICTION_MODE: std::sync::Mutex<EvictionMode> = std::sync::Mutex::new(EvictionMode::refuse);
+
+pub fn eviction_mode() -> EvictionMode {
+    *EVICTION_MODE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Lock-delay: after a lock expires without being released (its holder
 /// probably died or paused), nobody may take it for this long, in ms. A

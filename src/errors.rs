@@ -2,9 +2,10 @@
 //! its code (`ERR`, `WRONGTYPE`, ...) as Redis clients expect.
 
 use crate::core::args::ArgError;
+use crate::core::forgetting::ALL_DBS;
 use crate::core::kind::{Mode, Want, HOLDS_MAX};
 use crate::core::lock::Grant;
-use crate::core::quarantine::Reason;
+use crate::core::quarantine::{Reason, Refusal};
 
 /// A malformed call: arity, integers, ranges, tokens, options.
 pub fn bad_args(command: &str, error: &ArgError) -> String {
@@ -80,9 +81,55 @@ pub fn cannot_block() -> String {
     "ERR lock module: this client cannot be blocked".into()
 }
 
-/// A grant refused because the node is in quarantine.
+/// A grant refused because the node is in quarantine. The milliseconds
+/// come last (clients read them there).
 pub fn quarantined(reason: Reason, left_ms: i64) -> String {
-    format!("QUARANTINE {}, refusing new locks for {left_ms} ms", reason.describe())
+    match reason {
+        Reason::Startup => format!(
+            "QUARANTINE {} (locks it granted before may be lost: no appendfsync always; on a brand-new node \
+             CONFIG SET lock.quarantine-ms 0 skips this, on a restarted one that can grant a lock twice), \
+             refusing new locks for {left_ms} ms",
+            reason.describe()
+        ),
+        Reason::Promotion => format!("QUARANTINE {}, refusing new locks for {left_ms} ms", reason.describe()),
+    }
+}
+
+/// Why a new grant of a free key is refused now.
+pub fn refused(refusal: &Refusal) -> String {
+    match refusal {
+        Refusal::Node(reason, left_ms) => quarantined(*reason, *left_ms),
+        Refusal::Forgotten(q, left_ms) => {
+            let scope = if q.key {
+                "on this key"
+            } else if q.db == ALL_DBS {
+                "in every database"
+            } else {
+                "in this database"
+            };
+            format!("QUARANTINE {}, refusing new locks {scope} for {left_ms} ms", q.cause.describe(q.db))
+        }
+        Refusal::Evictable(policy) => evictable(policy),
+    }
+}
+
+/// A grant refused because `maxmemory-policy` may evict lock keys.
+pub fn evictable(policy: &str) -> String {
+    format!(
+        "EVICTION maxmemory-policy {policy} with maxmemory set can evict lock keys, so new locks are refused: \
+         set maxmemory-policy noeviction (or maxmemory 0), or lock.eviction-mode quarantine on an instance shared \
+         with a cache"
+    )
+}
+
+/// A stored value that reads as a lock whose deadline lies further ahead
+/// than any grant could have set: not written by this module.
+pub fn deadline_too_far(ahead_ms: i64, max_ms: i64) -> String {
+    format!(
+        "WRONGTYPE Operation against a key holding the wrong kind of value (a lock value this module could not \
+         have written: its deadline is {ahead_ms} ms ahead, more than lock.max-ttl-ms + \
+         lock.clock-jump-tolerance-ms = {max_ms} ms; LOCK.REVOKE removes it)"
+    )
 }
 
 /// Why a grant of `want` was refused, for the refusals that waiting cannot

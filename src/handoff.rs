@@ -31,12 +31,13 @@
 //! back into this module.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::clock;
 use crate::config;
 use crate::core::fencing;
+use crate::core::forgetting::{Cause, Quarantined};
 use crate::core::kind::Want;
 use crate::core::lock::{self, Admission, AllGrant, Grant};
 use crate::core::queue::{Full, KeyId, Queues, Waiter, TOTAL_MAX};
@@ -177,11 +178,14 @@ pub fn settle(call: &Call<'_>) -> bool {
         return false;
     }
     let key_id = call.key_id();
-    // No grant in quarantine (waiters cannot normally exist then: WAIT is
-    // refused in quarantine, and replicas have none); try again after it.
-    if let Some((_, left_ms)) = node::quarantine() {
+    // No grant while the key is refused to anyone new (a quarantine of the
+    // node, the database or the key, or the eviction guard): its waiters
+    // are answered the reason at once, as a new WAIT would be, rather than
+    // left to time out without knowing why.
+    if let Some(refusal) = node::refusal(key_id.0, &key_id.1, clock::now_ms()) {
         if queued(&key_id) > 0 {
-            arm(call, &key_id, clock::now_ms().saturating_add(left_ms));
+            stats::QUARANTINED.bump();
+            fail_all(call, &key_id, &errors::refused(&refusal));
         }
         return false;
     }
@@ -275,10 +279,10 @@ fn serve_run(call: &Call<'_>, key_id: &KeyId) -> Round {
             }
             true
         }
-        Err(Failure::NotALock) => {
+        Err(failure @ (Failure::NotALock | Failure::TooFar { .. })) => {
             // The key now holds something that is not a lock (overwritten by
             // SET or another type): nobody can be granted it.
-            fail_all(call, key_id, &errors::not_a_lock());
+            fail_all(call, key_id, &failure.line());
             return Round::Stop;
         }
         Err(Failure::WriteFailed) => false,
@@ -344,8 +348,8 @@ fn serve_set(call: &Call<'_>, handle: WaiterHandle) -> Round {
             let want = wants.get(at).copied().unwrap_or(Want::plain());
             Err(errors::in_set(&errors::grant_refused(why, want), at))
         }
-        Err((at, Failure::NotALock)) => Err(errors::in_set(&errors::not_a_lock(), at)),
         Err((_, Failure::WriteFailed)) => Err(errors::write_failed()),
+        Err((at, failure)) => Err(errors::in_set(&failure.line(), at)),
     };
     // Served or refused: it leaves every queue, and the next head of each
     // of its other keys is looked at.
@@ -477,7 +481,29 @@ pub fn on_key_timer(call: &Call<'_>, key: &KeyId) {
 }
 
 /// A keyspace event on a key (inside the notification: no writes here).
-pub fn on_key_changed(call: &Call<'_>) {
+/// The module's own writes fire none, so every event is another command
+/// removing or changing the key, an eviction, or Redis' own expiry: if a
+/// lock there may still be in force, the key is quarantined until it is
+/// not. Redis expires a lock key by itself only at its backstop, after the
+/// lock's deadline, its lock-delay and the clock-jump tolerance, when no
+/// lock there is in force any more; an expiry while one may be is a
+/// forgetting too (an EXPIRE that shortened it, or a forward wall-clock jump
+/// beyond the tolerance). A key restored by `RESTORE` (the target of a
+/// `MIGRATE`) may be a lock arriving: its deadline is noted.
+pub fn on_key_changed(call: &Call<'_>, event: &[u8]) {
+    if !call.is_replica_or_loading() {
+        let cause = match event {
+            b"evicted" => Cause::Evicted,
+            b"expired" => Cause::Expired,
+            other => Cause::Changed(String::from_utf8_lossy(other).into()),
+        };
+        if let Some(q) = node::key_changed(call.db(), call.key_name(), cause, clock::now_ms()) {
+            removed(call, &q);
+        }
+        if event == b"restore" {
+            note_arrived(call);
+        }
+    }
     if !any_waiters() {
         return;
     }
@@ -494,9 +520,93 @@ pub fn on_key_changed(call: &Call<'_>) {
     }
 }
 
-/// FLUSHDB (`db`) or FLUSHALL (`db` = -1) ended, or `db` was swapped with
-/// another: every key with waiters there may have changed.
-pub fn on_db_changed(call: &Call<'_>, db: i32) {
+/// A lock possibly in force was removed behind the module's back: counted
+/// and logged (at most a line a second: an eviction storm must not flood
+/// the log).
+fn removed(call: &Call<'_>, q: &Quarantined) {
+    stats::LOCKS_REMOVED.bump();
+    if q.cause == Cause::Evicted {
+        stats::LOCKS_EVICTED.bump();
+    }
+    let scope = if q.key { "the key" } else { "its database" };
+    log_limited(format!(
+        "lock: '{}' (db {}): {}; new locks refused on {scope} for {} ms",
+        String::from_utf8_lossy(call.key_name()),
+        call.db(),
+        q.cause.describe(q.db),
+        q.left_ms(clock::now_ms())
+    ));
+}
+
+/// Logs `line` unless a line was logged less than a second ago; says how
+/// many were held back when it logs again.
+fn log_limited(line: String) {
+    static LAST_MS: AtomicI64 = AtomicI64::new(i64::MIN);
+    static HELD_BACK: AtomicU64 = AtomicU64::new(0);
+    let now = clock::now_ms();
+    if now.saturating_sub(LAST_MS.load(Ordering::Relaxed)) < 1_000 {
+        HELD_BACK.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    LAST_MS.store(now, Ordering::Relaxed);
+    let held = HELD_BACK.swap(0, Ordering::Relaxed);
+    let more = if held > 0 { format!(" ({held} more such lines held back)") } else { String::new() };
+    redis_module::logging::log_warning(format!("{line}{more}"));
+}
+
+/// A key arrived by `RESTORE` (a migration's target): if it holds a lock,
+/// its latest deadline is noted like one this node wrote.
+fn note_arrived(call: &Call<'_>) {
+    let Some(key) = call.open_key(false) else { return };
+    let now = clock::now_ms();
+    if let Ok(lock) = keystate::load(&key, now) {
+        if let Some(latest) =
+            crate::core::txn::Stored::holders(&lock).iter().map(|(_, h)| h.deadline_ms).max()
+        {
+            node::note_lock(call.db(), call.key_name(), latest, now);
+        }
+    }
+}
+
+/// FLUSHDB of `db`, or FLUSHALL (`db` -1), ended: the databases whose locks
+/// may still be in force are quarantined, and every key with waiters there
+/// is looked at (its waiters are told why).
+pub fn on_db_flushed(call: &Call<'_>, db: i32) {
+    if !call.is_replica_or_loading() {
+        let found = node::db_flushed(db, clock::now_ms());
+        db_quarantined(&found);
+    }
+    recheck_waiters(call, db);
+}
+
+/// SWAPDB `a` `b`: both databases now hold each other's keys.
+pub fn on_dbs_swapped(call: &Call<'_>, a: i32, b: i32) {
+    if !call.is_replica_or_loading() {
+        let found = node::dbs_swapped(a, b, clock::now_ms());
+        db_quarantined(&found);
+    }
+    recheck_waiters(call, a);
+    recheck_waiters(call, b);
+}
+
+fn db_quarantined(found: &[Quarantined]) {
+    if let Some(q) = found.first() {
+        stats::DB_QUARANTINES.bump();
+        let now = clock::now_ms();
+        let dbs: Vec<String> = found.iter().map(|q| q.db.to_string()).collect();
+        redis_module::logging::log_warning(format!(
+            "lock: {}; new locks refused in db {} for {} ms",
+            q.cause.describe(q.db),
+            dbs.join(", "),
+            found.iter().map(|q| q.left_ms(now)).max().unwrap_or(0)
+        ));
+    }
+}
+
+/// Keys of `db` (every database: -1) may have changed all at once (a
+/// flush, a swap, a slot export, the eviction guard turned on): every key
+/// with waiters there is looked at right after this callback.
+pub fn recheck_waiters(call: &Call<'_>, db: i32) {
     if !any_waiters() {
         return;
     }

@@ -21,6 +21,7 @@ use crate::core::hashform::{self, Fields, HashLock};
 use crate::core::kind::{Hold, Mode, Shape};
 use crate::core::memory::{Free, Holders, Single};
 use crate::core::txn::{Changes, Stored, Txn};
+use crate::errors;
 use crate::ffi::{Call, Key, KeyKind};
 use crate::node;
 
@@ -52,21 +53,54 @@ pub enum Loaded<'k, 'c> {
     Hash(HashLock<KeyFields<'k, 'c>>),
 }
 
-/// The key holds something that is not a lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NotALock;
-
-/// Reads the lock stored at `key`.
-pub fn load<'k, 'c>(key: &'k Key<'c>) -> Result<Loaded<'k, 'c>, NotALock> {
+/// Reads the lock stored at `key` at `now_ms`. A value that is not a lock,
+/// or a lock whose deadline lies further ahead than any grant of this
+/// module could have set (`config::deadline_ahead_max_ms`: a value written
+/// by something else, such as a `SET` of a forged lock), is refused: it must
+/// never hold a key past what a real grant could.
+pub fn load<'k, 'c>(key: &'k Key<'c>, now_ms: i64) -> Result<Loaded<'k, 'c>, Failure> {
+    let ahead_max_ms = config::deadline_ahead_max_ms();
+    let deadline_max_ms = now_ms.saturating_add(ahead_max_ms);
+    let too_far =
+        |deadline_ms: i64| Failure::TooFar { ahead_ms: deadline_ms.saturating_sub(now_ms), ahead_max_ms };
     match key.kind() {
         KeyKind::Empty => Ok(Loaded::Free(Free)),
         KeyKind::String => match key.value().and_then(codec::decode_string) {
+            Some(StringLock::Single(single)) if single.hold.deadline_ms > deadline_max_ms => {
+                Err(too_far(single.hold.deadline_ms))
+            }
             Some(StringLock::Single(single)) => Ok(Loaded::Single(single)),
-            Some(StringLock::Legacy(holders)) => Ok(Loaded::Legacy(holders)),
-            None => Err(NotALock),
+            Some(StringLock::Legacy(holders)) => {
+                match holders.records().iter().map(|(_, h)| h.deadline_ms).max() {
+                    Some(latest) if latest > deadline_max_ms => Err(too_far(latest)),
+                    _ => Ok(Loaded::Legacy(holders)),
+                }
+            }
+            None => Err(Failure::NotALock),
         },
-        KeyKind::Hash => HashLock::open(KeyFields { key }).map(Loaded::Hash).map_err(|_| NotALock),
-        KeyKind::Other => Err(NotALock),
+        KeyKind::Hash => {
+            let lock =
+                HashLock::open_bounded(KeyFields { key }, deadline_max_ms).map_err(|_| Failure::NotALock)?;
+            match lock.too_far() {
+                Some(deadline_ms) => Err(too_far(deadline_ms)),
+                None => Ok(Loaded::Hash(lock)),
+            }
+        }
+        KeyKind::Other => Err(Failure::NotALock),
+    }
+}
+
+impl Loaded<'_, '_> {
+    /// A hash lock's holders are read on demand: a deadline beyond the
+    /// bound found while a transaction or a read used it.
+    pub fn too_far(&self, now_ms: i64) -> Option<Failure> {
+        match self {
+            Loaded::Hash(lock) => lock.too_far().map(|deadline_ms| Failure::TooFar {
+                ahead_ms: deadline_ms.saturating_sub(now_ms),
+                ahead_max_ms: config::deadline_ahead_max_ms(),
+            }),
+            _ => None,
+        }
     }
 }
 
@@ -111,9 +145,24 @@ impl Stored for Loaded<'_, '_> {
 /// Why a transaction did not run or its changes were not stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Failure {
+    /// The key holds something that is not a lock.
     NotALock,
+    /// The key holds a lock value whose deadline lies `ahead_ms` ahead, more
+    /// than the `ahead_max_ms` any grant could have set.
+    TooFar { ahead_ms: i64, ahead_max_ms: i64 },
     /// Redis refused a key write (a read-only replica, out of memory).
     WriteFailed,
+}
+
+impl Failure {
+    /// The error reply for it.
+    pub fn line(self) -> String {
+        match self {
+            Failure::NotALock => errors::not_a_lock(),
+            Failure::TooFar { ahead_ms, ahead_max_ms } => errors::deadline_too_far(ahead_ms, ahead_max_ms),
+            Failure::WriteFailed => errors::write_failed(),
+        }
+    }
 }
 
 /// What storing a transaction's changes did.
@@ -146,10 +195,13 @@ pub fn run<'c, 'o, T>(
 ) -> Result<(T, Written), Failure> {
     let now = clock::now_ms();
     let (answer, changes, converted) = {
-        let loaded = load(key).map_err(|NotALock| Failure::NotALock)?;
+        let loaded = load(key, now)?;
         let mut txn = Txn::new(&loaded, now, node::expiry_delay_ms(now));
         let answer = transition(&mut txn);
         let changes = txn.finish();
+        if let Some(failure) = loaded.too_far(now) {
+            return Err(failure);
+        }
         let converted = legacy_converted(&loaded, &changes);
         (answer, changes, converted)
     };
@@ -184,12 +236,16 @@ pub fn run_all<'c, 'o, T>(
     let (answer, prepared) = {
         let mut loaded = Vec::with_capacity(keys.len());
         for (at, key) in keys.iter().enumerate() {
-            loaded.push(load(key).map_err(|NotALock| (at, Failure::NotALock))?);
+            loaded.push(load(key, now).map_err(|failure| (at, failure))?);
         }
         let delay = node::expiry_delay_ms(now);
         let mut txns: Vec<Txn<'_, 'o, Loaded<'_, 'c>>> =
             loaded.iter().map(|l| Txn::new(l, now, delay)).collect();
         let answer = transition(&mut txns);
+        if let Some((at, failure)) = loaded.iter().enumerate().find_map(|(at, l)| Some((at, l.too_far(now)?)))
+        {
+            return Err((at, failure));
+        }
         let prepared: Vec<(Changes<'o>, Option<Holders>)> = txns
             .into_iter()
             .zip(&loaded)
@@ -223,10 +279,17 @@ fn store_any(
     changes: &Changes<'_>,
     now_ms: i64,
 ) -> Result<Written, Failure> {
-    match converted {
+    let written = match converted {
         Some(after) => store_converted(key, after, changes, now_ms),
         None => store(key, changes, now_ms),
+    }?;
+    // Remember the deadline written, so that a lock later removed behind
+    // the module's back (eviction, DEL, a flush, ...) quarantines its key
+    // or database until then.
+    if let Some(deadline_ms) = changes.last_put_deadline_ms() {
+        node::note_lock(key.db(), key.name(), deadline_ms, now_ms);
     }
+    Ok(written)
 }
 
 /// Stores a transaction's changes in `key` (opened for writing, holding the

@@ -80,6 +80,7 @@ mod module {
     }
     entry!(release_all_entry => commands::release_all);
     entry!(waiters_entry => commands::waiters);
+    entry!(revoke_entry => commands::revoke);
     entry!(contended_entry => commands::contended_keys);
 
     // Key-spec flags (REDISMODULE_CMD_KEY_*), see redismodule.h.
@@ -89,7 +90,7 @@ mod module {
     const UPDATE: u64 = 1 << 5;
     const DELETE: u64 = 1 << 7;
 
-    fn command_table() -> [CommandDef; 16] {
+    fn command_table() -> [CommandDef; 17] {
         [
             CommandDef {
                 name: c"lock.acquire",
@@ -227,6 +228,15 @@ mod module {
                 summary: c"List the clients waiting for a lock, head first",
             },
             CommandDef {
+                name: c"lock.revoke",
+                entry: revoke_entry,
+                flags: c"write",
+                arity: 2,
+                key_flags: RW | DELETE,
+                keys: Keys::Range(1, 1),
+                summary: c"Free a lock without its token (an operator's deliberate release); reply: holders removed",
+            },
+            CommandDef {
                 name: c"lock.contended",
                 entry: contended_entry,
                 flags: c"readonly fast",
@@ -241,6 +251,8 @@ mod module {
     fn info_fields() -> Vec<(&'static str, InfoValue)> {
         use InfoValue::{Line, Signed, Text, Unsigned};
         let quarantine = crate::node::quarantine();
+        let removal = crate::node::removal_quarantines(crate::clock::now_ms());
+        let evicting = crate::node::evicting_policy();
         vec![
             ("grants", Unsigned(stats::GRANTS.get())),
             ("renewals", Unsigned(stats::RENEWALS.get())),
@@ -261,6 +273,16 @@ mod module {
             ("quarantine_ms_left", Signed(quarantine.map_or(0, |(_, left)| left))),
             ("quarantine_reason", Text(quarantine.map_or("none", |(reason, _)| reason.name()))),
             ("quarantined", Unsigned(stats::QUARANTINED.get())),
+            ("quarantined_keys", Unsigned(removal.0 as u64)),
+            ("quarantined_dbs", Unsigned(removal.1 as u64)),
+            ("removal_quarantine_ms_left", Signed(removal.2)),
+            ("locks_removed", Unsigned(stats::LOCKS_REMOVED.get())),
+            ("locks_evicted", Unsigned(stats::LOCKS_EVICTED.get())),
+            ("db_quarantines", Unsigned(stats::DB_QUARANTINES.get())),
+            ("revoked", Unsigned(stats::REVOKED.get())),
+            ("evictable", Unsigned(u64::from(evicting.is_some()))),
+            ("maxmemory_policy_evicting", Line(evicting.clone().unwrap_or_else(|| "none".into()))),
+            ("refused_evictable", Unsigned(stats::REFUSED_EVICTABLE.get())),
             ("restart_grace_ms", Signed(crate::node::restart_grace_ms(crate::clock::now_ms()))),
             ("last_fencing_token", Unsigned(crate::node::last_fence())),
             ("max_ttl_ms", Signed(config::MAX_TTL_MS.get())),
@@ -272,6 +294,8 @@ mod module {
             ("quarantine_ms", Signed(config::QUARANTINE_MS.get())),
             ("failover_quarantine", Unsigned(u64::from(config::FAILOVER_QUARANTINE.load(Ordering::Relaxed)))),
             ("publish_freed", Unsigned(u64::from(config::PUBLISH_FREED.load(Ordering::Relaxed)))),
+            ("removal_quarantine", Unsigned(u64::from(config::REMOVAL_QUARANTINE.load(Ordering::Relaxed)))),
+            ("eviction_mode", Text(config::eviction_mode().name())),
             ("wall_clock_offset_ms", Signed(crate::clock::wall_offset_ms())),
         ]
     }
@@ -306,14 +330,88 @@ mod module {
     fn handlers() -> ffi::Handlers {
         ffi::Handlers {
             key_changed: crate::handoff::on_key_changed,
-            db_changed: crate::handoff::on_db_changed,
-            promoted: crate::node::on_promoted,
-            loaded_from_disk: crate::node::on_loaded_from_disk,
+            db_flushed: crate::handoff::on_db_flushed,
+            dbs_swapped: crate::handoff::on_dbs_swapped,
+            keys_dropped: crate::handoff::recheck_waiters,
+            keys_imported: imported,
+            promoted: |call| {
+                crate::node::on_promoted();
+                imported(call);
+            },
+            loaded_from_disk: |call| {
+                crate::node::on_loaded_from_disk();
+                imported(call);
+            },
+            config_changed: memory_policy,
             key_timer: crate::handoff::on_key_timer,
             wait_timeout: crate::handoff::on_wait_timeout,
             client_unblocked: crate::handoff::on_client_unblock,
             disconnected: crate::handoff::on_disconnect,
         }
+    }
+
+    /// Locks this process did not write may now be on the node (restored
+    /// from disk, kept over a promotion, imported by a slot migration):
+    /// count every key as possibly holding one until the longest TTL has
+    /// run out, and see every later change to a key.
+    fn imported(call: &ffi::Call<'_>) {
+        crate::node::note_imported_locks(crate::clock::now_ms());
+        if let Err(e) = ffi::watch_keys(call) {
+            redis_module::logging::log_warning(format!("lock: {e}"));
+        }
+    }
+
+    /// Reads `maxmemory` and `maxmemory-policy` (at load and after every
+    /// CONFIG SET): whether lock keys may be evicted. Says so in the log
+    /// when that changes, and tells waiters when their grants are now
+    /// refused.
+    fn memory_policy(call: &ffi::Call<'_>) {
+        let maxmemory = call.config_get(c"maxmemory").and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0);
+        let policy = call.config_get(c"maxmemory-policy").unwrap_or_default();
+        if !crate::node::set_memory_policy(maxmemory, &policy) {
+            return;
+        }
+        match (crate::node::evicting_policy(), config::eviction_mode()) {
+            (None, _) => redis_module::logging::log_notice(format!(
+                "lock: maxmemory-policy {policy} (maxmemory {maxmemory}) cannot evict lock keys"
+            )),
+            (Some(p), config::EvictionMode::refuse) => {
+                redis_module::logging::log_warning(format!(
+                    "lock: maxmemory-policy {p} with maxmemory {maxmemory} can evict lock keys: new locks are \
+                     refused (EVICTION) until it changes (lock.eviction-mode refuse)"
+                ));
+                crate::handoff::recheck_waiters(call, -1);
+            }
+            (Some(p), config::EvictionMode::quarantine) => redis_module::logging::log_warning(format!(
+                "lock: maxmemory-policy {p} with maxmemory {maxmemory} can evict lock keys: a lock evicted while \
+                 in force quarantines its key until its deadline (lock.eviction-mode quarantine)"
+            )),
+        }
+    }
+
+    fn removal_quarantine_set(
+        _: &redis_module::configuration::ConfigurationContext,
+        _: &str,
+        value: &'static std::sync::atomic::AtomicBool,
+    ) {
+        if value.load(Ordering::Relaxed) {
+            redis_module::logging::log_notice("lock.removal-quarantine set to yes");
+        } else {
+            crate::node::end_removal_quarantines();
+            redis_module::logging::log_warning(
+                "lock: lock.removal-quarantine no: a lock removed by another command, an eviction or a flush \
+                 can now be granted twice; every key and database quarantine ended",
+            );
+        }
+    }
+
+    fn eviction_mode_set(
+        _: &redis_module::configuration::ConfigurationContext,
+        _: &str,
+        value: &'static std::sync::Mutex<config::EvictionMode>,
+    ) {
+        let mode = *value.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        redis_module::logging::log_notice(format!("lock.eviction-mode set to {}", mode.name()));
     }
 
     /// The major version when the server is Valkey (its INFO has a
@@ -362,6 +460,16 @@ mod module {
             ctx.log_notice("lock: appendonly yes + appendfsync always: no start-up quarantine needed");
         }
         ffi::set_handlers(handlers());
+        let call = ffi::Call::bare(ctx.ctx);
+        memory_policy(&call);
+        // In a cluster, locks arrive by migration (RESTORE) before this node
+        // grants any: see every change to a key from the start.
+        if call.in_cluster() {
+            if let Err(e) = ffi::watch_keys(&call) {
+                ctx.log_warning(&format!("lock: {e}"));
+                return Status::Err;
+            }
+        }
         if let Err(e) = ffi::subscribe_server_events(ctx.ctx) {
             ctx.log_warning(&format!("lock: {e}"));
             return Status::Err;
@@ -405,8 +513,11 @@ mod module {
             bool: [
                 ["failover-quarantine", &config::FAILOVER_QUARANTINE, true, ConfigurationFlags::DEFAULT, None],
                 ["publish-freed", &config::PUBLISH_FREED, true, ConfigurationFlags::DEFAULT, None],
+                ["removal-quarantine", &config::REMOVAL_QUARANTINE, true, ConfigurationFlags::DEFAULT, Some(Box::new(removal_quarantine_set))],
             ],
-            enum: [],
+            enum: [
+                ["eviction-mode", &config::EVICTION_MODE, config::EvictionMode::refuse, ConfigurationFlags::DEFAULT, Some(Box::new(eviction_mode_set))],
+            ],
             module_args_as_configuration: true,
         ]
     }

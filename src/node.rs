@@ -1,5 +1,7 @@
-//! Node-wide lock state: the fencing counter and the quarantine. Commands
-//! run on Redis' main thread, so the mutexes are never contended; they only
+//! Node-wide lock state: the fencing counter, the quarantines (of the
+//! node after a start or a promotion; of keys and databases whose locks were
+//! removed behind the module's back) and the eviction guard. Commands run
+//! on Redis' main thread, so the mutexes are never contended; they only
 //! make the statics safe.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -8,7 +10,8 @@ use std::sync::Mutex;
 use crate::clock;
 use crate::config;
 use crate::core::fencing::Fencer;
-use crate::core::quarantine::{self, Quarantine, Reason};
+use crate::core::forgetting::{self, Cause, Forgetting, Quarantined};
+use crate::core::quarantine::{self, Quarantine, Reason, Refusal};
 
 static FENCER: Mutex<Fencer> = Mutex::new(Fencer::new(0));
 static QUARANTINE: Mutex<Option<Quarantine>> = Mutex::new(None);
@@ -148,4 +151,141 @@ pub fn on_promoted() {
              a lock the old master granted but did not replicate can be granted twice",
         );
     }
+}
+
+static FORGETTING: Mutex<Option<Forgetting>> = Mutex::new(None);
+/// Set while a key or database quarantine may be in force: a grant checks
+/// this flag, not the mutex, in the common case.
+static ANY_FORGOTTEN: AtomicBool = AtomicBool::new(false);
+/// The eviction policy when it may evict lock keys (`maxmemory` set, not
+/// `noeviction`); `None` when it cannot.
+static EVICTING_POLICY: Mutex<Option<String>> = Mutex::new(None);
+static EVICTABLE: AtomicBool = AtomicBool::new(false);
+
+fn with_forgetting<T>(f: impl FnOnce(&mut Forgetting) -> T) -> T {
+    let mut guard = FORGETTING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    f(guard.get_or_insert_with(Forgetting::default))
+}
+
+/// The refusal of a new grant of `key` in `db` at `now_ms`, if any: the
+/// node's quarantine first, then the eviction guard, then the key's or its
+/// database's quarantine.
+pub fn refusal(db: i32, key: &[u8], now_ms: i64) -> Option<Refusal> {
+    if let Some((reason, left)) = self::quarantine() {
+        return Some(Refusal::Node(reason, left));
+    }
+    if EVICTABLE.load(Ordering::Relaxed) && config::eviction_mode() == config::EvictionMode::refuse {
+        let policy = EVICTING_POLICY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
+        return Some(Refusal::Evictable(policy.unwrap_or_default()));
+    }
+    if !ANY_FORGOTTEN.load(Ordering::Relaxed) {
+        return None;
+    }
+    let found = with_forgetting(|f| {
+        let found = f.refusal(db, key, now_ms);
+        if found.is_none() && f.in_force_counts(now_ms) == (0, 0, 0) {
+            ANY_FORGOTTEN.store(false, Ordering::Relaxed);
+        }
+        found
+    });
+    found.map(|q| {
+        let left = q.left_ms(now_ms);
+        Refusal::Forgotten(q, left)
+    })
+}
+
+/// This node wrote a lock at `key` of `db` that holds until `deadline_ms`
+/// (or found one arriving by a migration).
+pub fn note_lock(db: i32, key: &[u8], deadline_ms: i64, now_ms: i64) {
+    let cool_down = expiry_delay_ms(now_ms);
+    with_forgetting(|f| f.note(db, forgetting::key_hash(db, key), deadline_ms, now_ms, cool_down));
+}
+
+/// Locks this process did not write may now be on the node (a start from
+/// disk, a promotion, a slot import): until the longest TTL has run out,
+/// every key and database counts as holding one.
+pub fn note_imported_locks(now_ms: i64) {
+    let bound = now_ms.saturating_add(config::max_ttl_seen_ms()).saturating_add(quarantine::AUTO_MARGIN_MS);
+    with_forgetting(|f| f.raise_floor(bound));
+}
+
+fn quarantined(found: &[Quarantined]) {
+    if found.is_empty() || !config::REMOVAL_QUARANTINE.load(Ordering::Relaxed) {
+        return;
+    }
+    ANY_FORGOTTEN.store(true, Ordering::Relaxed);
+}
+
+/// Another command removed or changed `key` of `db` (a keyspace event):
+/// if a lock there may still be in force, the key is quarantined until it
+/// is not. Returns the quarantine.
+pub fn key_changed(db: i32, key: &[u8], cause: Cause, now_ms: i64) -> Option<Quarantined> {
+    if !config::REMOVAL_QUARANTINE.load(Ordering::Relaxed) {
+        return None;
+    }
+    let cool_down = expiry_delay_ms(now_ms);
+    let found = with_forgetting(|f| f.key_changed(db, key, cause, now_ms, cool_down));
+    quarantined(found.as_slice());
+    found
+}
+
+/// FLUSHDB of `db` or FLUSHALL (`forgetting::ALL_DBS`).
+pub fn db_flushed(db: i32, now_ms: i64) -> Vec<Quarantined> {
+    if !config::REMOVAL_QUARANTINE.load(Ordering::Relaxed) {
+        return Vec::new();
+    }
+    let cool_down = expiry_delay_ms(now_ms);
+    let found = with_forgetting(|f| f.flushed(db, now_ms, cool_down));
+    quarantined(&found);
+    found
+}
+
+/// SWAPDB `a` `b`.
+pub fn dbs_swapped(a: i32, b: i32, now_ms: i64) -> Vec<Quarantined> {
+    if !config::REMOVAL_QUARANTINE.load(Ordering::Relaxed) {
+        return Vec::new();
+    }
+    let cool_down = expiry_delay_ms(now_ms);
+    let found = with_forgetting(|f| f.swapped(a, b, now_ms, cool_down));
+    quarantined(&found);
+    found
+}
+
+/// LOCK.REVOKE freed the key on purpose: its quarantine ends.
+pub fn end_key_quarantine(db: i32, key: &[u8]) -> bool {
+    ANY_FORGOTTEN.load(Ordering::Relaxed) && with_forgetting(|f| f.end_key(db, key))
+}
+
+/// `lock.removal-quarantine no`: every key and database quarantine ends.
+pub fn end_removal_quarantines() {
+    with_forgetting(Forgetting::clear);
+    ANY_FORGOTTEN.store(false, Ordering::Relaxed);
+}
+
+/// (keys, databases) in quarantine now, and the most ms left (INFO).
+pub fn removal_quarantines(now_ms: i64) -> (usize, usize, i64) {
+    if !ANY_FORGOTTEN.load(Ordering::Relaxed) {
+        return (0, 0, 0);
+    }
+    with_forgetting(|f| f.in_force_counts(now_ms))
+}
+
+/// The server's `maxmemory` and `maxmemory-policy`, read at load and after
+/// every CONFIG SET: lock keys may be evicted when a limit is set and the
+/// policy is not `noeviction` (lock keys carry an expiry, so `volatile-*`
+/// policies evict them too). Returns whether that changed.
+pub fn set_memory_policy(maxmemory: u64, policy: &str) -> bool {
+    let evicting = maxmemory > 0 && !policy.eq_ignore_ascii_case("noeviction");
+    let was = EVICTABLE.swap(evicting, Ordering::Relaxed);
+    *EVICTING_POLICY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+        evicting.then(|| policy.to_ascii_lowercase());
+    was != evicting
+}
+
+/// The eviction policy when it may evict lock keys (INFO).
+pub fn evicting_policy() -> Option<String> {
+    EVICTABLE
+        .load(Ordering::Relaxed)
+        .then(|| EVICTING_POLICY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone())
+        .flatten()
 }

@@ -45,8 +45,20 @@ pub static WAITS_TIMED_OUT: Counter = Counter::new();
 pub static WAITS_ABANDONED: Counter = Counter::new();
 /// Waiters answered with an error (the key was overwritten with a non-lock).
 pub static WAITS_FAILED: Counter = Counter::new();
-/// Grants refused because the node was in quarantine.
+/// Grants refused because of a quarantine (of the node, a database or a
+/// key).
 pub static QUARANTINED: Counter = Counter::new();
+/// Grants refused because `maxmemory-policy` may evict lock keys.
+pub static REFUSED_EVICTABLE: Counter = Counter::new();
+/// Locks possibly in force that another command removed or changed
+/// (keyspace events), each followed by a quarantine of its key.
+pub static LOCKS_REMOVED: Counter = Counter::new();
+/// Of those, the ones evicted under `maxmemory`.
+pub static LOCKS_EVICTED: Counter = Counter::new();
+/// FLUSHDB / FLUSHALL / SWAPDB events that quarantined a database.
+pub static DB_QUARANTINES: Counter = Counter::new();
+/// Locks freed by LOCK.REVOKE.
+pub static REVOKED: Counter = Counter::new();
 
 use std::sync::Mutex;
 

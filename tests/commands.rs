@@ -344,7 +344,12 @@ fn lock_delay_after_expiry_but_not_after_release() {
     sleep(Duration::from_millis(150));
     // Expired without a release: nobody gets it during the delay.
     assert_eq!(acquire(&mut c, "res", "bob", 1000), None, "lock-delay after expiry");
-    assert!(lock_info(&mut c, "res").is_none(), "nobody holds it meanwhile");
+    assert!(!is_held(&mut c, "res"), "nobody holds it meanwhile");
+    assert_eq!(
+        refused_code(&mut c, "res").as_deref(),
+        Some("lock-delay"),
+        "LOCK.INFO says why it is refused"
+    );
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "res", "alice"]), 0, "the old holder cannot act");
     assert_eq!(int(&mut c, &["LOCK.CHECK", "res", &t1.to_string()]), 0);
     wait_until(Duration::from_secs(3), "lock-delay to pass", || {

@@ -359,7 +359,8 @@ fn lock_delay_after_expiry_but_not_after_release_for_groups() {
     token_of(exclusive(&mut c, "rw", "w", 200));
     sleep(Duration::from_millis(300));
     assert_eq!(shared(&mut c, "rw", "r", 1_000), Value::Nil, "within the lock-delay");
-    assert_eq!(lock_info(&mut c, "rw"), None, "nobody holds it meanwhile");
+    assert!(!is_held(&mut c, "rw"), "nobody holds it meanwhile");
+    assert_eq!(refused_code(&mut c, "rw").as_deref(), Some("lock-delay"), "LOCK.INFO says why it is refused");
     let start = Instant::now();
     let v: Value =
         cmd("LOCK.SHARED").arg("rw").arg("r").arg(1_000).arg("WAIT").arg(2_000).query(&mut c).unwrap();

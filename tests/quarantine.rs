@@ -50,7 +50,12 @@ fn restart_without_persistence_quarantines_then_grants_above_old_tokens() {
     let left = quarantine_left(acquire(&mut c, "res", "b"));
     assert!(left > QUARANTINE_MS - 1000, "{left}");
     // Everything but new grants keeps working in quarantine.
-    assert!(lock_info(&mut c, "res").is_none(), "the lock was lost with the process");
+    assert!(!is_held(&mut c, "res"), "the lock was lost with the process");
+    // LOCK.INFO says why a grant is refused, and the error which setting
+    // skips the quarantine on a brand-new node.
+    assert_eq!(refused_code(&mut c, "res").as_deref(), Some("startup"));
+    let e = err_text(cmd("LOCK.ACQUIRE").arg("res").arg("b").arg(100).query(&mut c));
+    assert!(e.contains("CONFIG SET lock.quarantine-ms 0") && e.contains("brand-new node"), "{e}");
     assert_eq!(cmd("LOCK.RELEASE").arg("res").arg("a").query::<i64>(&mut c).unwrap(), 0);
     assert_eq!(cmd("LOCK.EXTEND").arg("res").arg("a").arg(100).query::<i64>(&mut c).unwrap(), 0);
     assert!(err_text(cmd("LOCK.ENTER").arg("r").arg("o").arg(100).query(&mut c)).starts_with("QUARANTINE"));
@@ -95,7 +100,11 @@ fn config_set_zero_ends_the_quarantine() {
 
 #[test]
 fn tokens_never_go_down_across_restart_flushall_and_reload() {
-    let mut s = Server::with(Opts::new().config("enable-debug-command", "yes"));
+    // Tokens only: a flush's quarantine of the database (tests/forgetting.rs)
+    // is off here, so that each step can grant at once.
+    let mut s = Server::with(
+        Opts::new().config("enable-debug-command", "yes").module_arg("removal-quarantine", "no"),
+    );
     let mut c = s.conn();
     let mut last = 0;
     let mut next = |c: &mut Connection, step: &str| {

@@ -157,7 +157,9 @@ fn free_for_next(conn: &mut Connection, key: &str, owner: &str, round: usize, la
 #[test]
 fn fifo_twenty_waiters_served_in_arrival_order() {
     const N: usize = 20;
-    let s = Server::start();
+    // Some rounds free the key by DEL: with the removal quarantine off, the
+    // hand-off path a key deleted behind the module's back takes.
+    let s = Server::with(Opts::new().module_arg("removal-quarantine", "no"));
     let mut c = s.conn();
     let key = "fifo";
     let first = acquire(&mut c, key, "holder", 30_000).expect("holder gets the lock");
@@ -342,8 +344,12 @@ fn expiry_with_a_waiter_counts_as_an_expiry() {
 
 /// Holder with a long TTL, one waiter; `free` deletes the key by other
 /// means; measures the time from sending that command to the waiter's reply.
+/// The hand-off mechanics when a lock key is deleted by another command:
+/// with the removal quarantine off (a live lock deleted is then taken as
+/// freed; by default it quarantines the key, see tests/forgetting.rs), and
+/// the path a key deleted after its lock expired takes by default.
 fn handoff_on_deletion(what: &str, free: &[&str]) -> Vec<f64> {
-    let s = Server::start();
+    let s = Server::with(Opts::new().module_arg("removal-quarantine", "no"));
     let mut c = s.conn();
     let mut w = s.conn();
     let mut sample = Vec::new();
@@ -818,7 +824,15 @@ fn max_waiters_bounds_the_queue() {
 
 #[test]
 fn overwrite_with_another_type_fails_the_waiters() {
-    let s = Server::start();
+    // By default an overwrite of a live lock quarantines the key, and its
+    // waiters are told so; with the removal quarantine off, they are told
+    // the key is no lock any more.
+    overwrite_fails_the_waiters(Opts::new(), "QUARANTINE");
+    overwrite_fails_the_waiters(Opts::new().module_arg("removal-quarantine", "no"), "WRONGTYPE");
+}
+
+fn overwrite_fails_the_waiters(opts: Opts, expect: &str) {
+    let s = Server::with(opts);
     let mut c = s.conn();
     let before = counters(&mut c);
     acquire(&mut c, "o", "holder", 30_000).expect("holder");
@@ -832,7 +846,7 @@ fn overwrite_with_another_type_fails_the_waiters() {
     let _: String = cmd("SET").arg("o").arg("plain").query(&mut c).unwrap();
     for (i, w) in ws.iter_mut().enumerate() {
         let e = err_text(recv(w));
-        assert!(e.starts_with("WRONGTYPE"), "w{i}: {e}");
+        assert!(e.starts_with(expect), "w{i}: {e}");
     }
     println!("overwrite: waiters answered within {:.2} ms", ms(t0.elapsed()));
     assert_eq!(info_stat(&mut c, "waiters"), 0);
@@ -843,7 +857,7 @@ fn overwrite_with_another_type_fails_the_waiters() {
     let mid = counters(&mut c);
     assert_eq!(mid.timed_out, before.timed_out);
     assert_eq!(mid.served, before.served);
-    println!("INFO after overwrite: {mid:?} (3 waits failed with WRONGTYPE)");
+    println!("INFO after overwrite: {mid:?} (3 waits failed with {expect})");
 
     // A new type by DEL + LPUSH in one transaction.
     acquire(&mut c, "o2", "holder", 30_000).expect("holder");
@@ -856,7 +870,7 @@ fn overwrite_with_another_type_fails_the_waiters() {
     let _: Vec<Value> =
         redis::pipe().atomic().cmd("DEL").arg("o2").cmd("LPUSH").arg("o2").arg("x").query(&mut c).unwrap();
     let e = err_text(recv(&mut w));
-    assert!(e.starts_with("WRONGTYPE"), "after DEL+LPUSH: {e}");
+    assert!(e.starts_with(expect), "after DEL+LPUSH: {e}");
     assert_eq!(info_stat(&mut c, "waiters"), 0);
     // And nothing later grants a lock over the list.
     std::thread::sleep(Duration::from_millis(50));
@@ -1045,7 +1059,10 @@ fn randomized_contention_has_no_lost_wakeups() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64);
     println!("randomized waiting: seed {seed} (rerun with WAITING_SEED={seed})");
-    let s = Server::start();
+    // Contenders also DEL locks behind the module's back: with the removal
+    // quarantine off, so that such a DEL frees the key (by default it
+    // quarantines it; tests/forgetting.rs).
+    let s = Server::with(Opts::new().module_arg("removal-quarantine", "no"));
     let mut c = s.conn();
     let started = Instant::now();
     let handles: Vec<_> = (0..THREADS)
@@ -1123,7 +1140,11 @@ fn state(c: &mut Connection, key: &str) -> (Vec<(String, Value)>, i64) {
 
 #[test]
 fn replica_sees_the_handed_off_lock() {
-    let master = Server::with(Opts::new().config("repl-diskless-sync-delay", "0"));
+    // The "del" and "flushall" cases free a held lock behind the module's
+    // back: with the removal quarantine off, so that it is handed over.
+    let master = Server::with(
+        Opts::new().config("repl-diskless-sync-delay", "0").module_arg("removal-quarantine", "no"),
+    );
     let replica = Server::start();
     replicate(&replica, &master);
     let mut m = master.conn();

@@ -99,4 +99,4 @@ mod resp;
 pub use error::{Error, Lost, Phase, Result};
 pub use guard::{Detached, Guard, Renewal, Status, Watchdog};
 pub use quorum::{Mode, Quorum, RetryPolicy, Tally};
-pub use redlock::{Config, Entered, HolderInfo, Lease, LockInfo, NodeInfo, Redlock};
+pub use redlock::{Config, Entered, HolderInfo, Lease, LockInfo, NodeInfo, Redlock, Refused};

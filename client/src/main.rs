@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use redlock_client::{Config, Error, Guard, Mode, NodeInfo, Redlock, RetryPolicy};
+use redlock_client::{Config, Error, Guard, LockInfo, Mode, NodeInfo, Redlock, RetryPolicy};
 
 use cli::exit;
 
@@ -492,6 +492,17 @@ fn info_table(nodes: &[NodeInfo]) -> String {
         match &node.info {
             Ok(None) => rows
                 .push([url, "free".to_string()].into_iter().chain(std::iter::repeat_n(dash(), 7)).collect()),
+            Ok(Some(LockInfo { refused: Some(refused), kind, waiters, .. })) => rows.push(vec![
+                url,
+                format!("refused: {} ({} ms)", refused.code, refused.ms),
+                kind.clone(),
+                dash(),
+                dash(),
+                "0".to_string(),
+                dash(),
+                dash(),
+                waiters.to_string(),
+            ]),
             Ok(Some(info)) if info.holders.is_empty() => rows.push(vec![
                 url,
                 "held".to_string(),
@@ -556,7 +567,7 @@ mod tests {
 
     #[test]
     fn info_lists_every_holder_of_a_semaphore() {
-        use redlock_client::{HolderInfo, LockInfo};
+        use redlock_client::HolderInfo;
         let permit = |holder: &str, fence| HolderInfo {
             holder: holder.into(),
             mode: "permit".into(),

@@ -218,6 +218,20 @@ pub struct LockInfo {
     pub permits: Option<i64>,
     /// The holders of a read-write lock or semaphore.
     pub holders: Vec<HolderInfo>,
+    /// Nobody holds the lock, yet a new grant would be refused now: why
+    /// (`startup`, `promotion`, `flushed`, `swapped`, `evicted`, `changed`,
+    /// `overflow`, `evictable`, `lock-delay`, `restart-grace`, `queued`),
+    /// for how many ms (-1: until a setting changes or the queue moves), and
+    /// the node's explanation.
+    pub refused: Option<Refused>,
+}
+
+/// Why a node refuses a new grant of a lock nobody holds (`LOCK.INFO`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Refused {
+    pub code: String,
+    pub ms: i64,
+    pub reason: String,
 }
 
 /// One holder of a read-write lock or semaphore, from `LOCK.INFO`.
@@ -979,6 +993,9 @@ fn parse_info(value: Value) -> std::result::Result<Option<LockInfo>, String> {
             "waiters" => info.waiters = int(value)?,
             "permits" => info.permits = Some(int(value)?),
             "holders" => info.holders = parse_holders(value)?,
+            "refused" => info.refused.get_or_insert_with(Refused::default).code = text(value)?,
+            "refused-ms" => info.refused.get_or_insert_with(Refused::default).ms = int(value)?,
+            "reason" => info.refused.get_or_insert_with(Refused::default).reason = text(value)?,
             _ => {}
         }
         Ok(())

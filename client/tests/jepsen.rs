@@ -276,6 +276,17 @@ const SCENARIOS: &[Scenario] = &[
         ..BASE
     },
     Scenario {
+        name: "operator",
+        // What an operator can do to a node: an evicting memory limit, a
+        // flush, a swap of databases, a DEL of a lock key, a paused server.
+        faults: &[Fault::Evict, Fault::Flush, Fault::SwapDb, Fault::StrayDelete, Fault::NodePause],
+        probes: &[Probe::Evict, Probe::Flush, Probe::SwapDb],
+        impls: BOTH_IMPLS,
+        contrast_must_fail: true,
+        misuse: true,
+        ..BASE
+    },
+    Scenario {
         name: "sets",
         faults: &[
             Fault::KillRestart,

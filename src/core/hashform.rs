@@ -6,6 +6,7 @@
 //! Pure: the hash is reached through [`Fields`], which the adapter
 //! implements over a Redis key and the tests over a map.
 
+use std::cell::Cell;
 use std::ops::Range;
 
 use super::codec::{self, Field, Header};
@@ -26,6 +27,11 @@ pub struct HashLock<F> {
     fields: F,
     header: Header,
     count: u32,
+    /// No deadline this module writes lies beyond this instant (see
+    /// [`HashLock::too_far`]).
+    deadline_max_ms: i64,
+    /// The first deadline read beyond `deadline_max_ms`.
+    too_far: Cell<Option<i64>>,
 }
 
 /// The hash is not a lock this module wrote (no header, a header it cannot
@@ -34,7 +40,17 @@ pub struct HashLock<F> {
 pub struct NotALock;
 
 impl<F: Fields> HashLock<F> {
+    /// Opens the hash as a lock, with no bound on its deadlines.
     pub fn open(fields: F) -> Result<HashLock<F>, NotALock> {
+        HashLock::open_bounded(fields, i64::MAX)
+    }
+
+    /// Opens the hash as a lock whose deadlines this module could have
+    /// written only up to `deadline_max_ms`. Holders are read on demand, so
+    /// a deadline beyond it is found when its record is read: the caller
+    /// asks [`HashLock::too_far`] after using the lock, and drops what it
+    /// decided if so.
+    pub fn open_bounded(fields: F, deadline_max_ms: i64) -> Result<HashLock<F>, NotALock> {
         let header =
             fields.get(codec::HEADER_FIELD).and_then(|v| codec::decode_header(&v)).ok_or(NotALock)?;
         // The header, then two fields per holder (its record and its token).
@@ -46,11 +62,31 @@ impl<F: Fields> HashLock<F> {
         if count > super::kind::HOLDERS_MAX {
             return Err(NotALock);
         }
-        Ok(HashLock { fields, header, count })
+        let lock = HashLock { fields, header, count, deadline_max_ms, too_far: Cell::new(None) };
+        lock.check(header.earliest_ms);
+        Ok(lock)
     }
 
     pub fn header(&self) -> Header {
         self.header
+    }
+
+    /// A deadline read so far that lies beyond the bound: the hash was not
+    /// written by this module (or by one whose clock ran far ahead).
+    pub fn too_far(&self) -> Option<i64> {
+        self.too_far.get()
+    }
+
+    fn check(&self, deadline_ms: i64) {
+        if deadline_ms > self.deadline_max_ms && self.too_far.get().is_none() {
+            self.too_far.set(Some(deadline_ms));
+        }
+    }
+
+    fn record(&self, value: &[u8]) -> Option<Hold> {
+        let hold = codec::decode_record(value)?;
+        self.check(hold.deadline_ms);
+        Some(hold)
     }
 }
 
@@ -69,7 +105,7 @@ impl<F: Fields> Stored for HashLock<F> {
 
     fn hold(&self, owner: &[u8]) -> Option<Hold> {
         let field = codec::holder_field(owner);
-        self.fields.get(field.as_bytes()).and_then(|v| codec::decode_record(&v))
+        self.fields.get(field.as_bytes()).and_then(|v| self.record(&v))
     }
 
     fn earliest_deadline_ms(&self) -> i64 {
@@ -85,7 +121,7 @@ impl<F: Fields> Stored for HashLock<F> {
             .all()
             .into_iter()
             .filter_map(|(name, value)| match codec::parse_field(&name) {
-                Some(Field::Holder(owner)) => codec::decode_record(&value).map(|hold| (owner.to_vec(), hold)),
+                Some(Field::Holder(owner)) => self.record(&value).map(|hold| (owner.to_vec(), hold)),
                 _ => None,
             })
             .collect()

@@ -376,6 +376,23 @@ pub fn live_holders<S: Stored + ?Sized>(stored: &S, now_ms: i64) -> Vec<(Vec<u8>
     live
 }
 
+/// When the last expired holder that still keeps newcomers out (within its
+/// lock-delay: `deadline <= now < deadline + cool_down`) stops doing so,
+/// if any does: what LOCK.INFO reports for a lock with no live holder that
+/// a new grant would still be refused. `None` when a holder is live (the
+/// lock is held) or none keeps its slot.
+pub fn kept_until<S: Stored + ?Sized>(stored: &S, now_ms: i64, cool_down_ms: i64) -> Option<i64> {
+    let holders = stored.holders();
+    if holders.iter().any(|(_, h)| h.is_live(now_ms)) {
+        return None;
+    }
+    holders
+        .iter()
+        .map(|(_, h)| h.deadline_ms.saturating_add(cool_down_ms.max(0)))
+        .filter(|&until| until > now_ms)
+        .max()
+}
+
 /// LOCK.CHECK (Chubby's CheckSequencer): is `fence` a current, live grant of
 /// this lock? A resource server asks this before acting for a client.
 pub fn is_current<S: Stored + ?Sized>(stored: &S, fence: u64, now_ms: i64) -> bool {
@@ -383,6 +400,24 @@ pub fn is_current<S: Stored + ?Sized>(stored: &S, fence: u64, now_ms: i64) -> bo
         .owner_of(fence)
         .and_then(|owner| stored.hold(&owner))
         .is_some_and(|h| h.fence == fence && h.is_live(now_ms))
+}
+
+#[cfg(test)]
+mod kept_tests {
+    use super::*;
+    use crate::core::kind::{Hold, Kind, Mode};
+    use crate::core::memory::Single;
+
+    #[test]
+    fn an_expired_lock_keeps_its_slot_through_the_cool_down_only() {
+        let single = Single { kind: Kind::Plain, owner: b"a", hold: Hold::new(Mode::Write, 7, 1_000) };
+        assert_eq!(kept_until(&single, 999, 500), None, "live: held, not kept");
+        assert_eq!(kept_until(&single, 1_000, 500), Some(1_500));
+        assert_eq!(kept_until(&single, 1_499, 500), Some(1_500));
+        assert_eq!(kept_until(&single, 1_500, 500), None, "over");
+        assert_eq!(kept_until(&single, 1_000, 0), None, "no lock-delay");
+        assert_eq!(kept_until(&crate::core::memory::Free, 0, 500), None);
+    }
 }
 
 #[cfg(test)]

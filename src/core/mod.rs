@@ -24,6 +24,7 @@ macro_rules! invariant {
 pub mod args;
 pub mod codec;
 pub mod fencing;
+pub mod forgetting;
 pub mod hashform;
 pub mod histogram;
 pub mod hotkeys;

@@ -41,6 +41,19 @@ impl Reason {
     }
 }
 
+/// Why a new grant is refused now, though the key is free.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The node's start-up or promotion quarantine, with the ms left.
+    Node(Reason, i64),
+    /// The key's or its database's quarantine after its locks were removed
+    /// by something other than a lock command, with the ms left.
+    Forgotten(super::forgetting::Quarantined, i64),
+    /// `maxmemory-policy` may evict lock keys (`lock.eviction-mode refuse`):
+    /// the policy's name.
+    Evictable(String),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Quarantine {
     pub reason: Reason,

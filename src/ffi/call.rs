@@ -114,8 +114,9 @@ pub enum Freed {
 }
 
 impl<'a> Call<'a> {
-    /// A context for callbacks that work on no key.
-    pub(super) fn bare(ctx: RawCtx) -> Call<'static> {
+    /// A context for callbacks that work on no key (and for the module's
+    /// load).
+    pub fn bare(ctx: RawCtx) -> Call<'static> {
         Call { ctx, key: ptr::null_mut(), argv: &[] }
     }
 
@@ -196,6 +197,50 @@ impl<'a> Call<'a> {
     /// from the AOF being loaded (it was already checked where it first ran).
     pub fn is_replicated_or_loading(&self) -> bool {
         self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+    }
+
+    /// True when the server runs in cluster mode.
+    pub fn in_cluster(&self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+    }
+
+    /// True on a replica, or while the server loads its dataset: keys then
+    /// change by the master's stream or the file being loaded, not behind
+    /// the module's back.
+    pub fn is_replica_or_loading(&self) -> bool {
+        self.flags() & (raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+    }
+
+    /// A server setting's value as `CONFIG GET name` answers it; `None` if
+    /// the server has no such setting.
+    pub fn config_get(&self, name: &std::ffi::CStr) -> Option<String> {
+        // SAFETY: the format "cc" matches the two C-string arguments; the
+        // reply is read while alive (element 1 of the [name, value] array:
+        // its bytes are copied out) and freed before returning.
+        unsafe {
+            let reply = api(raw::RedisModule_Call)(
+                self.ctx,
+                c"CONFIG".as_ptr(),
+                c"cc".as_ptr(),
+                c"GET".as_ptr(),
+                name.as_ptr(),
+            );
+            if reply.is_null() {
+                return None;
+            }
+            let value = api(raw::RedisModule_CallReplyArrayElement)(reply, 1);
+            let text = if value.is_null() {
+                None
+            } else {
+                let mut len: usize = 0;
+                let ptr = api(raw::RedisModule_CallReplyStringPtr)(value, &mut len);
+                (!ptr.is_null()).then(|| {
+                    String::from_utf8_lossy(slice::from_raw_parts(ptr.cast::<u8>(), len)).into_owned()
+                })
+            };
+            api(raw::RedisModule_FreeCallReply)(reply);
+            text
+        }
     }
 
     /// Replicates the command exactly as the client sent it.

@@ -22,17 +22,16 @@ use crate::core::queue::KeyId;
 
 static WATCHING: AtomicBool = AtomicBool::new(false);
 
-/// Subscribes to the keyspace events that can free a lock: deletion,
-/// overwrite, expiry, eviction, renames, hash edits. Idempotent.
+/// Subscribes to every keyspace event of every type (not key misses nor
+/// new keys): each command that removes or changes a key (DEL, RENAME,
+/// MOVE, RESTORE, SET, the *STORE commands of every type, EXPIRE, ...),
+/// Redis' own expiry, and eviction. The module's own writes fire none.
+/// Idempotent.
 pub fn watch_keys(call: &Call<'_>) -> Result<(), String> {
     if WATCHING.load(Ordering::Relaxed) {
         return Ok(());
     }
-    let types = raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_STRING
-        | raw::REDISMODULE_NOTIFY_HASH
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED;
+    let types = raw::REDISMODULE_NOTIFY_ALL;
     // SAFETY: ctx is live; the callback is an extern "C" function of this
     // module that lives forever.
     let status = unsafe {
@@ -96,12 +95,19 @@ extern "C" fn free_key_box(data: *mut c_void) {
 extern "C" fn key_event_callback(
     ctx: RawCtx,
     _type: c_int,
-    _event: *const c_char,
+    event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
     if let Some(h) = handlers() {
+        let event: &[u8] = if event.is_null() {
+            b""
+        } else {
+            // SAFETY: Redis passes the event's name as a NUL-terminated
+            // string that lives for the duration of the notification.
+            unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes()
+        };
         let call = Call::on_key(ctx, key);
-        let _ = catch_unwind(AssertUnwindSafe(|| (h.key_changed)(&call)));
+        let _ = catch_unwind(AssertUnwindSafe(|| (h.key_changed)(&call, event)));
     }
     raw::REDISMODULE_OK as c_int
 }
@@ -114,7 +120,7 @@ extern "C" fn flush_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent:
     let db = unsafe { (*data.cast::<raw::RedisModuleFlushInfo>()).dbnum };
     if let Some(h) = handlers() {
         let call = Call::bare(ctx);
-        let _ = catch_unwind(AssertUnwindSafe(|| (h.db_changed)(&call, db)));
+        let _ = catch_unwind(AssertUnwindSafe(|| (h.db_flushed)(&call, db)));
     }
 }
 
@@ -126,18 +132,24 @@ extern "C" fn swapdb_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, _subeven
     let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
     if let Some(h) = handlers() {
         let call = Call::bare(ctx);
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            (h.db_changed)(&call, info.dbnum_first);
-            (h.db_changed)(&call, info.dbnum_second);
-        }));
+        let _ =
+            catch_unwind(AssertUnwindSafe(|| (h.dbs_swapped)(&call, info.dbnum_first, info.dbnum_second)));
     }
 }
 
-extern "C" fn role_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
+extern "C" fn role_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
         if let Some(h) = handlers() {
-            let _ = catch_unwind(h.promoted);
+            let call = Call::bare(ctx);
+            let _ = catch_unwind(AssertUnwindSafe(|| (h.promoted)(&call)));
         }
+    }
+}
+
+extern "C" fn config_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, _subevent: u64, _data: *mut c_void) {
+    if let Some(h) = handlers() {
+        let call = Call::bare(ctx);
+        let _ = catch_unwind(AssertUnwindSafe(|| (h.config_changed)(&call)));
     }
 }
 
@@ -145,7 +157,7 @@ extern "C" fn role_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent:
 /// a replica's full sync).
 static LOADING_FROM_DISK: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn loading_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
+extern "C" fn loading_callback(ctx: RawCtx, _eid: raw::RedisModuleEvent, subevent: u64, _data: *mut c_void) {
     match subevent {
         raw::REDISMODULE_SUBEVENT_LOADING_RDB_START | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START => {
             LOADING_FROM_DISK.store(true, Ordering::Relaxed);
@@ -153,7 +165,8 @@ extern "C" fn loading_callback(_ctx: RawCtx, _eid: raw::RedisModuleEvent, subeve
         raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
             if LOADING_FROM_DISK.swap(false, Ordering::Relaxed) {
                 if let Some(h) = handlers() {
-                    let _ = catch_unwind(h.loaded_from_disk);
+                    let call = Call::bare(ctx);
+                    let _ = catch_unwind(AssertUnwindSafe(|| (h.loaded_from_disk)(&call)));
                 }
             }
         }
@@ -171,24 +184,30 @@ const VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 /// `VALKEYMODULE_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED`, same
 /// header (Valkey 9.0+).
 const VALKEY_EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+const VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_COMPLETED: u64 = 4;
 const VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED: u64 = 5;
 
-/// A slot export finished on this (source) node. Valkey then deletes the
+/// A slot export finished on this (source) node: Valkey then deletes the
 /// slot's keys without keyspace events, so every key with waiters is looked
 /// at again, as after a FLUSHALL (the waiters of moved keys are told to
-/// retry).
+/// retry). A slot import finished on this (target) node: its keys, locks
+/// among them, arrived without keyspace events.
 extern "C" fn slot_migration_callback(
     ctx: RawCtx,
     _eid: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut c_void,
 ) {
-    if subevent != VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED {
-        return;
-    }
-    if let Some(h) = handlers() {
-        let call = Call::bare(ctx);
-        let _ = catch_unwind(AssertUnwindSafe(|| (h.db_changed)(&call, -1)));
+    let Some(h) = handlers() else { return };
+    let call = Call::bare(ctx);
+    match subevent {
+        VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED => {
+            let _ = catch_unwind(AssertUnwindSafe(|| (h.keys_dropped)(&call, -1)));
+        }
+        VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_COMPLETED => {
+            let _ = catch_unwind(AssertUnwindSafe(|| (h.keys_imported)(&call)));
+        }
+        _ => {}
     }
 }
 
@@ -216,16 +235,19 @@ pub fn declare_atomic_slot_migration(ctx: RawCtx) -> Result<(), String> {
 type ServerEventCallback = extern "C" fn(RawCtx, raw::RedisModuleEvent, u64, *mut c_void);
 
 /// Subscribes to flush and swapdb (locks freed behind the module's back),
-/// to role changes (a promotion starts the failover quarantine) and to the
-/// start-up load (locks restored from disk start the restart grace).
+/// to role changes (a promotion starts the failover quarantine), to the
+/// start-up load (locks restored from disk start the restart grace) and to
+/// config changes (`maxmemory-policy` decides whether lock keys may be
+/// evicted).
 // Raw pointers come from Redis itself and are only passed back to it.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
 pub fn subscribe_server_events(ctx: RawCtx) -> Result<(), String> {
-    let server_events: [(u64, ServerEventCallback, &str); 4] = [
+    let server_events: [(u64, ServerEventCallback, &str); 5] = [
         (raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, role_callback, "role-change"),
         (raw::REDISMODULE_EVENT_LOADING, loading_callback, "loading"),
         (raw::REDISMODULE_EVENT_SWAPDB, swapdb_callback, "swapdb"),
         (raw::REDISMODULE_EVENT_FLUSHDB, flush_callback, "flush"),
+        (raw::REDISMODULE_EVENT_CONFIG, config_callback, "config-change"),
     ];
     for (id, callback, what) in server_events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };

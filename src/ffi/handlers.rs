@@ -10,17 +10,26 @@ use crate::core::queue::KeyId;
 /// What the upper layers do when Redis calls the module back: they register
 /// these at load, so that this folder never imports them.
 pub struct Handlers {
-    /// A keyspace event on the call's key (deleted, overwritten, expired,
-    /// evicted, ...); runs inside the notification: no writes.
-    pub key_changed: fn(&Call<'_>),
-    /// FLUSHDB / FLUSHALL (`db` -1) or SWAPDB touched a database, or a slot
-    /// export ended (-1: Valkey's atomic slot migration).
-    pub db_changed: fn(&Call<'_>, i32),
+    /// A keyspace event on the call's key, with its name (`del`, `set`,
+    /// `expired`, `evicted`, ...); runs inside the notification: no writes.
+    pub key_changed: fn(&Call<'_>, &[u8]),
+    /// FLUSHDB of a database, or FLUSHALL (-1), ended.
+    pub db_flushed: fn(&Call<'_>, i32),
+    /// SWAPDB of these two databases.
+    pub dbs_swapped: fn(&Call<'_>, i32, i32),
+    /// Keys of a database (-1: every one) may have changed all at once
+    /// without keyspace events (Valkey's atomic slot export ended).
+    pub keys_dropped: fn(&Call<'_>, i32),
+    /// Keys arrived without keyspace events (Valkey's atomic slot import
+    /// ended).
+    pub keys_imported: fn(&Call<'_>),
     /// This node became a master.
-    pub promoted: fn(),
+    pub promoted: fn(&Call<'_>),
     /// The start-up load of the AOF or RDB file ended (not a replica's
     /// full sync).
-    pub loaded_from_disk: fn(),
+    pub loaded_from_disk: fn(&Call<'_>),
+    /// A CONFIG SET changed server settings.
+    pub config_changed: fn(&Call<'_>),
     /// A key timer fired (the call works on its key).
     pub key_timer: fn(&Call<'_>, &KeyId),
     /// The waiters' timeout timer fired.

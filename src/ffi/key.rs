@@ -48,6 +48,16 @@ impl<'c> Key<'c> {
         Some(Key { call, raw: key.cast() })
     }
 
+    /// The key's name.
+    pub fn name(&self) -> &[u8] {
+        self.call.key_name()
+    }
+
+    /// The database the key is in.
+    pub fn db(&self) -> i32 {
+        self.call.db()
+    }
+
     pub fn kind(&self) -> KeyKind {
         // SAFETY: the key handle is open.
         let kind = unsafe { api(raw::RedisModule_KeyType)(self.raw) };

@@ -184,12 +184,14 @@ pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
 pub fn missing_api() -> Option<&'static str> {
     // SAFETY: the API table is written once by Redis before OnLoad runs and
     // only read afterwards.
-    let checks: [(&str, bool); 22] = unsafe {
+    let checks: [(&str, bool); 24] = unsafe {
         [
             ("IsKeysPositionRequest", { raw::RedisModule_IsKeysPositionRequest }.is_some()),
             ("KeyAtPos", { raw::RedisModule_KeyAtPos }.is_some()),
             ("Call", { raw::RedisModule_Call }.is_some()),
             ("FreeCallReply", { raw::RedisModule_FreeCallReply }.is_some()),
+            ("CallReplyArrayElement", { raw::RedisModule_CallReplyArrayElement }.is_some()),
+            ("CallReplyStringPtr", { raw::RedisModule_CallReplyStringPtr }.is_some()),
             ("SetModuleOptions", { raw::RedisModule_SetModuleOptions }.is_some()),
             ("Milliseconds", { raw::RedisModule_Milliseconds }.is_some()),
             ("StringDMA", { raw::RedisModule_StringDMA }.is_some()),

@@ -183,6 +183,9 @@ pub struct Opts {
     pub clock_file: Option<PathBuf>,
     /// Do not load the module (for the "plain Redis" baselines).
     pub without_module: bool,
+    /// Run in this directory (made by the test, such as a small tmpfs)
+    /// instead of a fresh temporary one.
+    pub dir: Option<PathBuf>,
 }
 
 impl Opts {
@@ -202,6 +205,10 @@ impl Opts {
     }
     pub fn clock_file(mut self, path: &Path) -> Opts {
         self.clock_file = Some(path.to_path_buf());
+        self
+    }
+    pub fn dir(mut self, path: &Path) -> Opts {
+        self.dir = Some(path.to_path_buf());
         self
     }
 }
@@ -227,7 +234,8 @@ impl Server {
         // gone for the next attempt, which then cannot start at all).
         let mut failures = Vec::new();
         for _ in 0..5 {
-            let mut server = Server { port: free_port(), dir: fresh_dir(), opts: opts.clone(), child: None };
+            let dir = opts.dir.clone().unwrap_or_else(fresh_dir);
+            let mut server = Server { port: free_port(), dir, opts: opts.clone(), child: None };
             if server.spawn() {
                 return server;
             }
@@ -354,6 +362,20 @@ impl Server {
         }
     }
 
+    /// Waits (bounded) until the process exits by itself; its exit status.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            let child = self.child.as_mut()?;
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
     pub fn signal(&self, signal: &str) {
         let status =
             Command::new("kill").arg(format!("-{signal}")).arg(self.pid().to_string()).status().unwrap();
@@ -424,6 +446,30 @@ pub fn lock_info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> 
 pub fn info_int(c: &mut Connection, key: &str, field: &str) -> Option<i64> {
     let fields = lock_info(c, key)?;
     fields.iter().find(|(name, _)| name == field).map(|(_, v)| redis::from_redis_value(v).unwrap())
+}
+
+/// Whether anyone holds the lock at `key` now (`LOCK.INFO` counts live
+/// holds; a key that is free but refused to newcomers counts 0).
+pub fn is_held(c: &mut Connection, key: &str) -> bool {
+    info_int(c, key, "holds").unwrap_or(0) > 0
+}
+
+/// Why `LOCK.INFO` says a free key is refused to newcomers now: its
+/// `refused` code and `refused-ms`; None when it is held, or grantable.
+pub fn refusal(c: &mut Connection, key: &str) -> Option<(String, i64)> {
+    let fields = lock_info(c, key)?;
+    let code = fields.iter().find(|(name, _)| name == "refused")?;
+    let code: String = redis::from_redis_value(&code.1).unwrap();
+    let left = fields
+        .iter()
+        .find(|(name, _)| name == "refused-ms")
+        .map(|(_, v)| redis::from_redis_value(v).unwrap());
+    Some((code, left.expect("refused-ms with refused")))
+}
+
+/// The `refused` code of a free key's `LOCK.INFO` (see [`refusal`]).
+pub fn refused_code(c: &mut Connection, key: &str) -> Option<String> {
+    refusal(c, key).map(|(code, _)| code)
 }
 
 /// One field of `INFO lock` as an integer.

@@ -27,7 +27,8 @@
 //!    next fault starts first;
 //! 7. what the run itself found (`Recorder::found`): a misuse call that was
 //!    not refused, a node that died by itself, a lock left behind on a
-//!    node, a probe's lock never granted again.
+//!    node, a probe's lock never granted again, a grant by a node whose
+//!    eviction guard had to refuse it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -48,6 +49,7 @@ pub struct Violations {
     pub misuse: usize,
     pub node_died: usize,
     pub left_behind: usize,
+    pub guard: usize,
     /// Heals after which liveness could be decided (a grant of every
     /// workload resource came, or a quiet period of `bound` passed).
     pub liveness_checked: usize,
@@ -61,7 +63,7 @@ pub struct Violations {
 const DETAILS_MAX: usize = 12;
 
 impl Violations {
-    fn counts(&self) -> [(usize, &'static str); 12] {
+    fn counts(&self) -> [(usize, &'static str); 13] {
         [
             (self.overlaps, "overlap"),
             (self.holders, "more than L holders"),
@@ -75,6 +77,7 @@ impl Violations {
             (self.misuse, "misuse accepted"),
             (self.node_died, "node died"),
             (self.left_behind, "lock left behind"),
+            (self.guard, "eviction guard"),
         ]
     }
 
@@ -151,6 +154,7 @@ pub fn check(
             Found::NodeDied => v.node_died += 1,
             Found::LeftBehind => v.left_behind += 1,
             Found::Liveness => v.liveness += 1,
+            Found::Guard => v.guard += 1,
         }
         v.add(format!("{what:?} at {}: {detail}", ms(*at)));
     }

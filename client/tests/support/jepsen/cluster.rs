@@ -371,6 +371,20 @@ impl Cluster {
         .await
     }
 
+    /// Runs `words` on node `i`'s master directly (an operator's command,
+    /// not through the proxy): the reply, or the error's text.
+    pub async fn command(&self, i: usize, words: Vec<String>) -> Result<redis::Value, String> {
+        self.blocking(move |_, slots| {
+            let mut c = slots[i].master.server.conn();
+            let mut command = cmd(&words[0]);
+            for w in &words[1..] {
+                command.arg(w);
+            }
+            command.query::<redis::Value>(&mut c).map_err(|e| e.to_string())
+        })
+        .await
+    }
+
     pub fn set_mode(&self, nodes: &[usize], mode: Mode) {
         for &i in nodes {
             self.proxies[i].set_mode(mode);

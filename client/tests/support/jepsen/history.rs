@@ -232,6 +232,9 @@ pub enum Found {
     LeftBehind,
     /// A probe's lock was not granted again within the liveness bound.
     Liveness,
+    /// A node granted a new lock while its `maxmemory-policy` could evict
+    /// lock keys (`lock.eviction-mode refuse` must refuse it).
+    Guard,
 }
 
 /// A fault: injected at `start`, healed at `end`.

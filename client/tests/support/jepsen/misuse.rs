@@ -3,13 +3,15 @@
 //! workload's own resources and on a lock it holds itself. Each must be
 //! refused: a malformed call with an `ERR` reply, a foreign token's
 //! RELEASE / EXTEND / FENCE with 0, its EXIT with nil (or `WRONGTYPE` on
-//! another kind of lock). Anything else is recorded as a violation. That
+//! another kind of lock); `LOCK.INFO` of a value the module could not
+//! have written (a lock held for centuries, SET by hand) with `WRONGTYPE`.
+//! Anything else is recorded as a violation. That
 //! the refused calls changed nothing shows in the history (a freed or
 //! extended lock under a holder is an overlap); a node that dies of a call
 //! is found by the run's liveness check of the processes.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -84,7 +86,9 @@ fn refused(words: &[String], reply: &Reply) -> bool {
     match reply {
         Reply::Nil => true,
         Reply::Int(0) => !exit,
-        Reply::Error(code, _) => code == "WRONGTYPE",
+        // OOM: Redis itself refused it under an eviction fault's memory
+        // limit, before the module ran (nothing changed).
+        Reply::Error(code, _) => code == "WRONGTYPE" || code == "OOM",
         Reply::Other(redis::Value::Array(items)) => items.iter().all(|v| *v == redis::Value::Int(0)),
         _ => false,
     }
@@ -116,8 +120,8 @@ impl Misuse {
         let reply = self.send(node, &words).await;
         match &reply {
             Reply::Lost => {}
-            Reply::Error(code, _) if code == "ERR" => {}
-            _ => self.flag(node, &words, &reply, "an ERR reply"),
+            Reply::Error(code, _) if code == "ERR" || code == "OOM" => {}
+            _ => self.flag(node, &words, &reply, "an ERR reply (or Redis' own OOM)"),
         }
     }
 
@@ -145,11 +149,36 @@ impl Misuse {
         let _ = self.send(node, &words).await;
     }
 
+    /// Writes, with SET, a value that reads as a plain lock held for
+    /// centuries (a value the module did not write): `LOCK.INFO` on it must
+    /// answer WRONGTYPE, never show it as a lock held. (Nil: the key was
+    /// evicted or removed by a fault meanwhile, which proves nothing; an
+    /// error on the SET, such as OOM under an eviction fault, neither.)
+    async fn forged(&mut self, node: usize) {
+        let key = "misuse-forged".to_string();
+        let far = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+            + 100_000_000_000;
+        let set = vec!["SET".to_string(), key.clone(), format!("LK1|P|1|{far}|1|forger")];
+        if !matches!(self.send(node, &set).await, Reply::Other(redis::Value::Okay)) {
+            return;
+        }
+        let words = vec!["LOCK.INFO".to_string(), key.clone()];
+        let reply = self.send(node, &words).await;
+        match &reply {
+            Reply::Lost | Reply::Nil => {}
+            Reply::Error(code, _) if code == "WRONGTYPE" => {}
+            _ => {
+                self.flag(node, &words, &reply, "WRONGTYPE (a lock value the module could not have written)")
+            }
+        }
+        let _ = self.send(node, &["DEL".to_string(), key]).await;
+    }
+
     pub async fn run(mut self, seed: u64) {
         let mut rng = StdRng::seed_from_u64(seed);
         while !self.ctx.stopped() {
             let node = rng.gen_range(0..self.conns.len());
-            match rng.gen_range(0..3) {
+            match rng.gen_range(0..4) {
                 0 => {
                     let key = if rng.gen_bool(0.5) {
                         "misuse-bad".to_string()
@@ -166,7 +195,8 @@ impl Misuse {
                     let words = calls[rng.gen_range(0..calls.len())].clone();
                     self.expect_refused(node, words).await;
                 }
-                _ => self.own_lock(node, &mut rng).await,
+                2 => self.own_lock(node, &mut rng).await,
+                _ => self.forged(node).await,
             }
             tokio::time::sleep(Duration::from_millis(rng.gen_range(5..30))).await;
         }

@@ -25,7 +25,7 @@ use super::conn::{command, Reply};
 use super::history::{Found, Want};
 use super::onenode::{OneNode, Role};
 use super::proxy::Mode;
-use super::scenario::{Fault, Probe, Scenario, VICTIM};
+use super::scenario::{Fault, Probe, Scenario, Workload, VICTIM};
 use super::worker::{Ctx, Holding, Impl, PauseRequest, Request, Worker};
 
 /// How far the clock probe moves the victim's wall clock: far beyond the
@@ -98,6 +98,74 @@ impl Run<'_> {
         self.cluster.set_mode(nodes, mode);
         tokio::time::sleep(hold).await;
         self.cluster.heal(nodes, reset);
+    }
+
+    /// Whether the nodes load the module (every implementation but the
+    /// classic recipe's plain Redis).
+    fn module(&self) -> bool {
+        self.imp != Impl::Classic
+    }
+
+    /// An operator's command on node `i` (directly, not through the proxy).
+    async fn operator(&self, i: usize, words: &[&str]) -> Result<redis::Value, String> {
+        self.cluster.command(i, words.iter().map(|w| w.to_string()).collect()).await
+    }
+
+    /// An evicting `maxmemory-policy` and a `maxmemory` of 1 byte on node
+    /// `i`: the next write evicts every key the policy may (P1's lock key
+    /// among them), and is refused. Returns the keys evicted.
+    async fn evict_all(&self, i: usize, policy: &str) -> i64 {
+        let before = self.evicted_keys(i).await;
+        let _ = self.operator(i, &["CONFIG", "SET", "maxmemory-policy", policy]).await;
+        let _ = self.operator(i, &["CONFIG", "SET", "maxmemory", "1"]).await;
+        let _ = self.operator(i, &["SET", "operator:trigger", "x"]).await;
+        self.evicted_keys(i).await - before
+    }
+
+    /// Lifts node `i`'s memory limit and restores `noeviction`.
+    async fn memory_back(&self, i: usize) {
+        let _ = self.operator(i, &["CONFIG", "SET", "maxmemory", "0"]).await;
+        let _ = self.operator(i, &["CONFIG", "SET", "maxmemory-policy", "noeviction"]).await;
+    }
+
+    async fn evicted_keys(&self, i: usize) -> i64 {
+        match self.operator(i, &["INFO", "stats"]).await {
+            Ok(value) => redis::from_redis_value::<String>(&value)
+                .ok()
+                .and_then(|text| {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix("evicted_keys:"))
+                        .and_then(|n| n.trim().parse().ok())
+                })
+                .unwrap_or(0),
+            Err(_) => 0,
+        }
+    }
+
+    /// With an evicting policy in force on node `i` (and room in memory), a
+    /// new grant there must be refused with EVICTION (`lock.eviction-mode
+    /// refuse`); anything else is a violation.
+    async fn check_eviction_guard(&self, i: usize) {
+        let _ = self.operator(i, &["CONFIG", "SET", "maxmemory", "1gb"]).await;
+        let key = format!("operator:guard-{}", self.probe_count);
+        let reply = self.operator(i, &["LOCK.ACQUIRE", &key, "guard", "1000"]).await;
+        if !matches!(&reply, Err(e) if e.starts_with("EVICTION")) {
+            self.ctx.rec.found(
+                Found::Guard,
+                format!(
+                    "node {i}: LOCK.ACQUIRE under an evicting policy answered {reply:?}, must be EVICTION"
+                ),
+            );
+            let _ = self.operator(i, &["LOCK.REVOKE", &key]).await;
+        }
+    }
+
+    /// The workload's resource keys (quorum workloads).
+    fn resource_keys(&self) -> Vec<&'static str> {
+        match self.scenario.workload {
+            Workload::Quorum(list) => list.iter().map(|(name, _)| *name).collect(),
+            Workload::OneNode => Vec::new(),
+        }
     }
 
     pub async fn inject(&mut self, fault: Fault, rng: &mut StdRng) {
@@ -239,6 +307,95 @@ impl Run<'_> {
                 );
                 self.cluster.add_replica(VICTIM).await;
             }
+            Fault::Evict => {
+                const POLICIES: [&str; 4] = ["allkeys-lru", "volatile-lru", "allkeys-random", "volatile-ttl"];
+                let policy = POLICIES[rng.gen_range(0..POLICIES.len())];
+                let mode = if rng.gen_bool(0.5) { "refuse" } else { "quarantine" };
+                let all = rng.gen_bool(0.5);
+                let start = self.now();
+                if self.module() {
+                    let _ = self.operator(node, &["CONFIG", "SET", "lock.eviction-mode", mode]).await;
+                }
+                // Filler keys with a TTL (what volatile policies evict too),
+                // then a limit below the node's use: some keys go, or all.
+                let fill = "for i = 1, tonumber(ARGV[1]) do redis.call('set', 'operator:fill:' .. i, \
+                            string.rep('x', 200), 'PX', 600000) end return 1";
+                let _ = self.operator(node, &["EVAL", fill, "0", "300"]).await;
+                let evicted = if all {
+                    self.evict_all(node, policy).await
+                } else {
+                    let before = self.evicted_keys(node).await;
+                    let used = self.used_memory(node).await;
+                    let _ = self.operator(node, &["CONFIG", "SET", "maxmemory-policy", policy]).await;
+                    let limit = used.saturating_sub(40_000).max(1).to_string();
+                    let _ = self.operator(node, &["CONFIG", "SET", "maxmemory", &limit]).await;
+                    let _ = self.operator(node, &["SET", "operator:trigger", "x"]).await;
+                    self.evicted_keys(node).await - before
+                };
+                // The workers go on meanwhile (more writes, more evictions).
+                tokio::time::sleep(hold).await;
+                self.memory_back(node).await;
+                let _ = self
+                    .operator(
+                        node,
+                        &[
+                            "EVAL",
+                            "for i = 1, 300 do redis.call('del', 'operator:fill:' .. i) end return 1",
+                            "0",
+                        ],
+                    )
+                    .await;
+                if self.module() {
+                    let _ = self.operator(node, &["CONFIG", "SET", "lock.eviction-mode", "refuse"]).await;
+                }
+                let how = if self.module() { format!(", lock.eviction-mode {mode}") } else { String::new() };
+                self.event(
+                    fault.name(),
+                    format!(
+                        "node {node}: maxmemory-policy {policy}, {} for {} ms{how}: {evicted} keys evicted",
+                        if all { "maxmemory 1 (every key)" } else { "maxmemory below use" },
+                        hold.as_millis()
+                    ),
+                    start,
+                );
+            }
+            Fault::Flush => {
+                const FLUSHES: [&[&str]; 4] =
+                    [&["FLUSHALL"], &["FLUSHALL", "ASYNC"], &["FLUSHDB"], &["FLUSHDB", "ASYNC"]];
+                let words = FLUSHES[rng.gen_range(0..FLUSHES.len())];
+                let start = self.now();
+                let _ = self.operator(node, words).await;
+                self.event(fault.name(), format!("node {node}: {}", words.join(" ")), start);
+            }
+            Fault::SwapDb => {
+                let start = self.now();
+                let _ = self.operator(node, &["SWAPDB", "0", "1"]).await;
+                self.event(fault.name(), format!("node {node}: SWAPDB 0 1"), start);
+            }
+            Fault::StrayDelete => {
+                let keys = self.resource_keys();
+                if keys.is_empty() {
+                    return;
+                }
+                let key = keys[rng.gen_range(0..keys.len())];
+                let start = self.now();
+                let deleted = self.operator(node, &["DEL", key]).await;
+                self.event(fault.name(), format!("node {node}: DEL {key} ({deleted:?})"), start);
+            }
+        }
+    }
+
+    async fn used_memory(&self, i: usize) -> u64 {
+        match self.operator(i, &["INFO", "memory"]).await {
+            Ok(value) => redis::from_redis_value::<String>(&value)
+                .ok()
+                .and_then(|text| {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix("used_memory:"))
+                        .and_then(|n| n.trim().parse().ok())
+                })
+                .unwrap_or(0),
+            Err(_) => 0,
         }
     }
 
@@ -250,9 +407,13 @@ impl Run<'_> {
             let resource = format!("probe-{}", self.probe_count);
             let result = match probe {
                 Probe::HolderPause => self.probe_holder_pause(&resource, rng).await,
-                Probe::Restart | Probe::RestartShared | Probe::ClockForward | Probe::Promotion => {
-                    self.probe_bare_majority(probe, &resource, rng).await
-                }
+                Probe::Restart
+                | Probe::RestartShared
+                | Probe::ClockForward
+                | Probe::Promotion
+                | Probe::Evict
+                | Probe::Flush
+                | Probe::SwapDb => self.probe_bare_majority(probe, &resource, rng).await,
                 Probe::Fencing => self.probe_fencing(&resource).await,
                 Probe::Drift | Probe::SlowReply => self.probe_lease_end(probe, &resource, rng).await,
                 Probe::Ordering => self.probe_ordering(&resource, rng).await,
@@ -445,6 +606,26 @@ impl Run<'_> {
             Probe::Promotion => {
                 cluster.fail_over(VICTIM).await;
                 format!("node {VICTIM}'s master killed; its replica, cut off before P1's grant, promoted in its place")
+            }
+            Probe::Evict => {
+                let evicted = self.evict_all(VICTIM, "allkeys-lru").await;
+                if self.module() {
+                    self.check_eviction_guard(VICTIM).await;
+                }
+                self.memory_back(VICTIM).await;
+                format!(
+                    "node {VICTIM}: maxmemory-policy allkeys-lru, maxmemory 1: {evicted} keys evicted (P1's too), \
+                     then the limit lifted"
+                )
+            }
+            Probe::Flush | Probe::SwapDb => {
+                const FLUSHES: [&[&str]; 3] = [&["FLUSHALL"], &["FLUSHDB"], &["FLUSHDB", "ASYNC"]];
+                let words = match probe {
+                    Probe::SwapDb => &["SWAPDB", "0", "1"],
+                    _ => FLUSHES[rng.gen_range(0..FLUSHES.len())],
+                };
+                let reply = self.operator(VICTIM, words).await;
+                format!("node {VICTIM}: {} ({reply:?})", words.join(" "))
             }
             _ => unreachable!(),
         };

@@ -39,6 +39,16 @@ pub enum Fault {
     /// The master with a replica: the replica is cut off, the master grants
     /// for 0.1-0.6 s, dies, the replica is promoted and takes its place.
     Promotion,
+    /// An operator's memory limit: an evicting `maxmemory-policy` and a
+    /// `maxmemory` below the node's use (some keys evicted, or every one) for
+    /// 0.3-1.5 s, under `lock.eviction-mode` refuse or quarantine.
+    Evict,
+    /// An operator's FLUSHALL or FLUSHDB, sync or ASYNC, on a node.
+    Flush,
+    /// An operator's SWAPDB 0 1 on a node.
+    SwapDb,
+    /// An operator's DEL of a workload resource's key on a node.
+    StrayDelete,
 }
 
 impl Fault {
@@ -55,6 +65,10 @@ impl Fault {
             Fault::ClockBackward => "clock backward",
             Fault::ClockSmall => "clock step",
             Fault::Promotion => "promotion",
+            Fault::Evict => "eviction",
+            Fault::Flush => "flush",
+            Fault::SwapDb => "swapdb",
+            Fault::StrayDelete => "stray DEL",
         }
     }
 }
@@ -100,6 +114,15 @@ pub enum Probe {
     /// Three clients each take a permit of a 2-permit semaphore on a
     /// different 3 of the 5 nodes (no node above 2 holders).
     Semaphore,
+    /// P1 holds on nodes 0-2; node 2's policy turns evicting with a tiny
+    /// `maxmemory`, which evicts P1's key there (while it evicts, a new
+    /// grant on node 2 must be refused), then the limit is lifted; P2 keeps
+    /// trying until P1's validity ends.
+    Evict,
+    /// The same, node 2 flushed (FLUSHALL, FLUSHDB or FLUSHDB ASYNC).
+    Flush,
+    /// The same, node 2's databases 0 and 1 swapped (SWAPDB 0 1).
+    SwapDb,
 }
 
 /// What the workers do.
