@@ -143,7 +143,13 @@ fn refused_now(refusal: &Refusal) -> Reply {
 /// must be seen (a lock removed behind the module's back quarantines its
 /// key): keyspace events are subscribed to then, so that a node that never
 /// holds a lock pays nothing for them.
-fn watch_for_removal(call: &Call<'_>) {
+pub fn watch_for_removal(call: &Call<'_>) {
+    // Off (`lock.removal-quarantine no`): nothing to watch for (waiters
+    // subscribe on their own), so a benchmark's baseline commands on the same
+    // server pay no keyspace callback.
+    if !config::REMOVAL_QUARANTINE.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     if let Err(e) = ffi::watch_keys(call) {
         redis_module::logging::log_warning(format!("lock: {e}"));
     }

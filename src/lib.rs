@@ -356,9 +356,7 @@ mod module {
     /// run out, and see every later change to a key.
     fn imported(call: &ffi::Call<'_>) {
         crate::node::note_imported_locks(crate::clock::now_ms());
-        if let Err(e) = ffi::watch_keys(call) {
-            redis_module::logging::log_warning(format!("lock: {e}"));
-        }
+        commands::watch_for_removal(call);
     }
 
     /// Reads `maxmemory` and `maxmemory-policy` (at load and after every
@@ -465,10 +463,7 @@ mod module {
         // In a cluster, locks arrive by migration (RESTORE) before this node
         // grants any: see every change to a key from the start.
         if call.in_cluster() {
-            if let Err(e) = ffi::watch_keys(&call) {
-                ctx.log_warning(&format!("lock: {e}"));
-                return Status::Err;
-            }
+            commands::watch_for_removal(&call);
         }
         if let Err(e) = ffi::subscribe_server_events(ctx.ctx) {
             ctx.log_warning(&format!("lock: {e}"));
