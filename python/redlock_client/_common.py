@@ -1,0 +1,177 @@
+"""What the sync and asyncio classes share: the read-only side of a lock
+and of a client, and the loss event's bookkeeping."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from typing import Any, Callable, List, Optional, Tuple
+
+from . import _native
+from ._types import ModeLike, Seconds, Watchdog, mode_name, permit_count, seconds
+from .errors import LockLostError
+
+#: Called with the LockLostError when a lock is lost.
+LostCallback = Callable[[LockLostError], Any]
+
+
+class ClientBase:
+    """The nodes and quorum sizes of a client (no I/O)."""
+
+    __slots__ = ("_core",)
+
+    _core: _native.Client
+
+    @property
+    def nodes(self) -> List[str]:
+        """The node URLs, in the order given."""
+        return self._core.nodes
+
+    @property
+    def majority(self) -> int:
+        """N/2 + 1: the grants an exclusive, read or write lock needs."""
+        return self._core.majority
+
+    def quorum(self, mode: ModeLike = "exclusive", permits: Optional[int] = None) -> int:
+        """The grants a lock taken in ``mode`` needs among this client's N
+        nodes: a majority, except a semaphore with 2 or more permits
+        (``floor(L*N/(L+1)) + 1``: 4 of 5 nodes for 2 permits)."""
+        return self._core.quorum(mode_name(mode), permit_count(permits))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} nodes={self.nodes!r}>"
+
+
+def connect_args(nodes: Any, connect_timeout: Seconds, command_timeout: Seconds, reconnect_backoff: Seconds) -> tuple:
+    if isinstance(nodes, str):
+        raise TypeError("nodes must be a list of URLs (redis://host:port), not one str")
+    return (
+        [str(n) for n in nodes],
+        seconds(connect_timeout, "connect_timeout"),
+        seconds(command_timeout, "command_timeout"),
+        seconds(reconnect_backoff, "reconnect_backoff"),
+    )
+
+
+def watchdog_args(watchdog: Any) -> Optional[Tuple[int, float]]:
+    """The watchdog's bounds from ``watchdog=True`` / a :class:`Watchdog`."""
+    if watchdog is None or watchdog is False:
+        return None
+    if watchdog is True:
+        watchdog = Watchdog()
+    if not isinstance(watchdog, Watchdog):
+        raise TypeError(f"watchdog must be a bool or a Watchdog, not {type(watchdog).__name__}")
+    return (watchdog.renewals_max, seconds(watchdog.duration_max, "duration_max"))
+
+
+class LockBase:
+    """The read-only side of a held lock: what it is and whether it is
+    still held (no I/O)."""
+
+    __slots__ = ("_held", "_client", "_lost")
+
+    def __init__(self, held: _native.Held, client: ClientBase) -> None:
+        self._held = held
+        self._client = client
+        self._lost: Any = None
+
+    @property
+    def resource(self) -> str:
+        """The resource; for a set, the first one given."""
+        return self._held.resource
+
+    @property
+    def resources(self) -> List[Tuple[str, str]]:
+        """Every resource held, with its mode, in the order given."""
+        return [(name, mode) for name, mode, _ in self._held.resources]
+
+    @property
+    def mode(self) -> str:
+        """"exclusive", "read", "write" or "permit" (a set: its first)."""
+        return self._held.resources[0][1]
+
+    @property
+    def permits(self) -> Optional[int]:
+        """A semaphore's permit count (None for the other modes)."""
+        return self._held.resources[0][2]
+
+    @property
+    def token(self) -> str:
+        """The random 128-bit token (32 hex digits) the lock is held with:
+        what ``release``/``extend`` by token take, from any process."""
+        return self._held.token
+
+    @property
+    def status(self) -> str:
+        """"held", "lost" (its validity ran out or a renewal failed),
+        "released" or "detached"."""
+        return self._held.status()[0]
+
+    @property
+    def is_held(self) -> bool:
+        """True while held and within its validity."""
+        return self._held.status()[0] == "held"
+
+    @property
+    def validity(self) -> float:
+        """Seconds left before the lock may be someone else's (0 once lost
+        or released). Measured from before the round that took or last
+        renewed it, minus the clock-drift allowance."""
+        return self._held.status()[1]
+
+    @property
+    def watchdog(self) -> str:
+        """The watchdog: "off", "running", or "stopped" (at its bound)."""
+        return self._held.status()[2]
+
+    def __repr__(self) -> str:
+        status, validity, _ = self._held.status()
+        claims = self._held.resources
+        if len(claims) == 1:
+            name, mode, permits = claims[0]
+            what = f"{name!r} {mode}" + (f"/{permits}" if permits is not None else "")
+        else:
+            what = "{" + ", ".join(f"{name!r}: {mode}" for name, mode, _ in claims) + "}"
+        return (
+            f"<{type(self).__name__} {what} token={self.token} "
+            f"fencing_token={self._held.fencing_token} {status} validity={validity:.3f}s>"
+        )
+
+
+class LostBase:
+    """When a lock was lost, why, and who wants to know."""
+
+    __slots__ = ("_error", "_callbacks")
+
+    def __init__(self) -> None:
+        self._error: Optional[LockLostError] = None
+        self._callbacks: List[LostCallback] = []
+
+    @property
+    def error(self) -> Optional[LockLostError]:
+        """The LockLostError once the lock is lost, else None."""
+        return self._error
+
+    @property
+    def reason(self) -> Optional[str]:
+        """"expired", "watchdog_limit" or "renewal_failed" once lost."""
+        return None if self._error is None else self._error.reason
+
+    def _record(self, error: LockLostError) -> List[LostCallback]:
+        """Records the loss (once); returns the callbacks to call."""
+        if self._error is not None:
+            return []
+        self._error = error
+        callbacks, self._callbacks = self._callbacks, []
+        return callbacks
+
+
+def call_back(callback: LostCallback, error: LockLostError) -> Any:
+    """Calls one loss callback; an exception in it is reported, not raised
+    (the other callbacks still run)."""
+    try:
+        return callback(error)
+    except Exception:
+        print(f"redlock_client: exception in the lost-lock callback {callback!r}:", file=sys.stderr)
+        traceback.print_exc()
+        return None
