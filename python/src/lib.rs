@@ -56,7 +56,11 @@ pub(crate) fn runtime() -> &'static Runtime {
     match *slot {
         Some((owner, runtime)) if owner == pid => runtime,
         _ => {
-            let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4);
+            let threads = std::env::var("REDLOCK_CLIENT_THREADS")
+                .ok()
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()).min(4))
+                .clamp(1, 64);
             let built = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(threads)
                 .thread_name("redlock-client")
@@ -88,10 +92,10 @@ pub(crate) fn check_pid(pid: u32) -> PyResult<()> {
 
 /// How a call is driven: see [`run`].
 pub(crate) enum How {
-    /// On the calling thread, the GIL released; `interruptible`: a signal
-    /// (Ctrl-C) ends the wait, dropping the future (only for futures that
-    /// are safe to drop at any point: the acquire retry loop, whose
-    /// attempts run as tasks of their own).
+    /// The calling thread waits, the GIL released; `interruptible`: a
+    /// signal (Ctrl-C) ends the wait and aborts the operation (only for
+    /// operations that are safe to stop at any point: the acquire retry
+    /// loop, whose attempts run as tasks of their own).
     Block { interruptible: bool },
     /// As a task; its outcome resolves `future` (an asyncio future) in the
     /// event loop of `bridge`. `abortable`: `Task.cancel()` may drop it.
@@ -173,13 +177,16 @@ where
     }
 }
 
-/// Runs `future` to its end on the calling thread with the GIL released.
-/// With `interruptible`, a pending signal's exception (KeyboardInterrupt)
-/// ends the wait and drops the future.
+/// Runs `future` to its end as a task of the runtime while the calling
+/// thread waits for it with the GIL released. (A task rather than polling
+/// it on the calling thread: the nodes' replies are then read on the
+/// runtime's thread, and the caller is woken once, when it is done, not at
+/// every reply.) With `interruptible`, a pending signal's exception
+/// (KeyboardInterrupt) ends the wait and aborts the task.
 pub(crate) fn block<F>(py: Python<'_>, future: F, interruptible: bool) -> PyResult<F::Output>
 where
-    F: Future + Send,
-    F::Output: Send,
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
 {
     if tokio::runtime::Handle::try_current().is_ok() {
         return Err(usage_error(
@@ -189,20 +196,26 @@ where
         ));
     }
     let runtime = runtime();
-    py.detach(move || {
-        if !interruptible {
-            return Ok(runtime.block_on(future));
-        }
+    let mut task = runtime.spawn(future);
+    let done = py.detach(move || {
         runtime.block_on(async move {
-            tokio::pin!(future);
+            if !interruptible {
+                return Ok(task.await);
+            }
             loop {
                 tokio::select! {
-                    out = &mut future => return Ok(out),
-                    _ = tokio::time::sleep(SIGNAL_CHECK) => Python::attach(|py| py.check_signals())?,
+                    out = &mut task => return Ok(out),
+                    _ = tokio::time::sleep(SIGNAL_CHECK) => {
+                        if let Err(signal) = Python::attach(|py| py.check_signals()) {
+                            task.abort();
+                            return Err(signal);
+                        }
+                    }
                 }
             }
         })
-    })
+    })?;
+    done.map_err(|failed| pyo3::exceptions::PyRuntimeError::new_err(format!("redlock_client task failed: {failed}")))
 }
 
 #[pymodule]

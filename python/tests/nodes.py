@@ -126,8 +126,10 @@ class _Reader:
 class Server:
     """One redis-server with the module, stopped by :meth:`close`."""
 
-    def __init__(self, module_args: Sequence[str] = ()) -> None:
+    def __init__(self, module_args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         self.module_args = list(module_args)
+        # A command to start the server under, e.g. taskset (the benchmark).
+        self.prefix = list(prefix)
         if "quarantine-ms" not in self.module_args:
             self.module_args += ["quarantine-ms", "0"]
         self.process: Optional[subprocess.Popen] = None
@@ -143,7 +145,7 @@ class Server:
 
     def _spawn(self) -> bool:
         command = [
-            server_bin(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            *self.prefix, server_bin(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
             "--protected-mode", "no", "--daemonize", "no", "--dir", self.dir,
             "--logfile", os.path.join(self.dir, "redis.log"), "--loadmodule", module_so(), *self.module_args,
         ]  # fmt: skip
@@ -223,11 +225,11 @@ class Server:
 class Cluster:
     """N independent masters (not a Redis Cluster: a Redlock deployment)."""
 
-    def __init__(self, n: int = 5, module_args: Sequence[str] = ()) -> None:
+    def __init__(self, n: int = 5, module_args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
         self.servers: List[Server] = []
         try:
             for _ in range(n):
-                self.servers.append(Server(module_args))
+                self.servers.append(Server(module_args, prefix))
         except BaseException:
             self.close()
             raise
