@@ -215,7 +215,9 @@ where
             }
         })
     })?;
-    done.map_err(|failed| pyo3::exceptions::PyRuntimeError::new_err(format!("redlock_client task failed: {failed}")))
+    done.map_err(|failed| {
+        pyo3::exceptions::PyRuntimeError::new_err(format!("redlock_client task failed: {failed}"))
+    })
 }
 
 #[pymodule]
