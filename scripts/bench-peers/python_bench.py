@@ -23,8 +23,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
+sys.path.insert(0, str(Path(__file__).parent))
 
 from nodes import Cluster, server_name  # noqa: E402
+from report import fmt  # noqa: E402  (scripts/bench-client's number format)
 
 DRIVER = Path(__file__).with_name("python_locks.py")
 # (family, N values, label) in table order.
@@ -55,16 +57,6 @@ def run_one(args, cluster, family, n, concurrency, round_no):
     row["round"] = round_no
     print(f"bench-python: {json.dumps(row)}", file=sys.stderr, flush=True)
     return row
-
-
-def fmt(x, digits=2):
-    if x is None:
-        return "-"
-    if x >= 100:
-        return f"{x:,.0f}"
-    if x >= 10:
-        return f"{x:.1f}"
-    return f"{x:.{digits}f}"
 
 
 def report(rows, args):
