@@ -20,7 +20,7 @@ asyncio twin. Errors are in :mod:`redlock_client.errors`.
 
 import atexit as _atexit
 
-from . import _native
+from . import _native, errors
 from ._async import AsyncLock, AsyncLockContext, AsyncLostEvent, AsyncRedlock
 from ._sync import Lock, LockContext, LostEvent, Redlock
 from ._types import Detached, Entered, HolderInfo, LockInfo, Mode, NodeInfo, Tally, Watchdog
@@ -52,15 +52,8 @@ __all__ = [
     "HolderInfo",
     "Entered",
     "Detached",
-    "RedlockError",
-    "LockHeldError",
-    "NoQuorumError",
-    "QuarantinedError",
-    "NodesUnreachableError",
-    "ExpiredBeforeUseError",
-    "LockLostError",
-    "InvalidArgumentError",
 ]
+__all__ += errors.__all__
 
 __version__ = "0.1.0"
 

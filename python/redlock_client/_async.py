@@ -22,7 +22,17 @@ from types import TracebackType
 from typing import Any, AsyncIterator, Callable, Iterable, List, Optional, Sequence, Tuple, Type
 
 from . import _native
-from ._common import ClientBase, LockBase, LostBase, LostCallback, call_back, connect_args, watchdog_args
+from ._common import (
+    ClientBase,
+    ContextBase,
+    LockBase,
+    LostBase,
+    LostCallback,
+    call_back,
+    connect_args,
+    release_failed,
+    watchdog_args,
+)
 from ._types import (
     Detached,
     Entered,
@@ -67,12 +77,12 @@ def _bridge() -> Tuple[asyncio.AbstractEventLoop, _native.Bridge]:
 
 
 async def _run(start: Callable[..., Any], *args: Any) -> Any:
-    """Starts ``start(*args, bridge, future)`` and awaits its result. On
+    """Starts ``start(*args, (bridge, future))`` and awaits its result. On
     cancellation the operation is told (only an acquire's retry loop stops;
     see the module's docstring)."""
     loop, bridge = _bridge()
     future = loop.create_future()
-    task = start(*args, bridge, future)
+    task = start(*args, (bridge, future))
     try:
         return await future
     except asyncio.CancelledError:
@@ -80,7 +90,7 @@ async def _run(start: Callable[..., Any], *args: Any) -> Any:
         raise
 
 
-class AsyncRedlock(ClientBase):
+class AsyncRedlock(ClientBase["AsyncLockContext"]):
     """The asyncio twin of :class:`Redlock`: the same calls, awaited.
 
     ::
@@ -179,41 +189,6 @@ class AsyncRedlock(ClientBase):
         held = await _run(self._core.acquire, set_claims(resources), True, seconds(ttl, "ttl"), fence, policy)
         return AsyncLock(held, self)
 
-    def lock(
-        self,
-        resource: str,
-        *,
-        ttl: Seconds,
-        wait: Optional[Seconds] = None,
-        mode: ModeLike = "exclusive",
-        permits: Optional[int] = None,
-        fence: bool = False,
-        watchdog: "bool | Watchdog" = False,
-        on_lost: Optional[LostCallback] = None,
-        attempts: Optional[int] = None,
-        retry_delay: Optional[Tuple[Seconds, Seconds]] = None,
-    ) -> "AsyncLockContext":
-        """``async with locks.lock(...) as lock:``; see :meth:`Redlock.lock`."""
-        claims = one_claim(resource, mode, permits)
-        args = (claims, False, seconds(ttl, "ttl"), fence, retry(wait, attempts, retry_delay))
-        return AsyncLockContext(self, args, watchdog_args(watchdog), on_lost)
-
-    def lock_many(
-        self,
-        resources: Sequence[SetMember],
-        *,
-        ttl: Seconds,
-        wait: Optional[Seconds] = None,
-        fence: bool = False,
-        watchdog: "bool | Watchdog" = False,
-        on_lost: Optional[LostCallback] = None,
-        attempts: Optional[int] = None,
-        retry_delay: Optional[Tuple[Seconds, Seconds]] = None,
-    ) -> "AsyncLockContext":
-        """``async with locks.lock_many([...]) as lock:``, all or nothing."""
-        args = (set_claims(resources), True, seconds(ttl, "ttl"), fence, retry(wait, attempts, retry_delay))
-        return AsyncLockContext(self, args, watchdog_args(watchdog), on_lost)
-
     async def release(
         self, resource: str, token: str, *, mode: ModeLike = "exclusive", permits: Optional[int] = None
     ) -> Tally:
@@ -271,21 +246,13 @@ class AsyncRedlock(ClientBase):
         await _run(self._core.settle)
 
 
-class AsyncLockContext:
+class AsyncLockContext(ContextBase):
     """What :meth:`AsyncRedlock.lock` returns (``async with``)."""
 
-    __slots__ = ("_client", "_args", "_watchdog", "_on_lost", "_lock")
-
-    def __init__(self, client: AsyncRedlock, args: tuple, watchdog: Optional[Tuple[int, float]], on_lost: Any) -> None:
-        self._client = client
-        self._args = args
-        self._watchdog = watchdog
-        self._on_lost = on_lost
-        self._lock: Optional[AsyncLock] = None
+    __slots__ = ()
 
     async def __aenter__(self) -> "AsyncLock":
-        if self._lock is not None:
-            raise RedlockError("this lock() context is already entered; use one lock() per async with-block")
+        self._check_free()
         lock = AsyncLock(await _run(self._client._core.acquire, *self._args), self._client)
         try:
             if self._watchdog is not None:
@@ -375,15 +342,11 @@ class AsyncLock(LockBase):
     async def __aexit__(
         self, kind: Optional[Type[BaseException]], error: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
-        if self.status in ("released", "detached"):
-            return
-        try:
-            await self.release()
-        except RedlockError as failed:
-            if error is None:
-                raise
-            if hasattr(error, "add_note"):
-                error.add_note(f"releasing the lock failed too: {failed}")
+        if self._needs_release():
+            try:
+                await self.release()
+            except RedlockError as failed:
+                release_failed(failed, error)
 
 
 class AsyncLostEvent(LostBase):
@@ -425,3 +388,6 @@ class AsyncLostEvent(LostBase):
         for callback in self._record(error):
             self._call(callback, error)
         self._event.set()
+
+
+AsyncRedlock._context = AsyncLockContext

@@ -5,22 +5,38 @@ from __future__ import annotations
 
 import sys
 import traceback
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from . import _native
-from ._types import ModeLike, Seconds, Watchdog, mode_name, permit_count, seconds
-from .errors import LockLostError
+from ._types import (
+    ModeLike,
+    Seconds,
+    SetMember,
+    Watchdog,
+    mode_name,
+    one_claim,
+    permit_count,
+    retry,
+    seconds,
+    set_claims,
+)
+from .errors import LockLostError, RedlockError
 
 #: Called with the LockLostError when a lock is lost.
 LostCallback = Callable[[LockLostError], Any]
+#: What ``lock()`` returns: a sync or an asyncio context.
+ContextT = TypeVar("ContextT")
 
 
-class ClientBase:
-    """The nodes and quorum sizes of a client (no I/O)."""
+class ClientBase(Generic[ContextT]):
+    """The nodes and quorum sizes of a client, and its ``lock`` contexts
+    (no I/O until the context is entered)."""
 
     __slots__ = ("_core",)
 
     _core: _native.Client
+    #: LockContext or AsyncLockContext.
+    _context: Callable[..., ContextT]
 
     @property
     def nodes(self) -> List[str]:
@@ -40,6 +56,46 @@ class ClientBase:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} nodes={self.nodes!r}>"
+
+    def lock(
+        self,
+        resource: str,
+        *,
+        ttl: Seconds,
+        wait: Optional[Seconds] = None,
+        mode: ModeLike = "exclusive",
+        permits: Optional[int] = None,
+        fence: bool = False,
+        watchdog: "bool | Watchdog" = False,
+        on_lost: Optional[LostCallback] = None,
+        attempts: Optional[int] = None,
+        retry_delay: Optional[Tuple[Seconds, Seconds]] = None,
+    ) -> ContextT:
+        """A context manager (``with``; ``async with`` for AsyncRedlock):
+        acquires on entry as ``acquire`` does (waiting up to ``wait``; with
+        ``fence=True`` the fencing round too), starts the watchdog if asked
+        (``True`` or a :class:`Watchdog`), registers ``on_lost``, and
+        releases at the end of the block."""
+        claims = one_claim(resource, mode, permits)
+        args = (claims, False, seconds(ttl, "ttl"), fence, retry(wait, attempts, retry_delay))
+        return self._context(self, args, watchdog_args(watchdog), on_lost)
+
+    def lock_many(
+        self,
+        resources: Sequence[SetMember],
+        *,
+        ttl: Seconds,
+        wait: Optional[Seconds] = None,
+        fence: bool = False,
+        watchdog: "bool | Watchdog" = False,
+        on_lost: Optional[LostCallback] = None,
+        attempts: Optional[int] = None,
+        retry_delay: Optional[Tuple[Seconds, Seconds]] = None,
+    ) -> ContextT:
+        """:meth:`lock` for a set of resources, all or nothing (each a name
+        or (name, mode), mode "exclusive", "read" or "write")."""
+        args = (set_claims(resources), True, seconds(ttl, "ttl"), fence, retry(wait, attempts, retry_delay))
+        return self._context(self, args, watchdog_args(watchdog), on_lost)
 
 
 def connect_args(nodes: Any, connect_timeout: Seconds, command_timeout: Seconds, reconnect_backoff: Seconds) -> tuple:
@@ -62,6 +118,24 @@ def watchdog_args(watchdog: Any) -> Optional[Tuple[int, float]]:
     if not isinstance(watchdog, Watchdog):
         raise TypeError(f"watchdog must be a bool or a Watchdog, not {type(watchdog).__name__}")
     return (watchdog.renewals_max, seconds(watchdog.duration_max, "duration_max"))
+
+
+class ContextBase:
+    """What ``lock()`` returns: the acquire to run on entry and what to do
+    with the lock then. One block at a time."""
+
+    __slots__ = ("_client", "_args", "_watchdog", "_on_lost", "_lock")
+
+    def __init__(self, client: Any, args: tuple, watchdog: Optional[Tuple[int, float]], on_lost: Any) -> None:
+        self._client = client
+        self._args = args
+        self._watchdog = watchdog
+        self._on_lost = on_lost
+        self._lock: Any = None
+
+    def _check_free(self) -> None:
+        if self._lock is not None:
+            raise RedlockError("this lock() context is already entered; use one lock() per block")
 
 
 class LockBase:
@@ -124,6 +198,11 @@ class LockBase:
         """The watchdog: "off", "running", or "stopped" (at its bound)."""
         return self._held.status()[2]
 
+    def _needs_release(self) -> bool:
+        """Whether the end of a block must release it (not if it was
+        released or detached already)."""
+        return self.status not in ("released", "detached")
+
     def __repr__(self) -> str:
         status, validity, _ = self._held.status()
         claims = self._held.resources
@@ -136,6 +215,15 @@ class LockBase:
             f"<{type(self).__name__} {what} token={self.token} "
             f"fencing_token={self._held.fencing_token} {status} validity={validity:.3f}s>"
         )
+
+
+def release_failed(failed: RedlockError, error: Optional[BaseException]) -> None:
+    """A release at the end of a block failed: raise it, unless the block
+    raised (that exception then carries it as a note)."""
+    if error is None:
+        raise failed
+    if hasattr(error, "add_note"):
+        error.add_note(f"releasing the lock failed too: {failed}")
 
 
 class LostBase:

@@ -13,7 +13,17 @@ from types import TracebackType
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Type
 
 from . import _native
-from ._common import ClientBase, LockBase, LostBase, LostCallback, call_back, connect_args, watchdog_args
+from ._common import (
+    ClientBase,
+    ContextBase,
+    LockBase,
+    LostBase,
+    LostCallback,
+    call_back,
+    connect_args,
+    release_failed,
+    watchdog_args,
+)
 from ._types import (
     Detached,
     Entered,
@@ -37,7 +47,7 @@ from ._types import (
 from .errors import LockLostError, RedlockError
 
 
-class Redlock(ClientBase):
+class Redlock(ClientBase["LockContext"]):
     """A quorum (Redlock) client over N independent Redis masters that load
     the lock module. Connects at once (in parallel, bounded by
     ``connect_timeout``); a node that cannot be reached now is no error: it
@@ -134,44 +144,6 @@ class Redlock(ClientBase):
         policy = retry(wait, attempts, retry_delay)
         return Lock(self._core.acquire(set_claims(resources), True, seconds(ttl, "ttl"), fence, policy), self)
 
-    def lock(
-        self,
-        resource: str,
-        *,
-        ttl: Seconds,
-        wait: Optional[Seconds] = None,
-        mode: ModeLike = "exclusive",
-        permits: Optional[int] = None,
-        fence: bool = False,
-        watchdog: "bool | Watchdog" = False,
-        on_lost: Optional[LostCallback] = None,
-        attempts: Optional[int] = None,
-        retry_delay: Optional[Tuple[Seconds, Seconds]] = None,
-    ) -> "LockContext":
-        """A context manager: ``with locks.lock(...) as lock:`` acquires (as
-        :meth:`acquire`, waiting up to ``wait``), starts the watchdog if
-        asked (``True`` or a :class:`Watchdog`), registers ``on_lost``, and
-        releases at the end of the block."""
-        claims = one_claim(resource, mode, permits)
-        args = (claims, False, seconds(ttl, "ttl"), fence, retry(wait, attempts, retry_delay))
-        return LockContext(self, args, watchdog_args(watchdog), on_lost)
-
-    def lock_many(
-        self,
-        resources: Sequence[SetMember],
-        *,
-        ttl: Seconds,
-        wait: Optional[Seconds] = None,
-        fence: bool = False,
-        watchdog: "bool | Watchdog" = False,
-        on_lost: Optional[LostCallback] = None,
-        attempts: Optional[int] = None,
-        retry_delay: Optional[Tuple[Seconds, Seconds]] = None,
-    ) -> "LockContext":
-        """:meth:`lock` for a set of resources, all or nothing."""
-        args = (set_claims(resources), True, seconds(ttl, "ttl"), fence, retry(wait, attempts, retry_delay))
-        return LockContext(self, args, watchdog_args(watchdog), on_lost)
-
     def release(self, resource: str, token: str, *, mode: ModeLike = "exclusive", permits: Optional[int] = None) -> Tally:
         """Releases the lock held with ``token`` (taken in ``mode``) on every
         node, from any process; waits for every node's answer. Raises
@@ -235,22 +207,14 @@ class Redlock(ClientBase):
         self._core.settle()
 
 
-class LockContext:
+class LockContext(ContextBase):
     """What :meth:`Redlock.lock` returns: acquires on entry, releases on
     exit. One ``with`` at a time."""
 
-    __slots__ = ("_client", "_args", "_watchdog", "_on_lost", "_lock")
-
-    def __init__(self, client: Redlock, args: tuple, watchdog: Optional[Tuple[int, float]], on_lost: Any) -> None:
-        self._client = client
-        self._args = args
-        self._watchdog = watchdog
-        self._on_lost = on_lost
-        self._lock: Optional[Lock] = None
+    __slots__ = ()
 
     def __enter__(self) -> "Lock":
-        if self._lock is not None:
-            raise RedlockError("this lock() context is already entered; use one lock() per with-block")
+        self._check_free()
         lock = Lock(self._client._core.acquire(*self._args), self._client)
         try:
             if self._watchdog is not None:
@@ -350,15 +314,11 @@ class Lock(LockBase):
     def __exit__(
         self, kind: Optional[Type[BaseException]], error: Optional[BaseException], tb: Optional[TracebackType]
     ) -> None:
-        if self.status in ("released", "detached"):
-            return
-        try:
-            self.release()
-        except RedlockError as failed:
-            if error is None:
-                raise
-            if hasattr(error, "add_note"):
-                error.add_note(f"releasing the lock failed too: {failed}")
+        if self._needs_release():
+            try:
+                self.release()
+            except RedlockError as failed:
+                release_failed(failed, error)
 
 
 class LostEvent(LostBase):
@@ -394,3 +354,6 @@ class LostEvent(LostBase):
         self._event.set()
         for callback in callbacks:
             call_back(callback, error)
+
+
+Redlock._context = LockContext

@@ -8,10 +8,9 @@ use pyo3::prelude::*;
 
 use redlock_client::{Config, Error, Guard, Mode, NodeInfo, Redlock, Result};
 
-use crate::bridge::Bridge;
 use crate::convert::{mode, policy, py_any, seconds, secs_out, tally_out, to_pyerr};
 use crate::held::Held;
-use crate::{block, check_pid, run, runtime, How};
+use crate::{block, check_pid, run, runtime, How, Waiter};
 
 /// What an acquire takes: one resource (any mode) or a set (the crate's
 /// `try_acquire_many`, all or nothing).
@@ -117,7 +116,7 @@ impl Client {
     /// (`retry` = (wait, attempts, (delay_min, delay_max))), of one
     /// resource or (`many`) a set; `fence`: the fencing round too.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (claims, many, ttl, fence, retry=None, bridge=None, future=None))]
+    #[pyo3(signature = (claims, many, ttl, fence, retry=None, waiter=None))]
     fn acquire(
         &self,
         py: Python<'_>,
@@ -126,8 +125,7 @@ impl Client {
         ttl: f64,
         fence: bool,
         retry: Option<Retry>,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
+        waiter: Option<Waiter>,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
         let claims = self::claims(claims, many);
@@ -135,7 +133,7 @@ impl Client {
         let Some((wait, attempts, delays)) = retry else {
             // One attempt: a round that is never dropped half-way.
             let work = async move { attempt(redlock, Arc::new(claims?), ttl?, fence).await };
-            return run(py, How::from_args(bridge, future, false)?, work, held);
+            return run(py, How::new(waiter, false), work, held);
         };
         let policy = policy(wait, attempts, delays);
         // Each attempt is a task of its own: the caller may stop waiting
@@ -155,13 +153,13 @@ impl Client {
                 })
                 .await
         };
-        run(py, How::from_args(bridge, future, true)?, work, held)
+        run(py, How::new(waiter, true), work, held)
     }
 
     /// Releases by token: one resource (`many` false, in `mode`) or a set;
     /// returns the round's tally (every node answered).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (resources, many, token, mode_name="exclusive", permits=None, bridge=None, future=None))]
+    #[pyo3(signature = (resources, many, token, mode_name="exclusive", permits=None, waiter=None))]
     fn release(
         &self,
         py: Python<'_>,
@@ -170,8 +168,7 @@ impl Client {
         token: String,
         mode_name: &str,
         permits: Option<u32>,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
+        waiter: Option<Waiter>,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
         let mode = mode(mode_name, permits);
@@ -182,12 +179,12 @@ impl Client {
                 (false, _) => Err(Error::InvalidArgument("one resource expected".into())),
             }
         };
-        run(py, How::from_args(bridge, future, false)?, work, |py, tally| py_any(py, tally_out(&tally)))
+        run(py, How::new(waiter, false), work, |py, tally| py_any(py, tally_out(&tally)))
     }
 
     /// Extends by token for `ttl`; returns the validity left in seconds.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (resources, many, token, ttl, mode_name="exclusive", permits=None, bridge=None, future=None))]
+    #[pyo3(signature = (resources, many, token, ttl, mode_name="exclusive", permits=None, waiter=None))]
     fn extend(
         &self,
         py: Python<'_>,
@@ -197,8 +194,7 @@ impl Client {
         ttl: f64,
         mode_name: &str,
         permits: Option<u32>,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
+        waiter: Option<Waiter>,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
         let mode = mode(mode_name, permits);
@@ -211,19 +207,18 @@ impl Client {
             };
             Ok(lease.deadline.saturating_duration_since(tokio::time::Instant::now()))
         };
-        run(py, How::from_args(bridge, future, false)?, work, |py, left| py_any(py, secs_out(left)))
+        run(py, How::new(waiter, false), work, |py, left| py_any(py, secs_out(left)))
     }
 
     /// Reentrant enter: (fencing token, validity left in seconds).
-    #[pyo3(signature = (resource, owner, ttl, bridge=None, future=None))]
+    #[pyo3(signature = (resource, owner, ttl, waiter=None))]
     fn enter(
         &self,
         py: Python<'_>,
         resource: String,
         owner: String,
         ttl: f64,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
+        waiter: Option<Waiter>,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
         let ttl = seconds("ttl", ttl);
@@ -232,55 +227,43 @@ impl Client {
             let left = entered.lease.deadline.saturating_duration_since(tokio::time::Instant::now());
             Ok((entered.fencing_token, secs_out(left)))
         };
-        run(py, How::from_args(bridge, future, false)?, work, py_any)
+        run(py, How::new(waiter, false), work, py_any)
     }
 
     /// Reentrant exit: the holds left.
-    #[pyo3(signature = (resource, owner, bridge=None, future=None))]
+    #[pyo3(signature = (resource, owner, waiter=None))]
     fn exit(
         &self,
         py: Python<'_>,
         resource: String,
         owner: String,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
+        waiter: Option<Waiter>,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
         let work = async move { redlock.exit(&resource, &owner).await };
-        run(py, How::from_args(bridge, future, false)?, work, py_any)
+        run(py, How::new(waiter, false), work, py_any)
     }
 
     /// `LOCK.INFO` on every node: [(node, info tuple or None, error or None)].
-    #[pyo3(signature = (resource, bridge=None, future=None))]
-    fn info(
-        &self,
-        py: Python<'_>,
-        resource: String,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
+    #[pyo3(signature = (resource, waiter=None))]
+    fn info(&self, py: Python<'_>, resource: String, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
         let work = async move { Ok(redlock.info(&resource).await) };
-        run(py, How::from_args(bridge, future, false)?, work, |py, nodes: Vec<NodeInfo>| {
+        run(py, How::new(waiter, false), work, |py, nodes: Vec<NodeInfo>| {
             let rows: Vec<_> = nodes.into_iter().map(info_row).collect();
             py_any(py, rows)
         })
     }
 
     /// Waits (bounded) for the calls earlier rounds left in the background.
-    #[pyo3(signature = (bridge=None, future=None))]
-    fn settle(
-        &self,
-        py: Python<'_>,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
+    #[pyo3(signature = (waiter=None))]
+    fn settle(&self, py: Python<'_>, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
         let work = async move {
             redlock.settle().await;
             Ok(())
         };
-        run(py, How::from_args(bridge, future, true)?, work, |py, ()| Ok(py.None()))
+        run(py, How::new(waiter, true), work, |py, ()| Ok(py.None()))
     }
 }
 

@@ -19,7 +19,7 @@ use redlock_client::{Error, Guard, Lost, Mode, Renewal, Status, Watchdog};
 
 use crate::bridge::{Bridge, Done, Inner as BridgeInner};
 use crate::convert::{self, lost_exception, mode_out, py_any, seconds, secs_out, tally_out};
-use crate::{check_pid, run, runtime, How};
+use crate::{check_pid, run, runtime, How, Waiter};
 
 pub(crate) struct State {
     pid: u32,
@@ -58,10 +58,13 @@ impl State {
         Error::InvalidArgument(format!("the lock on '{}' was released or detached", self.resource))
     }
 
-    /// The guard was given up (`how`): no loss can come any more.
-    fn end(&self, how: &'static str) {
+    /// Takes the guard out to give it up (`how`: "released" or
+    /// "detached"): no loss can come any more.
+    async fn give_up(&self, how: &'static str) -> Result<Guard, Error> {
+        let guard = self.guard.write().await.take().ok_or_else(|| self.released())?;
         let _ = self.ended.set(how);
         self.stop_watching();
+        Ok(guard)
     }
 
     /// Stops waiting for a loss.
@@ -220,13 +223,8 @@ impl Held {
 
     /// The fencing round (the first call; later ones return the same
     /// token without a round).
-    #[pyo3(signature = (bridge=None, future=None))]
-    fn fence(
-        &self,
-        py: Python<'_>,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
+    #[pyo3(signature = (waiter=None))]
+    fn fence(&self, py: Python<'_>, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
         let state = self.state()?;
         let work = async move {
             let held = state.guard.read().await;
@@ -235,19 +233,13 @@ impl Held {
             let _ = state.fenced.set(token);
             Ok(token)
         };
-        run(py, How::from_args(bridge, future, false)?, work, py_any)
+        run(py, How::new(waiter, false), work, py_any)
     }
 
     /// Extends the lock for `ttl` seconds (default: the TTL it was taken
     /// with); returns the validity left.
-    #[pyo3(signature = (ttl=None, bridge=None, future=None))]
-    fn extend(
-        &self,
-        py: Python<'_>,
-        ttl: Option<f64>,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
+    #[pyo3(signature = (ttl=None, waiter=None))]
+    fn extend(&self, py: Python<'_>, ttl: Option<f64>, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
         let state = self.state()?;
         let ttl = ttl.map(|ttl| seconds("ttl", ttl)).transpose();
         let work = async move {
@@ -256,56 +248,39 @@ impl Held {
             let guard = held.as_ref().ok_or_else(|| state.released())?;
             guard.extend(ttl.unwrap_or(guard.lease().ttl)).await
         };
-        run(py, How::from_args(bridge, future, false)?, work, |py, left| py_any(py, secs_out(left)))
+        run(py, How::new(waiter, false), work, |py, left| py_any(py, secs_out(left)))
     }
 
     /// Releases on every node; returns the release round's tally.
-    #[pyo3(signature = (bridge=None, future=None))]
-    fn release(
-        &self,
-        py: Python<'_>,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
+    #[pyo3(signature = (waiter=None))]
+    fn release(&self, py: Python<'_>, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
         let state = self.state()?;
-        let work = async move {
-            let guard = state.guard.write().await.take().ok_or_else(|| state.released())?;
-            state.end("released");
-            guard.release().await
-        };
-        run(py, How::from_args(bridge, future, false)?, work, |py, tally| py_any(py, tally_out(&tally)))
+        let work = async move { state.give_up("released").await?.release().await };
+        run(py, How::new(waiter, false), work, |py, tally| py_any(py, tally_out(&tally)))
     }
 
     /// Gives the guard up without releasing (the lock stays until its TTL
     /// or a release by token): (token, fencing token or None, validity).
-    #[pyo3(signature = (bridge=None, future=None))]
-    fn detach(
-        &self,
-        py: Python<'_>,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
-    ) -> PyResult<Py<PyAny>> {
+    #[pyo3(signature = (waiter=None))]
+    fn detach(&self, py: Python<'_>, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
         let state = self.state()?;
         let work = async move {
-            let guard = state.guard.write().await.take().ok_or_else(|| state.released())?;
-            state.end("detached");
-            let detached = guard.detach();
+            let detached = state.give_up("detached").await?.detach();
             let left = detached.deadline.saturating_duration_since(Instant::now());
             Ok((detached.token, detached.fencing_token, secs_out(left)))
         };
-        run(py, How::from_args(bridge, future, false)?, work, py_any)
+        run(py, How::new(waiter, false), work, py_any)
     }
 
     /// Starts (or restarts) the watchdog: renews every ttl/3 within the
     /// bounds.
-    #[pyo3(signature = (renewals_max, duration_max, bridge=None, future=None))]
+    #[pyo3(signature = (renewals_max, duration_max, waiter=None))]
     fn start_watchdog(
         &self,
         py: Python<'_>,
         renewals_max: u32,
         duration_max: f64,
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
+        waiter: Option<Waiter>,
     ) -> PyResult<Py<PyAny>> {
         let state = self.state()?;
         let duration_max = seconds("duration_max", duration_max);
@@ -315,7 +290,7 @@ impl Held {
             held.as_mut().ok_or_else(|| state.released())?.start_watchdog(limits);
             Ok(())
         };
-        run(py, How::from_args(bridge, future, false)?, work, |py, ()| Ok(py.None()))
+        run(py, How::new(waiter, false), work, |py, ()| Ok(py.None()))
     }
 
     /// Calls `callback(LockLostError)` once when the lock is lost (at once

@@ -102,19 +102,17 @@ pub(crate) enum How {
     Async { bridge: Arc<bridge::Inner>, future: Py<PyAny>, abortable: bool },
 }
 
+/// How the asyncio API asks for a call: the bridge of its event loop and
+/// the asyncio future to resolve there. The sync API passes none.
+pub(crate) type Waiter = (Py<Bridge>, Py<PyAny>);
+
 impl How {
-    /// The sync API passes neither, the asyncio API both.
-    pub(crate) fn from_args(
-        bridge: Option<Py<Bridge>>,
-        future: Option<Py<PyAny>>,
-        interruptible: bool,
-    ) -> PyResult<How> {
-        match (bridge, future) {
-            (None, None) => Ok(How::Block { interruptible }),
-            (Some(bridge), Some(future)) => {
-                Ok(How::Async { bridge: bridge.get().inner(), future, abortable: interruptible })
+    pub(crate) fn new(waiter: Option<Waiter>, interruptible: bool) -> How {
+        match waiter {
+            None => How::Block { interruptible },
+            Some((bridge, future)) => {
+                How::Async { bridge: bridge.get().inner(), future, abortable: interruptible }
             }
-            _ => Err(pyo3::exceptions::PyTypeError::new_err("bridge and future go together")),
         }
     }
 }
