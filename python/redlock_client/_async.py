@@ -31,7 +31,7 @@ from ._common import (
     call_back,
     connect_args,
     release_failed,
-    watchdog_args,
+    watchdog_bounds,
 )
 from ._types import (
     Detached,
@@ -105,6 +105,9 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
     """
 
     __slots__ = ()
+
+    def _context(self, args: tuple, watchdog: Optional[Tuple[int, float]], on_lost: Any) -> "AsyncLockContext":
+        return AsyncLockContext(self, args, watchdog, on_lost)
 
     def __init__(
         self,
@@ -310,7 +313,7 @@ class AsyncLock(LockBase):
 
     async def start_watchdog(self, watchdog: Optional[Watchdog] = None) -> None:
         """See :meth:`Lock.start_watchdog`."""
-        bounds = watchdog_args(watchdog if watchdog is not None else True)
+        bounds = watchdog_bounds(watchdog)
         await _run(self._held.start_watchdog, *bounds)
 
     @property
@@ -389,5 +392,3 @@ class AsyncLostEvent(LostBase):
             self._call(callback, error)
         self._event.set()
 
-
-AsyncRedlock._context = AsyncLockContext

@@ -35,8 +35,10 @@ class ClientBase(Generic[ContextT]):
     __slots__ = ("_core",)
 
     _core: _native.Client
-    #: LockContext or AsyncLockContext.
-    _context: Callable[..., ContextT]
+
+    def _context(self, args: tuple, watchdog: Optional[Tuple[int, float]], on_lost: Any) -> ContextT:
+        """The context ``lock()`` returns: LockContext or AsyncLockContext."""
+        raise NotImplementedError
 
     @property
     def nodes(self) -> List[str]:
@@ -78,7 +80,7 @@ class ClientBase(Generic[ContextT]):
         releases at the end of the block."""
         claims = one_claim(resource, mode, permits)
         args = (claims, False, seconds(ttl, "ttl"), fence, retry(wait, attempts, retry_delay))
-        return self._context(self, args, watchdog_args(watchdog), on_lost)
+        return self._context(args, watchdog_args(watchdog), on_lost)
 
     def lock_many(
         self,
@@ -95,7 +97,7 @@ class ClientBase(Generic[ContextT]):
         """:meth:`lock` for a set of resources, all or nothing (each a name
         or (name, mode), mode "exclusive", "read" or "write")."""
         args = (set_claims(resources), True, seconds(ttl, "ttl"), fence, retry(wait, attempts, retry_delay))
-        return self._context(self, args, watchdog_args(watchdog), on_lost)
+        return self._context(args, watchdog_args(watchdog), on_lost)
 
 
 def connect_args(nodes: Any, connect_timeout: Seconds, command_timeout: Seconds, reconnect_backoff: Seconds) -> tuple:
@@ -113,7 +115,12 @@ def watchdog_args(watchdog: Any) -> Optional[Tuple[int, float]]:
     """The watchdog's bounds from ``watchdog=True`` / a :class:`Watchdog`."""
     if watchdog is None or watchdog is False:
         return None
-    if watchdog is True:
+    return watchdog_bounds(watchdog)
+
+
+def watchdog_bounds(watchdog: Any) -> Tuple[int, float]:
+    """The bounds of a :class:`Watchdog` (``True`` or None: the defaults)."""
+    if watchdog is True or watchdog is None:
         watchdog = Watchdog()
     if not isinstance(watchdog, Watchdog):
         raise TypeError(f"watchdog must be a bool or a Watchdog, not {type(watchdog).__name__}")

@@ -22,7 +22,7 @@ from ._common import (
     call_back,
     connect_args,
     release_failed,
-    watchdog_args,
+    watchdog_bounds,
 )
 from ._types import (
     Detached,
@@ -66,6 +66,9 @@ class Redlock(ClientBase["LockContext"]):
     """
 
     __slots__ = ()
+
+    def _context(self, args: tuple, watchdog: Optional[Tuple[int, float]], on_lost: Any) -> "LockContext":
+        return LockContext(self, args, watchdog, on_lost)
 
     def __init__(
         self,
@@ -283,7 +286,7 @@ class Lock(LockBase):
         of ``watchdog`` (default :class:`Watchdog`). A renewal that the
         quorum does not confirm marks the lock lost at once (see
         :attr:`lost`)."""
-        bounds = watchdog_args(watchdog if watchdog is not None else True)
+        bounds = watchdog_bounds(watchdog)
         self._held.start_watchdog(*bounds)
 
     @property
@@ -355,5 +358,3 @@ class LostEvent(LostBase):
         for callback in callbacks:
             call_back(callback, error)
 
-
-Redlock._context = LockContext

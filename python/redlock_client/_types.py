@@ -193,7 +193,7 @@ def one_claim(resource: str, mode: ModeLike, permits: Optional[int]) -> List[Tup
 def set_claims(resources: Sequence[SetMember]) -> List[Tuple[str, str, Optional[int]]]:
     if isinstance(resources, str):
         raise TypeError("resources must be a sequence of resources (a str is one resource: use lock())")
-    claims = []
+    claims: List[Tuple[str, str, Optional[int]]] = []
     for member in resources:
         if isinstance(member, str):
             claims.append((member, "exclusive", None))
