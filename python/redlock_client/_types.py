@@ -1,0 +1,251 @@
+"""Plain values of the API: modes, durations, tallies, node reports."""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence, Tuple, Union
+
+try:
+    from typing import Literal
+except ImportError:  # pragma: no cover
+    from typing_extensions import Literal  # type: ignore
+
+
+class Mode(str, enum.Enum):
+    """What a grant asks the nodes for. Plain strings work too."""
+
+    #: The plain lock (``LOCK.ACQUIRE``): one holder.
+    EXCLUSIVE = "exclusive"
+    #: A read hold of a read-write lock (``LOCK.SHARED``): many readers.
+    READ = "read"
+    #: A write hold of a read-write lock (``LOCK.EXCLUSIVE``): alone.
+    WRITE = "write"
+    #: One of ``permits`` permits of a semaphore (``LOCK.SEMAPHORE``).
+    PERMIT = "permit"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ModeName = Literal["exclusive", "read", "write", "permit"]
+#: A mode as a :class:`Mode` or its name.
+ModeLike = Union[Mode, ModeName]
+#: A duration: seconds (int or float) or a ``datetime.timedelta``.
+Seconds = Union[float, int, datetime.timedelta]
+#: One member of a set: a resource (exclusive) or (resource, mode).
+SetMember = Union[str, Tuple[str, ModeLike]]
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    """Bounds of the automatic renewal (every ttl/3): it stops after
+    ``renewals_max`` renewals or ``duration_max`` seconds, whichever comes
+    first; the lock then runs out at the end of its last validity and
+    ``lock.lost`` fires with reason "watchdog_limit"."""
+
+    renewals_max: int = 10_000
+    duration_max: Seconds = 3600.0
+
+
+@dataclass(frozen=True)
+class Tally:
+    """The per-node counts of one quorum round."""
+
+    #: Nodes the round went to.
+    nodes: int
+    #: Yes answers it needed (a majority, or a semaphore's larger quorum).
+    need: int
+    yes: int
+    #: Held by another owner (grant rounds) or not holding (other rounds).
+    no: int
+    quarantined: int
+    #: The longest quarantine left among the quarantined nodes, in seconds.
+    quarantine_left: Optional[float]
+    unreachable: int
+    timed_out: int
+    #: Nodes that answered with another error; the first one's text below.
+    failed: int
+    first_failure: Optional[str]
+    #: Nodes whose answer was still in flight when the round was decided
+    #: (they finish in the background; always 0 in an error's tally).
+    pending: int
+
+    @property
+    def has_quorum(self) -> bool:
+        return self.yes >= self.need
+
+    @classmethod
+    def _from_native(cls, t: tuple) -> "Tally":
+        left_ms = t[5]
+        return cls(t[0], t[1], t[2], t[3], t[4], None if left_ms is None else left_ms / 1000.0, *t[6:])
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """One holder of a read-write lock or semaphore on one node."""
+
+    holder: str
+    #: "read", "write" or "permit".
+    mode: str
+    fence: int
+    #: Seconds left on that node.
+    ttl: float
+    #: The node's deadline, epoch milliseconds of its wall clock.
+    deadline_ms: int
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """``LOCK.INFO`` of one node. A plain or reentrant lock fills
+    ``holder``, ``fence``, ``ttl`` and ``deadline_ms``; a read-write lock
+    (kind "shared") or semaphore lists its ``holders`` instead."""
+
+    kind: str
+    holder: str
+    holds: int
+    fence: int
+    ttl: float
+    deadline_ms: int
+    waiters: int
+    permits: Optional[int]
+    holders: List[HolderInfo] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node's answer to ``info``: ``info`` is None when no lock is held
+    there; ``error`` says why there is no answer."""
+
+    node: str
+    info: Optional[LockInfo]
+    error: Optional[str]
+
+
+@dataclass(frozen=True)
+class Entered:
+    """A reentrant hold (``enter``): its fencing token and the validity
+    left, in seconds, when it was granted."""
+
+    fencing_token: int
+    validity: float
+
+
+@dataclass(frozen=True)
+class Detached:
+    """What is left of a lock after ``detach()``: it stays held until its
+    TTL runs out or someone releases it with the token."""
+
+    resource: str
+    resources: List[Tuple[str, str]]
+    token: str
+    fencing_token: Optional[int]
+    #: Seconds of validity left when it was detached.
+    validity: float
+
+
+def seconds(value: Seconds, what: str) -> float:
+    """A duration argument as float seconds (checked: finite, not negative)."""
+    from .errors import _invalid
+
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be seconds (int or float) or a datetime.timedelta, not {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise _invalid(f"{what} must be a finite number of seconds, at least 0; got {value}")
+    return value
+
+
+def mode_name(mode: ModeLike) -> str:
+    if isinstance(mode, Mode):
+        return mode.value
+    if isinstance(mode, str):
+        return mode
+    raise TypeError(f"mode must be a Mode or one of 'exclusive', 'read', 'write', 'permit', not {type(mode).__name__}")
+
+
+def permit_count(permits: Optional[int]) -> Optional[int]:
+    from .errors import _invalid
+
+    if permits is None:
+        return None
+    if isinstance(permits, bool) or not isinstance(permits, int):
+        raise TypeError(f"permits must be an int, not {type(permits).__name__}")
+    if not 1 <= permits <= 0xFFFF_FFFF:
+        raise _invalid(f"permits must be at least 1, got {permits}")
+    return permits
+
+
+def name(value: str, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value
+
+
+def one_claim(resource: str, mode: ModeLike, permits: Optional[int]) -> List[Tuple[str, str, Optional[int]]]:
+    return [(name(resource, "resource"), mode_name(mode), permit_count(permits))]
+
+
+def set_claims(resources: Sequence[SetMember]) -> List[Tuple[str, str, Optional[int]]]:
+    if isinstance(resources, str):
+        raise TypeError("resources must be a sequence of resources (a str is one resource: use lock())")
+    claims: List[Tuple[str, str, Optional[int]]] = []
+    for member in resources:
+        if isinstance(member, str):
+            claims.append((member, "exclusive", None))
+        elif isinstance(member, tuple) and len(member) == 2:
+            claims.append((name(member[0], "resource"), mode_name(member[1]), None))
+        else:
+            raise TypeError(f"a set member is a resource or (resource, mode), not {member!r}")
+    return claims
+
+
+def resource_names(resources: Sequence[str]) -> List[str]:
+    if isinstance(resources, str):
+        raise TypeError("resources must be a sequence of resources, not a str")
+    return [name(r, "resource") for r in resources]
+
+
+def retry(wait: Optional[Seconds], attempts: Optional[int], retry_delay: Optional[Tuple[Seconds, Seconds]]) -> tuple:
+    """An acquire's retry policy as the extension takes it."""
+    delays = None
+    if retry_delay is not None:
+        low, high = retry_delay
+        delays = (seconds(low, "retry_delay"), seconds(high, "retry_delay"))
+    if attempts is not None:
+        from .errors import _invalid
+
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            raise TypeError(f"attempts must be an int, not {type(attempts).__name__}")
+        if not 1 <= attempts <= 0xFFFF_FFFF:
+            raise _invalid(f"attempts must be at least 1, got {attempts}")
+    return (None if wait is None else seconds(wait, "wait"), attempts, delays)
+
+
+def tally(t: tuple) -> Tally:
+    return Tally._from_native(t)
+
+
+def node_infos(rows: list) -> List[NodeInfo]:
+    out = []
+    for node, row, error in rows:
+        info = None
+        if row is not None:
+            kind, holder, holds, fence, ttl_ms, deadline_ms, waiters, permits, holders = row
+            info = LockInfo(
+                kind,
+                holder,
+                holds,
+                fence,
+                ttl_ms / 1000.0,
+                deadline_ms,
+                waiters,
+                permits,
+                [HolderInfo(h, m, f, t / 1000.0, d) for h, m, f, t, d in holders],
+            )
+        out.append(NodeInfo(node, info, error))
+    return out

@@ -1,0 +1,297 @@
+//! `Client`: one `redlock_client::Redlock` (one connection and one ordered
+//! writer per node), shared by every thread and task that uses it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+
+use redlock_client::{Config, Error, Guard, Mode, NodeInfo, Redlock, Result};
+
+use crate::convert::{mode, policy, py_any, seconds, secs_out, tally_out, to_pyerr};
+use crate::held::Held;
+use crate::{block, check_pid, run, runtime, How, Waiter};
+
+/// What an acquire takes: one resource (any mode) or a set (the crate's
+/// `try_acquire_many`, all or nothing).
+#[derive(Clone)]
+enum Claims {
+    One(String, Mode),
+    Many(Vec<(String, Mode)>),
+}
+
+/// An acquire's retry policy from Python: (wait seconds, attempts,
+/// (delay_min, delay_max) seconds), each optional.
+type Retry = (Option<f64>, Option<u32>, Option<(f64, f64)>);
+
+#[pyclass(frozen, module = "redlock_client._native")]
+pub struct Client {
+    redlock: Redlock,
+    pid: u32,
+}
+
+impl Client {
+    fn redlock(&self) -> PyResult<Redlock> {
+        check_pid(self.pid)?;
+        Ok(self.redlock.clone())
+    }
+}
+
+/// One acquire attempt, and with `fence` the fencing round right after it
+/// (a failed round drops the guard, which releases it).
+async fn attempt(
+    redlock: Redlock,
+    claims: Arc<Claims>,
+    ttl: Duration,
+    fence: bool,
+) -> Result<(Guard, Option<u64>)> {
+    let guard = match &*claims {
+        Claims::One(resource, mode) => redlock.try_acquire(resource, *mode, ttl).await?,
+        Claims::Many(set) => redlock.try_acquire_many(set, ttl).await?,
+    };
+    let fenced = if fence { Some(guard.fencing_token().await?) } else { None };
+    Ok((guard, fenced))
+}
+
+fn held(py: Python<'_>, (guard, fenced): (Guard, Option<u64>)) -> PyResult<Py<PyAny>> {
+    Ok(Py::new(py, Held::new(guard, fenced))?.into_any())
+}
+
+/// The (name, mode, permits) claims of Python as the crate's.
+fn claims(list: Vec<(String, String, Option<u32>)>, many: bool) -> Result<Claims> {
+    let set = list.into_iter().map(|(name, mode_name, permits)| Ok((name, mode(&mode_name, permits)?)));
+    let set = set.collect::<Result<Vec<_>>>()?;
+    if many {
+        return Ok(Claims::Many(set));
+    }
+    match <[(String, Mode); 1]>::try_from(set) {
+        Ok([(name, mode)]) => Ok(Claims::One(name, mode)),
+        Err(_) => Err(Error::InvalidArgument("one resource expected".into())),
+    }
+}
+
+#[pymethods]
+impl Client {
+    /// Connects to every node (in parallel, at most `connect_timeout`), the
+    /// GIL released. Unreachable nodes are tried again by later calls.
+    #[new]
+    fn new(
+        py: Python<'_>,
+        nodes: Vec<String>,
+        connect_timeout: f64,
+        command_timeout: f64,
+        reconnect_backoff: f64,
+    ) -> PyResult<Client> {
+        let config = (|| {
+            Ok(Config {
+                connect_timeout: seconds("connect_timeout", connect_timeout)?,
+                command_timeout: seconds("command_timeout", command_timeout)?,
+                reconnect_backoff: seconds("reconnect_backoff", reconnect_backoff)?,
+            })
+        })()
+        .map_err(|e: Error| to_pyerr(py, &e))?;
+        let redlock = block(py, async move { Redlock::connect(nodes, config).await }, false)?
+            .map_err(|e| to_pyerr(py, &e))?;
+        Ok(Client { redlock, pid: std::process::id() })
+    }
+
+    #[getter]
+    fn nodes(&self) -> Vec<String> {
+        self.redlock.node_urls()
+    }
+
+    #[getter]
+    fn majority(&self) -> usize {
+        self.redlock.majority()
+    }
+
+    /// The grants a lock taken in this mode needs.
+    #[pyo3(signature = (mode_name, permits=None))]
+    fn quorum(&self, py: Python<'_>, mode_name: &str, permits: Option<u32>) -> PyResult<usize> {
+        let mode = mode(mode_name, permits).map_err(|e| to_pyerr(py, &e))?;
+        Ok(self.redlock.quorum(mode))
+    }
+
+    /// One attempt (`retry` None) or attempts within a retry policy
+    /// (`retry` = (wait, attempts, (delay_min, delay_max))), of one
+    /// resource or (`many`) a set; `fence`: the fencing round too.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (claims, many, ttl, fence, retry=None, waiter=None))]
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        claims: Vec<(String, String, Option<u32>)>,
+        many: bool,
+        ttl: f64,
+        fence: bool,
+        retry: Option<Retry>,
+        waiter: Option<Waiter>,
+    ) -> PyResult<Py<PyAny>> {
+        let redlock = self.redlock()?;
+        let claims = self::claims(claims, many);
+        let ttl = seconds("ttl", ttl);
+        let Some((wait, attempts, delays)) = retry else {
+            // One attempt: a round that is never dropped half-way.
+            let work = async move { attempt(redlock, Arc::new(claims?), ttl?, fence).await };
+            return run(py, How::new(waiter, false), work, held);
+        };
+        let policy = policy(wait, attempts, delays);
+        // Each attempt is a task of its own: the caller may stop waiting
+        // (Ctrl-C, a cancelled asyncio task) at any point, which drops this
+        // loop; an attempt under way still ends, and if it took the lock,
+        // its guard is dropped there, which releases it.
+        let work = async move {
+            let (claims, ttl, policy) = (Arc::new(claims?), ttl?, policy?);
+            policy
+                .retry(|| {
+                    let task = runtime().spawn(attempt(redlock.clone(), claims.clone(), ttl, fence));
+                    async move {
+                        task.await.unwrap_or_else(|e| {
+                            Err(Error::InvalidArgument(format!("the acquire attempt failed: {e}")))
+                        })
+                    }
+                })
+                .await
+        };
+        run(py, How::new(waiter, true), work, held)
+    }
+
+    /// Releases by token: one resource (`many` false, in `mode`) or a set;
+    /// returns the round's tally (every node answered).
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (resources, many, token, mode_name="exclusive", permits=None, waiter=None))]
+    fn release(
+        &self,
+        py: Python<'_>,
+        resources: Vec<String>,
+        many: bool,
+        token: String,
+        mode_name: &str,
+        permits: Option<u32>,
+        waiter: Option<Waiter>,
+    ) -> PyResult<Py<PyAny>> {
+        let redlock = self.redlock()?;
+        let mode = mode(mode_name, permits);
+        let work = async move {
+            match (many, resources.as_slice()) {
+                (true, set) => redlock.release_many(set, &token).await,
+                (false, [one]) => redlock.release(one, &token, mode?).await,
+                (false, _) => Err(Error::InvalidArgument("one resource expected".into())),
+            }
+        };
+        run(py, How::new(waiter, false), work, |py, tally| py_any(py, tally_out(&tally)))
+    }
+
+    /// Extends by token for `ttl`; returns the validity left in seconds.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (resources, many, token, ttl, mode_name="exclusive", permits=None, waiter=None))]
+    fn extend(
+        &self,
+        py: Python<'_>,
+        resources: Vec<String>,
+        many: bool,
+        token: String,
+        ttl: f64,
+        mode_name: &str,
+        permits: Option<u32>,
+        waiter: Option<Waiter>,
+    ) -> PyResult<Py<PyAny>> {
+        let redlock = self.redlock()?;
+        let mode = mode(mode_name, permits);
+        let ttl = seconds("ttl", ttl);
+        let work = async move {
+            let lease = match (many, resources.as_slice()) {
+                (true, set) => redlock.extend_many(set, &token, ttl?).await?,
+                (false, [one]) => redlock.extend(one, &token, mode?, ttl?).await?,
+                (false, _) => return Err(Error::InvalidArgument("one resource expected".into())),
+            };
+            Ok(lease.deadline.saturating_duration_since(tokio::time::Instant::now()))
+        };
+        run(py, How::new(waiter, false), work, |py, left| py_any(py, secs_out(left)))
+    }
+
+    /// Reentrant enter: (fencing token, validity left in seconds).
+    #[pyo3(signature = (resource, owner, ttl, waiter=None))]
+    fn enter(
+        &self,
+        py: Python<'_>,
+        resource: String,
+        owner: String,
+        ttl: f64,
+        waiter: Option<Waiter>,
+    ) -> PyResult<Py<PyAny>> {
+        let redlock = self.redlock()?;
+        let ttl = seconds("ttl", ttl);
+        let work = async move {
+            let entered = redlock.enter(&resource, &owner, ttl?).await?;
+            let left = entered.lease.deadline.saturating_duration_since(tokio::time::Instant::now());
+            Ok((entered.fencing_token, secs_out(left)))
+        };
+        run(py, How::new(waiter, false), work, py_any)
+    }
+
+    /// Reentrant exit: the holds left.
+    #[pyo3(signature = (resource, owner, waiter=None))]
+    fn exit(
+        &self,
+        py: Python<'_>,
+        resource: String,
+        owner: String,
+        waiter: Option<Waiter>,
+    ) -> PyResult<Py<PyAny>> {
+        let redlock = self.redlock()?;
+        let work = async move { redlock.exit(&resource, &owner).await };
+        run(py, How::new(waiter, false), work, py_any)
+    }
+
+    /// `LOCK.INFO` on every node: [(node, info tuple or None, error or None)].
+    #[pyo3(signature = (resource, waiter=None))]
+    fn info(&self, py: Python<'_>, resource: String, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
+        let redlock = self.redlock()?;
+        let work = async move { Ok(redlock.info(&resource).await) };
+        run(py, How::new(waiter, false), work, |py, nodes: Vec<NodeInfo>| {
+            let rows: Vec<_> = nodes.into_iter().map(info_row).collect();
+            py_any(py, rows)
+        })
+    }
+
+    /// Waits (bounded) for the calls earlier rounds left in the background.
+    #[pyo3(signature = (waiter=None))]
+    fn settle(&self, py: Python<'_>, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
+        let redlock = self.redlock()?;
+        let work = async move {
+            redlock.settle().await;
+            Ok(())
+        };
+        run(py, How::new(waiter, true), work, |py, ()| Ok(py.None()))
+    }
+}
+
+type HolderRow = (String, String, i64, i64, i64);
+type InfoRow = (String, String, i64, i64, i64, i64, i64, Option<i64>, Vec<HolderRow>);
+
+fn info_row(node: NodeInfo) -> (String, Option<InfoRow>, Option<String>) {
+    match node.info {
+        Ok(None) => (node.node, None, None),
+        Err(error) => (node.node, None, Some(error)),
+        Ok(Some(info)) => {
+            let holders = info
+                .holders
+                .into_iter()
+                .map(|h| (h.holder, h.mode, h.fence, h.ttl_ms, h.deadline_ms))
+                .collect();
+            let row = (
+                info.kind,
+                info.holder,
+                info.holds,
+                info.fence,
+                info.ttl_ms,
+                info.deadline_ms,
+                info.waiters,
+                info.permits,
+                holders,
+            );
+            (node.node, Some(row), None)
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Conversions between Python values and the client's types: modes,
+//! durations, retry policies, tallies, and errors (built by
+//! `redlock_client.errors._from_native`, so that the exception classes,
+//! their attributes and docstrings live in Python).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::IntoPyObjectExt;
+use redlock_client::{Error, Lost, Mode, Phase, RetryPolicy, Tally};
+
+/// Set when the interpreter exits: no thread of the runtime calls into
+/// Python after that.
+static SHUT_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// Called by the package's `atexit` hook.
+#[pyfunction]
+pub(crate) fn shutdown() {
+    SHUT_DOWN.store(true, Ordering::SeqCst);
+}
+
+pub(crate) fn shut_down() -> bool {
+    SHUT_DOWN.load(Ordering::SeqCst)
+}
+
+/// A mode from its Python spelling: "exclusive", "read", "write", or
+/// "permit" with `permits`.
+pub(crate) fn mode(name: &str, permits: Option<u32>) -> Result<Mode, Error> {
+    match (name, permits) {
+        ("exclusive", None) => Ok(Mode::Exclusive),
+        ("read", None) => Ok(Mode::Read),
+        ("write", None) => Ok(Mode::Write),
+        ("permit", Some(permits)) => Ok(Mode::Permit { permits }),
+        ("permit", None) => Err(Error::InvalidArgument("mode 'permit' needs permits=N".into())),
+        ("exclusive" | "read" | "write", Some(_)) => {
+            Err(Error::InvalidArgument(format!("permits is only for mode 'permit', not '{name}'")))
+        }
+        _ => Err(Error::InvalidArgument(format!(
+            "unknown mode {name:?} (one of 'exclusive', 'read', 'write', 'permit')"
+        ))),
+    }
+}
+
+/// The Python spelling of a mode: its name and, for a permit, the count.
+pub(crate) fn mode_out(mode: Mode) -> (&'static str, Option<u32>) {
+    match mode {
+        Mode::Permit { permits } => (mode.name(), Some(permits)),
+        other => (other.name(), None),
+    }
+}
+
+/// Seconds (as Python gives them, `timedelta`s already converted) as a
+/// duration.
+pub(crate) fn seconds(what: &str, value: f64) -> Result<Duration, Error> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        Error::InvalidArgument(format!("{what} must be a finite number of seconds, at least 0; got {value}"))
+    })
+}
+
+pub(crate) fn secs_out(duration: Duration) -> f64 {
+    duration.as_secs_f64()
+}
+
+/// The retry policy of an acquire: `wait` seconds in all (the crate's
+/// `RetryPolicy::within`), or the crate's default; other delay bounds and
+/// an attempt count if given.
+pub(crate) fn policy(
+    wait: Option<f64>,
+    attempts: Option<u32>,
+    delays: Option<(f64, f64)>,
+) -> Result<RetryPolicy, Error> {
+    let mut policy = match wait {
+        Some(wait) => RetryPolicy::within(seconds("wait", wait)?),
+        None => RetryPolicy::default(),
+    };
+    if let Some((min, max)) = delays {
+        policy = policy.with_delays(seconds("retry delay", min)?, seconds("retry delay", max)?);
+    }
+    if let Some(attempts) = attempts {
+        if attempts == 0 {
+            return Err(Error::InvalidArgument("attempts must be at least 1".into()));
+        }
+        policy.attempts_max = attempts;
+    }
+    Ok(policy)
+}
+
+/// A tally as the tuple `redlock_client.Tally` is built from.
+pub(crate) type TallyTuple =
+    (usize, usize, usize, usize, usize, Option<u64>, usize, usize, usize, Option<String>, usize);
+
+pub(crate) fn tally_out(tally: &Tally) -> TallyTuple {
+    (
+        tally.nodes,
+        tally.need(),
+        tally.yes,
+        tally.no,
+        tally.quarantined,
+        tally.quarantine_left_ms,
+        tally.unreachable,
+        tally.timed_out,
+        tally.failed,
+        tally.first_failure.as_deref().map(str::to_string),
+        tally.pending(),
+    )
+}
+
+fn phase_name(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Acquire => "acquire",
+        Phase::Fence => "fence",
+        Phase::Extend => "extend",
+        Phase::Release => "release",
+        Phase::Enter => "enter",
+        Phase::Exit => "exit",
+    }
+}
+
+fn lost_name(lost: &Lost) -> &'static str {
+    match lost {
+        Lost::Expired => "expired",
+        Lost::WatchdogLimit { .. } => "watchdog_limit",
+        Lost::RenewalFailed(_) => "renewal_failed",
+    }
+}
+
+/// The Python exception for `error` (see `redlock_client/errors.py`).
+pub(crate) fn to_pyerr(py: Python<'_>, error: &Error) -> PyErr {
+    match exception(py, error) {
+        Ok(value) => PyErr::from_value(value),
+        Err(failed) => failed,
+    }
+}
+
+/// The Python exception for a lock lost for `reason`.
+pub(crate) fn lost_exception<'py>(
+    py: Python<'py>,
+    resource: &str,
+    reason: Lost,
+) -> PyResult<Bound<'py, PyAny>> {
+    exception(py, &Error::Lost { resource: resource.to_string(), reason })
+}
+
+fn factory(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static FACTORY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    FACTORY.import(py, "redlock_client.errors", "_from_native")
+}
+
+fn exception<'py>(py: Python<'py>, error: &Error) -> PyResult<Bound<'py, PyAny>> {
+    let message = error.to_string();
+    let none = || -> Option<&str> { None };
+    let (kind, resource, phase, tally, reason, cause) = match error {
+        Error::Contended { resource, tally } => {
+            ("held", Some(resource.as_str()), none(), Some(tally), none(), None)
+        }
+        Error::NoQuorum { resource, phase, tally } => {
+            ("no_quorum", Some(resource.as_str()), Some(phase_name(*phase)), Some(tally), none(), None)
+        }
+        Error::ExpiredBeforeUse { resource, .. } => {
+            ("expired_before_use", Some(resource.as_str()), none(), None, none(), None)
+        }
+        Error::Lost { resource, reason } => {
+            let cause = match reason {
+                Lost::RenewalFailed(inner) => Some(exception(py, inner)?),
+                Lost::Expired | Lost::WatchdogLimit { .. } => None,
+            };
+            ("lost", Some(resource.as_str()), none(), None, Some(lost_name(reason)), cause)
+        }
+        Error::InvalidArgument(_) => ("invalid_argument", None, none(), None, none(), None),
+    };
+    factory(py)?.call1((kind, message, resource, phase, tally.map(tally_out), reason, cause))
+}
+
+/// A `RedlockError` for a misuse the crate cannot see (a client used in a
+/// forked child, a blocking call on the runtime's thread).
+pub(crate) fn usage_error(py: Python<'_>, message: &str) -> PyErr {
+    let made = factory(py).and_then(|factory| {
+        let none: Option<&str> = None;
+        let tally: Option<TallyTuple> = None;
+        let cause: Option<Bound<'_, PyAny>> = None;
+        factory.call1(("usage", message, none, none, tally, none, cause))
+    });
+    match made {
+        Ok(value) => PyErr::from_value(value),
+        Err(failed) => failed,
+    }
+}
+
+/// Any value that converts, as a `Py<PyAny>` (the shape [`crate::run`]'s
+/// conversions return).
+pub(crate) fn py_any<T>(py: Python<'_>, value: T) -> PyResult<Py<PyAny>>
+where
+    T: for<'py> IntoPyObject<'py>,
+{
+    value.into_py_any(py)
+}
