@@ -15,7 +15,6 @@
 //!   write.
 
 use crate::clock;
-use crate::config;
 use crate::core::codec::{self, StringLock};
 use crate::core::hashform::{self, Fields, HashLock};
 use crate::core::kind::{Hold, Mode, Shape};
@@ -23,7 +22,7 @@ use crate::core::memory::{Free, Holders, Single};
 use crate::core::txn::{Changes, Stored, Txn};
 use crate::errors;
 use crate::ffi::{Call, Key, KeyKind};
-use crate::node;
+use crate::node::{Node, Rules};
 
 /// A hash key's fields, read through the FFI.
 pub struct KeyFields<'k, 'c> {
@@ -55,11 +54,11 @@ pub enum Loaded<'k, 'c> {
 
 /// Reads the lock stored at `key` at `now_ms`. A value that is not a lock,
 /// or a lock whose deadline lies further ahead than any grant of this
-/// module could have set (`config::deadline_ahead_max_ms`: a value written
+/// module could have set (`Rules::deadline_ahead_max_ms`: a value written
 /// by something else, such as a `SET` of a forged lock), is refused: it must
 /// never hold a key past what a real grant could.
-pub fn load<'k, 'c>(key: &'k Key<'c>, now_ms: i64) -> Result<Loaded<'k, 'c>, Failure> {
-    let ahead_max_ms = config::deadline_ahead_max_ms();
+pub fn load<'k, 'c>(key: &'k Key<'c>, rules: &Rules) -> Result<Loaded<'k, 'c>, Failure> {
+    let (now_ms, ahead_max_ms) = (rules.now_ms, rules.deadline_ahead_max_ms);
     let deadline_max_ms = now_ms.saturating_add(ahead_max_ms);
     let too_far =
         |deadline_ms: i64| Failure::TooFar { ahead_ms: deadline_ms.saturating_sub(now_ms), ahead_max_ms };
@@ -93,11 +92,11 @@ pub fn load<'k, 'c>(key: &'k Key<'c>, now_ms: i64) -> Result<Loaded<'k, 'c>, Fai
 impl Loaded<'_, '_> {
     /// A hash lock's holders are read on demand: a deadline beyond the
     /// bound found while a transaction or a read used it.
-    pub fn too_far(&self, now_ms: i64) -> Option<Failure> {
+    pub fn too_far(&self, rules: &Rules) -> Option<Failure> {
         match self {
             Loaded::Hash(lock) => lock.too_far().map(|deadline_ms| Failure::TooFar {
-                ahead_ms: deadline_ms.saturating_sub(now_ms),
-                ahead_max_ms: config::deadline_ahead_max_ms(),
+                ahead_ms: deadline_ms.saturating_sub(rules.now_ms),
+                ahead_max_ms: rules.deadline_ahead_max_ms,
             }),
             _ => None,
         }
@@ -179,33 +178,37 @@ pub struct Written {
 /// hands a freed lock to its waiters).
 pub fn transact<'c, 'o, T>(
     call: &'c Call<'c>,
+    node: &Node,
+    now_ms: i64,
     transition: impl for<'s, 'k> FnOnce(&mut Txn<'s, 'o, Loaded<'k, 'c>>) -> T,
 ) -> Result<(T, Written, Key<'c>), Failure> {
     let mut key = call.open_key(true).ok_or(Failure::WriteFailed)?;
-    let (answer, written) = run(&mut key, transition)?;
+    let (answer, written) = run(&mut key, node, now_ms, transition)?;
     Ok((answer, written, key))
 }
 
 /// Runs `transition` on a transaction over the lock `key` (open for writing)
-/// holds, at the module clock's "now", then stores and replicates the
-/// changes: one read of the key, one write.
+/// holds at `now_ms`, then stores and replicates the changes: one read of
+/// the key, one write.
 pub fn run<'c, 'o, T>(
     key: &mut Key<'c>,
+    node: &Node,
+    now_ms: i64,
     transition: impl for<'s, 'k> FnOnce(&mut Txn<'s, 'o, Loaded<'k, 'c>>) -> T,
 ) -> Result<(T, Written), Failure> {
-    let now = clock::now_ms();
+    let rules = node.rules(now_ms);
     let (answer, changes, converted) = {
-        let loaded = load(key, now)?;
-        let mut txn = Txn::new(&loaded, now, node::expiry_delay_ms(now));
+        let loaded = load(key, &rules)?;
+        let mut txn = Txn::new(&loaded, now_ms, rules.cool_down_ms);
         let answer = transition(&mut txn);
         let changes = txn.finish();
-        if let Some(failure) = loaded.too_far(now) {
+        if let Some(failure) = loaded.too_far(&rules) {
             return Err(failure);
         }
         let converted = legacy_converted(&loaded, &changes);
         (answer, changes, converted)
     };
-    Ok((answer, store_any(key, converted.as_ref(), &changes, now)?))
+    Ok((answer, store_any(key, node, &rules, converted.as_ref(), &changes)?))
 }
 
 /// Opens the keys of `calls` for writing and [`run_all`]s `transition` on
@@ -214,13 +217,15 @@ pub fn run<'c, 'o, T>(
 /// index) that could not be opened, was not a lock, or was not written.
 pub fn transact_all<'c, 'o, T>(
     calls: &'c [Call<'c>],
+    node: &Node,
+    now_ms: i64,
     transition: impl for<'s, 'k> FnOnce(&mut [Txn<'s, 'o, Loaded<'k, 'c>>]) -> T,
 ) -> Result<(T, Vec<Written>), (usize, Failure)> {
     let mut keys = Vec::with_capacity(calls.len());
     for (at, key_call) in calls.iter().enumerate() {
         keys.push(key_call.open_key(true).ok_or((at, Failure::WriteFailed))?);
     }
-    run_all(&mut keys, transition)
+    run_all(&mut keys, node, now_ms, transition)
 }
 
 /// [`run`] over several keys at once (LOCK.MACQUIRE, the hand-off of a set):
@@ -230,19 +235,21 @@ pub fn transact_all<'c, 'o, T>(
 /// write Redis refused.
 pub fn run_all<'c, 'o, T>(
     keys: &mut [Key<'c>],
+    node: &Node,
+    now_ms: i64,
     transition: impl for<'s, 'k> FnOnce(&mut [Txn<'s, 'o, Loaded<'k, 'c>>]) -> T,
 ) -> Result<(T, Vec<Written>), (usize, Failure)> {
-    let now = clock::now_ms();
+    let rules = node.rules(now_ms);
     let (answer, prepared) = {
         let mut loaded = Vec::with_capacity(keys.len());
         for (at, key) in keys.iter().enumerate() {
-            loaded.push(load(key, now).map_err(|failure| (at, failure))?);
+            loaded.push(load(key, &rules).map_err(|failure| (at, failure))?);
         }
-        let delay = node::expiry_delay_ms(now);
         let mut txns: Vec<Txn<'_, 'o, Loaded<'_, 'c>>> =
-            loaded.iter().map(|l| Txn::new(l, now, delay)).collect();
+            loaded.iter().map(|l| Txn::new(l, now_ms, rules.cool_down_ms)).collect();
         let answer = transition(&mut txns);
-        if let Some((at, failure)) = loaded.iter().enumerate().find_map(|(at, l)| Some((at, l.too_far(now)?)))
+        if let Some((at, failure)) =
+            loaded.iter().enumerate().find_map(|(at, l)| Some((at, l.too_far(&rules)?)))
         {
             return Err((at, failure));
         }
@@ -259,7 +266,7 @@ pub fn run_all<'c, 'o, T>(
     };
     let mut written = Vec::with_capacity(keys.len());
     for (at, (key, (changes, converted))) in keys.iter_mut().zip(prepared).enumerate() {
-        written.push(store_any(key, converted.as_ref(), &changes, now).map_err(|f| (at, f))?);
+        written.push(store_any(key, node, &rules, converted.as_ref(), &changes).map_err(|f| (at, f))?);
     }
     Ok((answer, written))
 }
@@ -275,26 +282,27 @@ fn legacy_converted(loaded: &Loaded<'_, '_>, changes: &Changes<'_>) -> Option<Ho
 
 fn store_any(
     key: &mut Key<'_>,
+    node: &Node,
+    rules: &Rules,
     converted: Option<&Holders>,
     changes: &Changes<'_>,
-    now_ms: i64,
 ) -> Result<Written, Failure> {
     let written = match converted {
-        Some(after) => store_converted(key, after, changes, now_ms),
-        None => store(key, changes, now_ms),
+        Some(after) => store_converted(key, rules, after, changes),
+        None => store(key, rules, changes),
     }?;
     // Remember the deadline written, so that a lock later removed behind
     // the module's back (eviction, DEL, a flush, ...) quarantines its key
     // or database until then.
     if let Some(deadline_ms) = changes.last_put_deadline_ms() {
-        node::note_lock(key.db(), key.name(), deadline_ms, now_ms);
+        node.note_lock(key.db(), key.name(), deadline_ms, rules.now_ms, rules.cool_down_ms);
     }
     Ok(written)
 }
 
 /// Stores a transaction's changes in `key` (opened for writing, holding the
 /// lock the transaction read) and replicates them.
-pub fn store(key: &mut Key<'_>, changes: &Changes<'_>, now_ms: i64) -> Result<Written, Failure> {
+fn store(key: &mut Key<'_>, rules: &Rules, changes: &Changes<'_>) -> Result<Written, Failure> {
     let written = Written { freed: changes.delete, found_expired: changes.found_expired };
     if changes.is_empty() {
         return Ok(written);
@@ -308,14 +316,14 @@ pub fn store(key: &mut Key<'_>, changes: &Changes<'_>, now_ms: i64) -> Result<Wr
         match changes.puts.last() {
             Some(put) => {
                 let value = codec::encode_single(shape.kind, &put.owner, &put.hold);
-                key.set_string(value.as_bytes(), backstop_for(put.hold.deadline_ms, now_ms))
+                key.set_string(value.as_bytes(), backstop_for(put.hold.deadline_ms, rules))
             }
             None => true,
         }
     } else {
         let edits = hashform::field_edits(changes);
         let edited = edits.is_empty() || key.hash_edit(edits.deletes(), edits.sets());
-        edited && keep_backstop(key, changes.last_put_deadline_ms(), now_ms)
+        edited && keep_backstop(key, changes.last_put_deadline_ms(), rules)
     };
     stored.then_some(written).ok_or(Failure::WriteFailed)
 }
@@ -323,9 +331,8 @@ pub fn store(key: &mut Key<'_>, changes: &Changes<'_>, now_ms: i64) -> Result<Wr
 /// The native expiry for a lock whose (latest) deadline is `deadline_ms`:
 /// `lock.clock-jump-tolerance-ms` after it, plus any lock-delay, laid onto
 /// the later of the wall and module clocks (see `clock::backstop_ms`).
-pub fn backstop_for(deadline_ms: i64, now_ms: i64) -> i64 {
-    let tolerance = config::CLOCK_JUMP_TOLERANCE_MS.get().saturating_add(config::EXPIRY_DELAY_MS.get());
-    clock::backstop_ms(deadline_ms, now_ms, clock::wall_ms(), tolerance)
+fn backstop_for(deadline_ms: i64, rules: &Rules) -> i64 {
+    clock::backstop_ms(deadline_ms, rules.now_ms, clock::wall_ms(), rules.backstop_after_ms)
 }
 
 /// Pushes a hash lock's expiry out when a new deadline needs it. It is set
@@ -333,12 +340,12 @@ pub fn backstop_for(deadline_ms: i64, now_ms: i64) -> i64 {
 /// another move it (one more replicated `PEXPIREAT`) about once per max-ttl,
 /// not on every renewal; the key may then outlive its last holder by that
 /// much more (memory only: a lock is free once its holders' deadlines pass).
-fn keep_backstop(key: &mut Key<'_>, deadline_ms: Option<i64>, now_ms: i64) -> bool {
+fn keep_backstop(key: &mut Key<'_>, deadline_ms: Option<i64>, rules: &Rules) -> bool {
     let Some(deadline_ms) = deadline_ms else { return true };
-    let needed = backstop_for(deadline_ms, now_ms);
+    let needed = backstop_for(deadline_ms, rules);
     match key.expire_at() {
         Some(at) if at >= needed => true,
-        _ => key.set_expire_at(needed.saturating_add(config::MAX_TTL_MS.get())),
+        _ => key.set_expire_at(needed.saturating_add(rules.backstop_slack_ms)),
     }
 }
 
@@ -347,9 +354,9 @@ fn keep_backstop(key: &mut Key<'_>, deadline_ms: Option<i64>, now_ms: i64) -> bo
 /// expiry at least the old one, replicated as `DEL`, `HSET`, `PEXPIREAT`.
 fn store_converted(
     key: &mut Key<'_>,
+    rules: &Rules,
     after: &Holders,
     changes: &Changes<'_>,
-    now_ms: i64,
 ) -> Result<Written, Failure> {
     let written = Written { freed: changes.delete, found_expired: changes.found_expired };
     let old_expiry = key.expire_at();
@@ -361,7 +368,7 @@ fn store_converted(
     }
     let fields = hashform::all_fields(after);
     let last_deadline = after.records().iter().map(|(_, h)| h.deadline_ms).max();
-    let needed = last_deadline.map_or(0, |d| backstop_for(d, now_ms));
+    let needed = last_deadline.map_or(0, |d| backstop_for(d, rules));
     let expire_at = old_expiry.unwrap_or(0).max(needed);
     let sets = fields.iter().map(|(f, v)| (f.as_slice(), v.as_slice()));
     let stored = key.hash_edit(std::iter::empty(), sets) && (expire_at <= 0 || key.set_expire_at(expire_at));

@@ -1,291 +1,402 @@
-//! Node-wide lock state: the fencing counter, the quarantines (of the
-//! node after a start or a promotion; of keys and databases whose locks were
-//! removed behind the module's back) and the eviction guard. Commands run
-//! on Redis' main thread, so the mutexes are never contended; they only
-//! make the statics safe.
+//! The node's state, in one object ([`Node`], the one static [`NODE`]): the
+//! settings, the counters, the fencing counter, the quarantines (of the node
+//! after a start or a promotion; of keys and databases whose locks were
+//! removed behind the module's back), the eviction guard, and the waiting
+//! state. Everything else reads it through the call in hand (a command's
+//! context, a callback), never through a global of its own.
+//!
+//! Commands run on Redis' main thread, so the mutexes are never contended;
+//! they only make the object `Sync`. None is held across a call into Redis
+//! that could call back into the module.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
-use crate::clock;
-use crate::config;
+use crate::config::{EvictionMode, Settings};
 use crate::core::fencing::Fencer;
 use crate::core::forgetting::{self, Cause, Forgetting, Quarantined};
 use crate::core::quarantine::{self, Quarantine, Reason, Refusal};
+use crate::core::waiting::Waiting;
+use crate::ffi::{TimerId, WaiterHandle};
+use crate::stats::Stats;
 
-static FENCER: Mutex<Fencer> = Mutex::new(Fencer::new(0));
-static QUARANTINE: Mutex<Option<Quarantine>> = Mutex::new(None);
-/// Set once a quarantine is found over, so that every later grant checks
-/// one flag instead of the clock (a quarantine, once over, stays over).
-static QUARANTINE_OVER: AtomicBool = AtomicBool::new(true);
-/// Whether the start-up quarantine keeps every restored lock from being
-/// taken over early (see [`quarantine::covers_restored_locks`]).
-static START_QUARANTINE_COVERS: AtomicBool = AtomicBool::new(false);
-/// When the restart grace started (module clock), or `NO_GRACE`.
-static RESTART_GRACE_SINCE: AtomicI64 = AtomicI64::new(NO_GRACE);
+/// The node's waiting state, with the adapter's handle types.
+pub type NodeWaiting = Waiting<WaiterHandle, TimerId>;
+
+/// What a transaction over a lock key needs from the settings and the
+/// node's state, read once at the start of a call (`keystate` reads nothing
+/// else).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rules {
+    /// The call's instant on the module clock.
+    pub now_ms: i64,
+    /// How long an expired holder keeps its slot: the lock-delay plus the
+    /// restart grace in force.
+    pub cool_down_ms: i64,
+    /// Added to a lock's deadline for its key's native expiry: the
+    /// clock-jump tolerance and the lock-delay.
+    pub backstop_after_ms: i64,
+    /// A hash lock's expiry is set this much further than it needs, so
+    /// that holders renewing one after another move it about once per
+    /// max-ttl (`lock.max-ttl-ms`).
+    pub backstop_slack_ms: i64,
+    /// No deadline this module writes lies further ahead of now.
+    pub deadline_ahead_max_ms: i64,
+}
+
+pub struct Node {
+    pub settings: Settings,
+    pub stats: Stats,
+    fencer: Mutex<Fencer>,
+    quarantine: Mutex<Option<Quarantine>>,
+    /// Set once a quarantine is found over, so that every later grant checks
+    /// one flag instead of the clock (a quarantine, once over, stays over).
+    quarantine_over: AtomicBool,
+    /// Whether the start-up quarantine keeps every restored lock from being
+    /// taken over early (see [`quarantine::covers_restored_locks`]).
+    start_quarantine_covers: AtomicBool,
+    /// When the restart grace started (module clock), or [`NO_GRACE`].
+    restart_grace_since: AtomicI64,
+    forgetting: Mutex<Option<Forgetting>>,
+    /// Set while a key or database quarantine may be in force: a grant
+    /// checks this flag, not the mutex, in the common case.
+    any_forgotten: AtomicBool,
+    /// The eviction policy when it may evict lock keys (`maxmemory` set, not
+    /// `noeviction`); `None` when it cannot.
+    evicting_policy: Mutex<Option<String>>,
+    evictable: AtomicBool,
+    waiting: Mutex<Option<NodeWaiting>>,
+    /// Waiters on the node; read without locking on every keyspace event.
+    waiting_now: AtomicUsize,
+}
+
 const NO_GRACE: i64 = i64::MIN;
 
-pub fn with_fencer<T>(f: impl FnOnce(&mut Fencer) -> T) -> T {
-    let mut guard = FENCER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    f(&mut guard)
+/// The node. Its one owner is this module; Redis' callbacks reach it through
+/// the call in hand.
+pub static NODE: Node = Node::new();
+
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-pub fn last_fence() -> u64 {
-    with_fencer(|f| f.last())
-}
-
-/// Starts (or restarts) the quarantine now.
-pub fn start_quarantine(reason: Reason) {
-    let mut guard = QUARANTINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    *guard = Some(Quarantine { reason, since_ms: clock::now_ms() });
-    QUARANTINE_OVER.store(false, Ordering::Relaxed);
-    let length = current_length_ms();
-    if length > 0 {
-        redis_module::logging::log_warning(format!(
-            "lock: quarantine ({}): refusing new locks for {length} ms (lock.quarantine-ms), \
-             because locks granted before may have been lost",
-            reason.name()
-        ));
-    } else {
-        redis_module::logging::log_warning(format!(
-            "lock: {}: running WITHOUT quarantine (lock.quarantine-ms is 0): \
-             a lock forgotten by this node can be granted twice",
-            reason.name()
-        ));
-    }
-}
-
-fn current_length_ms() -> i64 {
-    quarantine::length_ms(
-        config::QUARANTINE_MS.get(),
-        config::MAX_TTL_MS.get(),
-        config::EXPIRY_DELAY_MS.get(),
-    )
-}
-
-/// The quarantine in force, with the milliseconds left; `None` when the
-/// node may grant.
-pub fn quarantine() -> Option<(Reason, i64)> {
-    if QUARANTINE_OVER.load(Ordering::Relaxed) {
-        return None;
-    }
-    let current = *QUARANTINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let left = quarantine::remaining_ms(current, clock::now_ms(), current_length_ms());
-    match current {
-        Some(q) if left > 0 => Some((q.reason, left)),
-        _ => {
-            QUARANTINE_OVER.store(true, Ordering::Relaxed);
-            None
+impl Node {
+    const fn new() -> Node {
+        Node {
+            settings: Settings::new(),
+            stats: Stats::new(),
+            fencer: Mutex::new(Fencer::new(0)),
+            quarantine: Mutex::new(None),
+            quarantine_over: AtomicBool::new(true),
+            start_quarantine_covers: AtomicBool::new(false),
+            restart_grace_since: AtomicI64::new(NO_GRACE),
+            forgetting: Mutex::new(None),
+            any_forgotten: AtomicBool::new(false),
+            evicting_policy: Mutex::new(None),
+            evictable: AtomicBool::new(false),
+            waiting: Mutex::new(None),
+            waiting_now: AtomicUsize::new(0),
         }
     }
-}
 
-/// At module load: quarantines the node unless its persistence proves that
-/// no acknowledged grant can have been lost (`appendonly yes` with
-/// `appendfsync always`). Returns whether it did.
-pub fn quarantine_at_start(appendonly: bool, appendfsync: &str) -> bool {
-    let needed = quarantine::needed_at_start(appendonly, appendfsync);
-    if needed {
-        start_quarantine(Reason::Startup);
-    }
-    let covered = needed
-        && quarantine::covers_restored_locks(
-            current_length_ms(),
-            config::MAX_TTL_MS.get(),
-            config::EXPIRY_DELAY_MS.get(),
-        );
-    START_QUARANTINE_COVERS.store(covered, Ordering::Relaxed);
-    needed
-}
-
-/// The node's own AOF or RDB file was loaded at start: the locks in it were
-/// granted by the process before, on a module clock this one may be ahead
-/// of. Unless the start-up quarantine already covers them, start the restart
-/// grace.
-pub fn on_loaded_from_disk() {
-    if START_QUARANTINE_COVERS.load(Ordering::Relaxed) {
-        return;
-    }
-    RESTART_GRACE_SINCE.store(clock::now_ms(), Ordering::Relaxed);
-    let tolerance = config::CLOCK_JUMP_TOLERANCE_MS.get();
-    let lasts = quarantine::restart_grace_lasts_ms(
-        config::MAX_TTL_MS.get(),
-        config::EXPIRY_DELAY_MS.get(),
-        tolerance,
-    );
-    redis_module::logging::log_notice(format!(
-        "lock: restart grace: locks were restored from disk without a quarantine covering them; \
-         for {lasts} ms a lock that expires by itself is taken over {tolerance} ms \
-         (lock.clock-jump-tolerance-ms) after its deadline, so that a wall-clock step before \
-         this restart cannot shorten it"
-    ));
-}
-
-/// The restart grace in force at `now_ms` (0 when none): see
-/// [`quarantine::restart_grace_ms`].
-pub fn restart_grace_ms(now_ms: i64) -> i64 {
-    let since = RESTART_GRACE_SINCE.load(Ordering::Relaxed);
-    quarantine::restart_grace_ms(
-        (since != NO_GRACE).then_some(since),
-        now_ms,
-        config::MAX_TTL_MS.get(),
-        config::EXPIRY_DELAY_MS.get(),
-        config::CLOCK_JUMP_TOLERANCE_MS.get(),
-    )
-}
-
-/// How long an expired holder keeps its slot at `now_ms`: the lock-delay
-/// (`lock.expiry-delay-ms`) plus the restart grace while it lasts.
-pub fn expiry_delay_ms(now_ms: i64) -> i64 {
-    config::EXPIRY_DELAY_MS.get().saturating_add(restart_grace_ms(now_ms))
-}
-
-/// This node was a replica and is now a master: asynchronous replication may
-/// have lost grants its old master acknowledged.
-pub fn on_promoted() {
-    if config::FAILOVER_QUARANTINE.load(Ordering::Relaxed) {
-        start_quarantine(Reason::Promotion);
-    } else {
-        redis_module::logging::log_warning(
-            "lock: promoted to master WITHOUT quarantine (lock.failover-quarantine is no): \
-             a lock the old master granted but did not replicate can be granted twice",
-        );
-    }
-}
-
-static FORGETTING: Mutex<Option<Forgetting>> = Mutex::new(None);
-/// Set while a key or database quarantine may be in force: a grant checks
-/// this flag, not the mutex, in the common case.
-static ANY_FORGOTTEN: AtomicBool = AtomicBool::new(false);
-/// The eviction policy when it may evict lock keys (`maxmemory` set, not
-/// `noeviction`); `None` when it cannot.
-static EVICTING_POLICY: Mutex<Option<String>> = Mutex::new(None);
-static EVICTABLE: AtomicBool = AtomicBool::new(false);
-
-fn with_forgetting<T>(f: impl FnOnce(&mut Forgetting) -> T) -> T {
-    let mut guard = FORGETTING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    f(guard.get_or_insert_with(Forgetting::default))
-}
-
-/// The refusal of a new grant of `key` in `db` at `now_ms`, if any: the
-/// node's quarantine first, then the eviction guard, then the key's or its
-/// database's quarantine.
-pub fn refusal(db: i32, key: &[u8], now_ms: i64) -> Option<Refusal> {
-    if let Some((reason, left)) = self::quarantine() {
-        return Some(Refusal::Node(reason, left));
-    }
-    if EVICTABLE.load(Ordering::Relaxed) && config::eviction_mode() == config::EvictionMode::refuse {
-        let policy = EVICTING_POLICY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone();
-        return Some(Refusal::Evictable(policy.unwrap_or_default()));
-    }
-    if !ANY_FORGOTTEN.load(Ordering::Relaxed) {
-        return None;
-    }
-    let found = with_forgetting(|f| {
-        let found = f.refusal(db, key, now_ms);
-        if found.is_none() && f.in_force_counts(now_ms) == (0, 0, 0) {
-            ANY_FORGOTTEN.store(false, Ordering::Relaxed);
+    /// What a transaction at `now_ms` needs to know (see [`Rules`]).
+    pub fn rules(&self, now_ms: i64) -> Rules {
+        let s = &self.settings;
+        Rules {
+            now_ms,
+            cool_down_ms: self.cool_down_ms(now_ms),
+            backstop_after_ms: s.clock_jump_tolerance_ms.get().saturating_add(s.expiry_delay_ms.get()),
+            backstop_slack_ms: s.max_ttl_ms.get(),
+            deadline_ahead_max_ms: s.deadline_ahead_max_ms(),
         }
+    }
+
+    // --- the fencing counter ---------------------------------------------
+
+    pub fn with_fencer<T>(&self, f: impl FnOnce(&mut Fencer) -> T) -> T {
+        f(&mut locked(&self.fencer))
+    }
+
+    pub fn last_fence(&self) -> u64 {
+        self.with_fencer(|f| f.last())
+    }
+
+    // --- the start-up and promotion quarantine ----------------------------
+
+    /// Starts (or restarts) the quarantine at `now_ms`.
+    pub fn start_quarantine(&self, reason: Reason, now_ms: i64) {
+        *locked(&self.quarantine) = Some(Quarantine { reason, since_ms: now_ms });
+        self.quarantine_over.store(false, Ordering::Relaxed);
+        let length = self.quarantine_length_ms();
+        if length > 0 {
+            redis_module::logging::log_warning(format!(
+                "lock: quarantine ({}): refusing new locks for {length} ms (lock.quarantine-ms), \
+                 because locks granted before may have been lost",
+                reason.name()
+            ));
+        } else {
+            redis_module::logging::log_warning(format!(
+                "lock: {}: running WITHOUT quarantine (lock.quarantine-ms is 0): \
+                 a lock forgotten by this node can be granted twice",
+                reason.name()
+            ));
+        }
+    }
+
+    fn quarantine_length_ms(&self) -> i64 {
+        let s = &self.settings;
+        quarantine::length_ms(s.quarantine_ms.get(), s.max_ttl_ms.get(), s.expiry_delay_ms.get())
+    }
+
+    /// The quarantine in force at `now_ms`, with the milliseconds left;
+    /// `None` when the node may grant.
+    pub fn quarantine(&self, now_ms: i64) -> Option<(Reason, i64)> {
+        if self.quarantine_over.load(Ordering::Relaxed) {
+            return None;
+        }
+        let current = *locked(&self.quarantine);
+        let left = quarantine::remaining_ms(current, now_ms, self.quarantine_length_ms());
+        match current {
+            Some(q) if left > 0 => Some((q.reason, left)),
+            _ => {
+                self.quarantine_over.store(true, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    /// At module load: quarantines the node unless its persistence proves
+    /// that no acknowledged grant can have been lost (`appendonly yes` with
+    /// `appendfsync always`). Returns whether it did.
+    pub fn quarantine_at_start(&self, appendonly: bool, appendfsync: &str, now_ms: i64) -> bool {
+        let needed = quarantine::needed_at_start(appendonly, appendfsync);
+        if needed {
+            self.start_quarantine(Reason::Startup, now_ms);
+        }
+        let s = &self.settings;
+        let covered = needed
+            && quarantine::covers_restored_locks(
+                self.quarantine_length_ms(),
+                s.max_ttl_ms.get(),
+                s.expiry_delay_ms.get(),
+            );
+        self.start_quarantine_covers.store(covered, Ordering::Relaxed);
+        needed
+    }
+
+    /// The node's own AOF or RDB file was loaded at start: the locks in it
+    /// were granted by the process before, on a module clock this one may
+    /// be ahead of. Unless the start-up quarantine already covers them,
+    /// start the restart grace.
+    pub fn on_loaded_from_disk(&self, now_ms: i64) {
+        self.note_imported_locks(now_ms);
+        if self.start_quarantine_covers.load(Ordering::Relaxed) {
+            return;
+        }
+        self.restart_grace_since.store(now_ms, Ordering::Relaxed);
+        let s = &self.settings;
+        let tolerance = s.clock_jump_tolerance_ms.get();
+        let lasts =
+            quarantine::restart_grace_lasts_ms(s.max_ttl_ms.get(), s.expiry_delay_ms.get(), tolerance);
+        redis_module::logging::log_notice(format!(
+            "lock: restart grace: locks were restored from disk without a quarantine covering them; \
+             for {lasts} ms a lock that expires by itself is taken over {tolerance} ms \
+             (lock.clock-jump-tolerance-ms) after its deadline, so that a wall-clock step before \
+             this restart cannot shorten it"
+        ));
+    }
+
+    /// The restart grace in force at `now_ms` (0 when none): see
+    /// [`quarantine::restart_grace_ms`].
+    pub fn restart_grace_ms(&self, now_ms: i64) -> i64 {
+        let since = self.restart_grace_since.load(Ordering::Relaxed);
+        let s = &self.settings;
+        quarantine::restart_grace_ms(
+            (since != NO_GRACE).then_some(since),
+            now_ms,
+            s.max_ttl_ms.get(),
+            s.expiry_delay_ms.get(),
+            s.clock_jump_tolerance_ms.get(),
+        )
+    }
+
+    /// How long an expired holder keeps its slot at `now_ms`: the
+    /// lock-delay (`lock.expiry-delay-ms`) plus the restart grace while it
+    /// lasts.
+    pub fn cool_down_ms(&self, now_ms: i64) -> i64 {
+        self.settings.expiry_delay_ms.get().saturating_add(self.restart_grace_ms(now_ms))
+    }
+
+    /// This node was a replica and is now a master: asynchronous
+    /// replication may have lost grants its old master acknowledged.
+    pub fn on_promoted(&self, now_ms: i64) {
+        self.note_imported_locks(now_ms);
+        if self.settings.failover_quarantine.load(Ordering::Relaxed) {
+            self.start_quarantine(Reason::Promotion, now_ms);
+        } else {
+            redis_module::logging::log_warning(
+                "lock: promoted to master WITHOUT quarantine (lock.failover-quarantine is no): \
+                 a lock the old master granted but did not replicate can be granted twice",
+            );
+        }
+    }
+
+    // --- refusals of new grants -------------------------------------------
+
+    /// The refusal of a new grant of `key` in `db` at `now_ms`, if any: the
+    /// node's quarantine first, then the eviction guard, then the key's or
+    /// its database's quarantine.
+    pub fn refusal(&self, db: i32, key: &[u8], now_ms: i64) -> Option<Refusal> {
+        if let Some((reason, left)) = self.quarantine(now_ms) {
+            return Some(Refusal::Node(reason, left));
+        }
+        if self.evictable.load(Ordering::Relaxed) && self.settings.eviction_mode() == EvictionMode::refuse {
+            return Some(Refusal::Evictable(locked(&self.evicting_policy).clone().unwrap_or_default()));
+        }
+        if !self.any_forgotten.load(Ordering::Relaxed) {
+            return None;
+        }
+        let found = self.with_forgetting(|f| {
+            let found = f.refusal(db, key, now_ms);
+            if found.is_none() && f.in_force_counts(now_ms) == (0, 0, 0) {
+                self.any_forgotten.store(false, Ordering::Relaxed);
+            }
+            found
+        });
+        found.map(|q| {
+            let left = q.left_ms(now_ms);
+            Refusal::Forgotten(q, left)
+        })
+    }
+
+    // --- what the node may have forgotten ---------------------------------
+
+    fn with_forgetting<T>(&self, f: impl FnOnce(&mut Forgetting) -> T) -> T {
+        f(locked(&self.forgetting).get_or_insert_with(Forgetting::default))
+    }
+
+    /// This node wrote a lock at `key` of `db` that holds until
+    /// `deadline_ms` (or found one arriving by a migration).
+    pub fn note_lock(&self, db: i32, key: &[u8], deadline_ms: i64, now_ms: i64, cool_down_ms: i64) {
+        self.with_forgetting(|f| {
+            f.note(db, forgetting::key_hash(db, key), deadline_ms, now_ms, cool_down_ms)
+        });
+    }
+
+    /// Locks this process did not write may now be on the node (a start
+    /// from disk, a promotion, a slot import): until the longest TTL has run
+    /// out, every key and database counts as holding one.
+    pub fn note_imported_locks(&self, now_ms: i64) {
+        let bound = now_ms
+            .saturating_add(self.settings.max_ttl_ms.high_water())
+            .saturating_add(quarantine::AUTO_MARGIN_MS);
+        self.with_forgetting(|f| f.raise_floor(bound));
+    }
+
+    fn removal_quarantine_on(&self) -> bool {
+        self.settings.removal_quarantine.load(Ordering::Relaxed)
+    }
+
+    fn quarantined(&self, found: &[Quarantined]) {
+        if !found.is_empty() {
+            self.any_forgotten.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Another command removed or changed `key` of `db` (a keyspace event):
+    /// if a lock there may still be in force, the key is quarantined until
+    /// it is not. Returns the quarantine.
+    pub fn key_changed(&self, db: i32, key: &[u8], cause: Cause, now_ms: i64) -> Option<Quarantined> {
+        if !self.removal_quarantine_on() {
+            return None;
+        }
+        let cool_down = self.cool_down_ms(now_ms);
+        let found = self.with_forgetting(|f| f.key_changed(db, key, cause, now_ms, cool_down));
+        self.quarantined(found.as_slice());
         found
-    });
-    found.map(|q| {
-        let left = q.left_ms(now_ms);
-        Refusal::Forgotten(q, left)
-    })
-}
-
-/// This node wrote a lock at `key` of `db` that holds until `deadline_ms`
-/// (or found one arriving by a migration).
-pub fn note_lock(db: i32, key: &[u8], deadline_ms: i64, now_ms: i64) {
-    let cool_down = expiry_delay_ms(now_ms);
-    with_forgetting(|f| f.note(db, forgetting::key_hash(db, key), deadline_ms, now_ms, cool_down));
-}
-
-/// Locks this process did not write may now be on the node (a start from
-/// disk, a promotion, a slot import): until the longest TTL has run out,
-/// every key and database counts as holding one.
-pub fn note_imported_locks(now_ms: i64) {
-    let bound = now_ms.saturating_add(config::max_ttl_seen_ms()).saturating_add(quarantine::AUTO_MARGIN_MS);
-    with_forgetting(|f| f.raise_floor(bound));
-}
-
-fn quarantined(found: &[Quarantined]) {
-    if found.is_empty() || !config::REMOVAL_QUARANTINE.load(Ordering::Relaxed) {
-        return;
     }
-    ANY_FORGOTTEN.store(true, Ordering::Relaxed);
-}
 
-/// Another command removed or changed `key` of `db` (a keyspace event):
-/// if a lock there may still be in force, the key is quarantined until it
-/// is not. Returns the quarantine.
-pub fn key_changed(db: i32, key: &[u8], cause: Cause, now_ms: i64) -> Option<Quarantined> {
-    if !config::REMOVAL_QUARANTINE.load(Ordering::Relaxed) {
-        return None;
+    /// FLUSHDB of `db` or FLUSHALL (`forgetting::ALL_DBS`).
+    pub fn db_flushed(&self, db: i32, now_ms: i64) -> Vec<Quarantined> {
+        if !self.removal_quarantine_on() {
+            return Vec::new();
+        }
+        let cool_down = self.cool_down_ms(now_ms);
+        let found = self.with_forgetting(|f| f.flushed(db, now_ms, cool_down));
+        self.quarantined(&found);
+        found
     }
-    let cool_down = expiry_delay_ms(now_ms);
-    let found = with_forgetting(|f| f.key_changed(db, key, cause, now_ms, cool_down));
-    quarantined(found.as_slice());
-    found
-}
 
-/// FLUSHDB of `db` or FLUSHALL (`forgetting::ALL_DBS`).
-pub fn db_flushed(db: i32, now_ms: i64) -> Vec<Quarantined> {
-    if !config::REMOVAL_QUARANTINE.load(Ordering::Relaxed) {
-        return Vec::new();
+    /// SWAPDB `a` `b`.
+    pub fn dbs_swapped(&self, a: i32, b: i32, now_ms: i64) -> Vec<Quarantined> {
+        if !self.removal_quarantine_on() {
+            return Vec::new();
+        }
+        let cool_down = self.cool_down_ms(now_ms);
+        let found = self.with_forgetting(|f| f.swapped(a, b, now_ms, cool_down));
+        self.quarantined(&found);
+        found
     }
-    let cool_down = expiry_delay_ms(now_ms);
-    let found = with_forgetting(|f| f.flushed(db, now_ms, cool_down));
-    quarantined(&found);
-    found
-}
 
-/// SWAPDB `a` `b`.
-pub fn dbs_swapped(a: i32, b: i32, now_ms: i64) -> Vec<Quarantined> {
-    if !config::REMOVAL_QUARANTINE.load(Ordering::Relaxed) {
-        return Vec::new();
+    /// LOCK.REVOKE freed the key on purpose: its quarantine ends.
+    pub fn end_key_quarantine(&self, db: i32, key: &[u8]) -> bool {
+        self.any_forgotten.load(Ordering::Relaxed) && self.with_forgetting(|f| f.end_key(db, key))
     }
-    let cool_down = expiry_delay_ms(now_ms);
-    let found = with_forgetting(|f| f.swapped(a, b, now_ms, cool_down));
-    quarantined(&found);
-    found
-}
 
-/// LOCK.REVOKE freed the key on purpose: its quarantine ends.
-pub fn end_key_quarantine(db: i32, key: &[u8]) -> bool {
-    ANY_FORGOTTEN.load(Ordering::Relaxed) && with_forgetting(|f| f.end_key(db, key))
-}
-
-/// `lock.removal-quarantine no`: every key and database quarantine ends.
-pub fn end_removal_quarantines() {
-    with_forgetting(Forgetting::clear);
-    ANY_FORGOTTEN.store(false, Ordering::Relaxed);
-}
-
-/// (keys, databases) in quarantine now, and the most ms left (INFO).
-pub fn removal_quarantines(now_ms: i64) -> (usize, usize, i64) {
-    if !ANY_FORGOTTEN.load(Ordering::Relaxed) {
-        return (0, 0, 0);
+    /// `lock.removal-quarantine no`: every key and database quarantine ends.
+    pub fn end_removal_quarantines(&self) {
+        self.with_forgetting(Forgetting::clear);
+        self.any_forgotten.store(false, Ordering::Relaxed);
     }
-    with_forgetting(|f| f.in_force_counts(now_ms))
-}
 
-/// The server's `maxmemory` and `maxmemory-policy`, read at load and after
-/// every CONFIG SET: lock keys may be evicted when a limit is set and the
-/// policy is not `noeviction` (lock keys carry an expiry, so `volatile-*`
-/// policies evict them too). Returns whether that changed.
-pub fn set_memory_policy(maxmemory: u64, policy: &str) -> bool {
-    let evicting = maxmemory > 0 && !policy.eq_ignore_ascii_case("noeviction");
-    let was = EVICTABLE.swap(evicting, Ordering::Relaxed);
-    *EVICTING_POLICY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
-        evicting.then(|| policy.to_ascii_lowercase());
-    was != evicting
-}
+    /// (keys, databases) in quarantine at `now_ms`, and the most ms left.
+    pub fn removal_quarantines(&self, now_ms: i64) -> (usize, usize, i64) {
+        if !self.any_forgotten.load(Ordering::Relaxed) {
+            return (0, 0, 0);
+        }
+        self.with_forgetting(|f| f.in_force_counts(now_ms))
+    }
 
-/// The eviction policy when it may evict lock keys (INFO).
-pub fn evicting_policy() -> Option<String> {
-    EVICTABLE
-        .load(Ordering::Relaxed)
-        .then(|| EVICTING_POLICY.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone())
-        .flatten()
+    // --- the eviction guard -----------------------------------------------
+
+    /// The server's `maxmemory` and `maxmemory-policy`, read at load and
+    /// after every CONFIG SET: lock keys may be evicted when a limit is set
+    /// and the policy is not `noeviction` (lock keys carry an expiry, so
+    /// `volatile-*` policies evict them too). Returns whether that changed.
+    pub fn set_memory_policy(&self, maxmemory: u64, policy: &str) -> bool {
+        let evicting = maxmemory > 0 && !policy.eq_ignore_ascii_case("noeviction");
+        let was = self.evictable.swap(evicting, Ordering::Relaxed);
+        *locked(&self.evicting_policy) = evicting.then(|| policy.to_ascii_lowercase());
+        was != evicting
+    }
+
+    /// The eviction policy when it may evict lock keys (INFO).
+    pub fn evicting_policy(&self) -> Option<String> {
+        if !self.evictable.load(Ordering::Relaxed) {
+            return None;
+        }
+        locked(&self.evicting_policy).clone()
+    }
+
+    // --- the waiting state ------------------------------------------------
+
+    /// Runs `f` on the waiting state (the queues, the key timers, the
+    /// waiters' timeouts) and keeps the count of waiters current.
+    pub fn with_waiting<T>(&self, f: impl FnOnce(&mut NodeWaiting) -> T) -> T {
+        let mut guard = locked(&self.waiting);
+        let waiting = guard.get_or_insert_with(Waiting::default);
+        let out = f(waiting);
+        self.waiting_now.store(waiting.queues.total(), Ordering::Relaxed);
+        out
+    }
+
+    /// Clients waiting on the node now (a waiter for a set counts once).
+    pub fn waiting_now(&self) -> usize {
+        self.waiting_now.load(Ordering::Relaxed)
+    }
+
+    /// True if any client waits on any key (the cheap check for hot paths).
+    pub fn any_waiters(&self) -> bool {
+        self.waiting_now() > 0
+    }
 }

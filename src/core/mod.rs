@@ -34,6 +34,7 @@ pub mod memory;
 pub mod quarantine;
 pub mod queue;
 pub mod txn;
+pub mod waiting;
 
 #[cfg(test)]
 mod model_tests;

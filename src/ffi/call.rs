@@ -35,7 +35,12 @@ pub struct Call<'a> {
 /// reply instead of an abort of redis-server.
 // Raw pointers come from Redis itself and are only passed back to it.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub fn dispatch(ctx: RawCtx, argv: RawArgv, argc: c_int, handler: fn(&Call<'_>, &[&[u8]]) -> Reply) -> c_int {
+pub fn dispatch(
+    ctx: RawCtx,
+    argv: RawArgv,
+    argc: c_int,
+    handler: impl Fn(&Call<'_>, &[&[u8]]) -> Reply,
+) -> c_int {
     let count = usize::try_from(argc).unwrap_or(0);
     let argv: &[*mut raw::RedisModuleString] = if argv.is_null() || count == 0 {
         &[]
@@ -79,7 +84,7 @@ pub fn dispatch_counted_keys(
     argv: RawArgv,
     argc: c_int,
     count_at: usize,
-    handler: fn(&Call<'_>, &[&[u8]]) -> Reply,
+    handler: impl Fn(&Call<'_>, &[&[u8]]) -> Reply,
 ) -> c_int {
     // SAFETY: ctx is the live context of this call.
     if unsafe { api(raw::RedisModule_IsKeysPositionRequest)(ctx) } == 0 {

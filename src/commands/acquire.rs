@@ -1,0 +1,25 @@
+//! `LOCK.ACQUIRE key token ttl-ms [WAIT timeout-ms]`: a plain lock.
+//! Reply: a fencing token (a new grant, or the holder's retry: same token,
+//! TTL reset), nil if another token holds it (after waiting, with `WAIT`).
+//! Parser: `core::args::acquire`.
+
+use super::key_flags::{RW, UPDATE};
+use super::{grant, Command, Cx};
+use crate::core::args;
+use crate::core::kind::Want;
+use crate::ffi::{Keys, Reply};
+
+pub const COMMAND: Command = Command {
+    name: c"lock.acquire",
+    usage: "LOCK.ACQUIRE key token ttl-ms [WAIT timeout-ms]",
+    flags: c"write deny-oom",
+    arity: -4,
+    keys: Keys::Range(1, 1),
+    key_flags: RW | UPDATE,
+    summary: c"Take a plain lock; reply: fencing token or nil",
+    run,
+};
+
+fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
+    grant::parsed(cx, args::acquire(argv, cx.node.settings.limits()), Want::plain())
+}

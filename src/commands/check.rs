@@ -1,0 +1,28 @@
+//! `LOCK.CHECK key fencing-token`: 1 if that token is a current, live grant
+//! of the key, else 0 (a resource server's check before acting, Chubby's
+//! CheckSequencer). Parser: `core::args::check`.
+
+use super::key_flags::{ACCESS, RO};
+use super::{Command, Cx};
+use crate::core::args;
+use crate::core::lock;
+use crate::ffi::{Keys, Reply};
+
+pub const COMMAND: Command = Command {
+    name: c"lock.check",
+    usage: "LOCK.CHECK key fencing-token",
+    flags: c"readonly fast",
+    arity: 3,
+    keys: Keys::Range(1, 1),
+    key_flags: RO | ACCESS,
+    summary: c"Is this fencing token the current grant of key? reply: 1 or 0",
+    run,
+};
+
+fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
+    let fence = match args::check(argv) {
+        Ok(fence) => fence,
+        Err(e) => return cx.rejected(&e),
+    };
+    cx.read(|lock| Reply::Int(i64::from(lock::is_current(lock, fence, cx.now_ms)))).unwrap_or_else(|reply| reply)
+}

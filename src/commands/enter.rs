@@ -1,0 +1,25 @@
+//! `LOCK.ENTER key owner ttl-ms [WAIT timeout-ms]`: a reentrant lock. The
+//! first entry grants a new fencing token; each entry by the same owner adds
+//! one hold, resets the TTL and returns the same token. Nil if another owner
+//! holds it. Parser: `core::args::acquire`.
+
+use super::key_flags::{RW, UPDATE};
+use super::{grant, Command, Cx};
+use crate::core::args;
+use crate::core::kind::Want;
+use crate::ffi::{Keys, Reply};
+
+pub const COMMAND: Command = Command {
+    name: c"lock.enter",
+    usage: "LOCK.ENTER key owner ttl-ms [WAIT timeout-ms]",
+    flags: c"write deny-oom",
+    arity: -4,
+    keys: Keys::Range(1, 1),
+    key_flags: RW | UPDATE,
+    summary: c"Enter a reentrant lock; reply: fencing token or nil",
+    run,
+};
+
+fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
+    grant::parsed(cx, args::acquire(argv, cx.node.settings.limits()), Want::reentrant())
+}

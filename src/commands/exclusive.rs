@@ -1,0 +1,24 @@
+//! `LOCK.EXCLUSIVE key token ttl-ms [WAIT timeout-ms]`: the write hold of a
+//! read-write lock, alone. Nil while anyone else holds it. Parser:
+//! `core::args::acquire`.
+
+use super::key_flags::{RW, UPDATE};
+use super::{grant, Command, Cx};
+use crate::core::args;
+use crate::core::kind::Want;
+use crate::ffi::{Keys, Reply};
+
+pub const COMMAND: Command = Command {
+    name: c"lock.exclusive",
+    usage: "LOCK.EXCLUSIVE key token ttl-ms [WAIT timeout-ms]",
+    flags: c"write deny-oom",
+    arity: -4,
+    keys: Keys::Range(1, 1),
+    key_flags: RW | UPDATE,
+    summary: c"Take the write (exclusive) hold of a read-write lock; reply: fencing token or nil",
+    run,
+};
+
+fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
+    grant::parsed(cx, args::acquire(argv, cx.node.settings.limits()), Want::write())
+}

@@ -1,0 +1,232 @@
+//! The commands, one file each: its definition (name, usage, flags, arity,
+//! keys, summary), its handler, and its parser (or a pointer to the shared
+//! one in `core/args.rs`). Each handler is a few lines: parse, run one
+//! transition of the state machine (`core::lock`) through the key-state
+//! layer, answer. The decisions are all in `core`.
+//!
+//! Adding a command: write its file (a `COMMAND` and its handler), and add
+//! its name to the list in [`commands!`] below. `lib.rs` registers every
+//! command of the list.
+//!
+//! Shared here: a call's context ([`Cx`]: the call, its command, the node,
+//! and the one instant the whole call works at), the read and write
+//! helpers, and what follows a write (waiters, pub/sub).
+
+use std::ffi::{c_int, CStr};
+
+use crate::clock;
+use crate::core::args::ArgError;
+use crate::core::lock::Admission;
+use crate::core::quarantine::Refusal;
+use crate::core::txn::Txn;
+use crate::core::waiting;
+use crate::errors;
+use crate::ffi::{self, Call, Freed, Keys, RawArgv, RawCtx, Reply};
+use crate::keystate::{self, Failure, Loaded, Written};
+use crate::node::{Node, NODE};
+use crate::waiting as wait;
+
+mod grant;
+
+/// A command's definition: what Redis is told at registration, and the
+/// handler.
+pub struct Command {
+    /// The name, lowercase (`lock.acquire`); error replies start with it.
+    pub name: &'static CStr,
+    /// The syntax, for the reader (the README's command reference has the
+    /// same line).
+    pub usage: &'static str,
+    /// Redis command flags (`write deny-oom`, `readonly fast`, ...).
+    pub flags: &'static CStr,
+    /// Redis arity: positive = exact, negative = at least.
+    pub arity: c_int,
+    /// Where the keys are.
+    pub keys: Keys,
+    /// REDISMODULE_CMD_KEY_* flags of the keys (see [`key_flags`]).
+    pub key_flags: u64,
+    pub summary: &'static CStr,
+    pub run: fn(&Cx<'_>, &[&[u8]]) -> Reply,
+}
+
+/// Key-spec flags (REDISMODULE_CMD_KEY_*), see redismodule.h.
+pub mod key_flags {
+    pub const RO: u64 = 1 << 0;
+    pub const RW: u64 = 1 << 1;
+    pub const ACCESS: u64 = 1 << 4;
+    pub const UPDATE: u64 = 1 << 5;
+    pub const DELETE: u64 = 1 << 7;
+}
+
+impl Command {
+    /// The name as text (`lock.acquire`).
+    pub fn label(&self) -> &'static str {
+        self.name.to_str().unwrap_or("lock")
+    }
+}
+
+/// The entry point Redis calls for a command.
+pub type Entry = extern "C" fn(RawCtx, RawArgv, c_int) -> c_int;
+
+/// Declares the command files and lists them with their entry points.
+macro_rules! commands {
+    ($($name:ident),* $(,)?) => {
+        $(pub mod $name;)*
+
+        /// Every command with its entry point, in registration order.
+        pub const ALL: &[(&Command, Entry)] = &[$((&$name::COMMAND, entry::$name as Entry)),*];
+
+        /// One `extern "C"` entry point per command (Redis passes no
+        /// context of ours, so each command gets its own).
+        mod entry {
+            use super::*;
+            $(pub extern "C" fn $name(ctx: RawCtx, argv: RawArgv, argc: c_int) -> c_int {
+                dispatch(&$name::COMMAND, ctx, argv, argc)
+            })*
+        }
+    };
+}
+
+commands! {
+    acquire, enter, shared, exclusive, semaphore, macquire,
+    release, mrelease, extend, renew, exit, fence,
+    check, info, waiters, contended, revoke,
+}
+
+/// Runs `command` for a call: its context is built here, with the one
+/// instant (module clock) the whole call works at.
+fn dispatch(command: &'static Command, ctx: RawCtx, argv: RawArgv, argc: c_int) -> c_int {
+    let run = |call: &Call<'_>, args: &[&[u8]]| {
+        let cx = Cx { call, command, node: &NODE, now_ms: clock::now_ms() };
+        (command.run)(&cx, args)
+    };
+    match command.keys {
+        Keys::Counted { at } => {
+            ffi::dispatch_counted_keys(ctx, argv, argc, usize::try_from(at).unwrap_or(0), run)
+        }
+        _ => ffi::dispatch(ctx, argv, argc, run),
+    }
+}
+
+/// A command call: the call (its key is the first key), the command, the
+/// node, and the call's instant on the module clock (read once, at its
+/// start: every decision of the call is made at the same "now").
+pub struct Cx<'a> {
+    pub call: &'a Call<'a>,
+    pub command: &'static Command,
+    pub node: &'static Node,
+    pub now_ms: i64,
+}
+
+impl<'a> Cx<'a> {
+    /// The same call, on another key (the keys of a multi-key command).
+    pub fn on<'b>(&self, call: &'b Call<'b>) -> Cx<'b> {
+        Cx { call, command: self.command, node: self.node, now_ms: self.now_ms }
+    }
+
+    /// Why a newcomer may not be granted the key now, though it is free: a
+    /// quarantine (of the node, the database or the key) or the eviction
+    /// guard.
+    pub fn refusal(&self) -> Option<Refusal> {
+        self.node.refusal(self.call.db(), self.call.key_name(), self.now_ms)
+    }
+
+    /// Whether a newcomer may be granted the key now (the waiting policy).
+    pub fn admission(&self, refused: bool) -> Admission {
+        // Only pay for the key name when someone waits or may wait.
+        let queued = if !refused && self.node.any_waiters() {
+            wait::queued(self.node, &self.call.key_id())
+        } else {
+            0
+        };
+        waiting::admission(refused, queued)
+    }
+
+    /// Clients waiting for the key.
+    pub fn waiters(&self) -> i64 {
+        if !self.node.any_waiters() {
+            return 0;
+        }
+        i64::try_from(wait::queued(self.node, &self.call.key_id())).unwrap_or(i64::MAX)
+    }
+
+    /// A malformed call: counted, answered with the command's name and what
+    /// is wrong.
+    pub fn rejected(&self, error: &ArgError) -> Reply {
+        self.refused(errors::bad_args(self.command.label(), error))
+    }
+
+    /// A refused call (counted).
+    pub fn refused(&self, line: String) -> Reply {
+        self.node.stats.rejected.bump();
+        Reply::Error(line)
+    }
+
+    /// The reply for a key that could not be used.
+    pub fn failed(&self, failure: Failure) -> Reply {
+        match failure {
+            Failure::WriteFailed => Reply::Error(failure.line()),
+            wrong => self.refused(wrong.line()),
+        }
+    }
+
+    /// Runs a writing transition on the key; then hands a freed lock to its
+    /// waiters. `Err` is the error reply (not a lock, write refused).
+    pub fn write<'o, T>(
+        &self,
+        transition: impl for<'s, 'k> FnOnce(&mut Txn<'s, 'o, Loaded<'k, 'a>>) -> T,
+    ) -> Result<T, Reply> {
+        let (answer, written, key) =
+            keystate::transact(self.call, self.node, self.now_ms, transition).map_err(|f| self.failed(f))?;
+        drop(key);
+        self.after_write(written);
+        Ok(answer)
+    }
+
+    /// Reads the lock at the key without writing; `Err` is the WRONGTYPE
+    /// reply when it is not a lock (or not one this module wrote).
+    pub fn read(&self, f: impl FnOnce(&Loaded<'_, '_>) -> Reply) -> Result<Reply, Reply> {
+        let Some(key) = self.call.open_key(false) else { return Ok(f(&Loaded::Free(Default::default()))) };
+        let rules = self.node.rules(self.now_ms);
+        let lock = keystate::load(&key, &rules).map_err(|failure| self.failed(failure))?;
+        let reply = f(&lock);
+        match lock.too_far(&rules) {
+            Some(failure) => Err(self.failed(failure)),
+            None => Ok(reply),
+        }
+    }
+
+    /// After a write (the key closed again): count expiries found, serve
+    /// the key's waiters, and tell pub/sub subscribers when a lock was freed
+    /// and nobody took it.
+    pub fn after_write(&self, written: Written) {
+        if written.found_expired {
+            self.node.stats.expiries.bump();
+        }
+        let handed_off = wait::serve_key(self.call, self.node, self.now_ms);
+        let publish = self.node.settings.publish_freed.load(std::sync::atomic::Ordering::Relaxed);
+        if written.freed && !handed_off && publish {
+            self.call.publish_freed(if written.found_expired { Freed::Expired } else { Freed::Released });
+        }
+    }
+
+    /// A grant refused because the key is held (or queued for): counted,
+    /// and the key noted among the most contended.
+    pub fn contended(&self) {
+        self.node.stats.record_contended(self.call.db(), self.call.key_name(), self.now_ms);
+    }
+}
+
+/// From a node's first grant on, every change to a key by another command
+/// must be seen (a lock removed behind the module's back quarantines its
+/// key): keyspace events are subscribed to then, so that a node that never
+/// holds a lock pays nothing for them. Off (`lock.removal-quarantine no`):
+/// nothing to watch for (waiters subscribe on their own), so a benchmark's
+/// baseline commands on the same server pay no keyspace callback.
+pub fn watch_for_removal(call: &Call<'_>, node: &Node) {
+    if !node.settings.removal_quarantine.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    if let Err(e) = ffi::watch_keys(call) {
+        redis_module::logging::log_warning(format!("lock: {e}"));
+    }
+}

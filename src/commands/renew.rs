@@ -1,0 +1,43 @@
+//! `LOCK.RENEW token ttl-ms key [key ...]`: LOCK.EXTEND on every key for one
+//! owner (a watchdog holding many locks renews them in one call). Reply: 1
+//! or 0 per key. A key that is not a lock fails the whole call before
+//! anything is extended. Parser: `core::args::renew`.
+
+use super::extend::extend_one;
+use super::key_flags::{RW, UPDATE};
+use super::{Command, Cx};
+use crate::core::args;
+use crate::ffi::{Keys, Reply};
+
+pub const COMMAND: Command = Command {
+    name: c"lock.renew",
+    usage: "LOCK.RENEW token ttl-ms key [key ...]",
+    flags: c"write deny-oom",
+    arity: -4,
+    keys: Keys::Range(FIRST_KEY as i32, -1),
+    key_flags: RW | UPDATE,
+    summary: c"Extend many locks held by one token; reply: 1 or 0 per key",
+    run,
+};
+
+const FIRST_KEY: usize = 3;
+
+fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
+    let request = match args::renew(argv, cx.node.settings.limits()) {
+        Ok(request) => request,
+        Err(e) => return cx.rejected(&e),
+    };
+    let keys = FIRST_KEY..argv.len();
+    for index in keys.clone() {
+        if let Err(reply) = cx.on(&cx.call.for_arg(index)).read(|_| Reply::Nil) {
+            return reply;
+        }
+    }
+    let extended = keys
+        .map(|index| match extend_one(&cx.on(&cx.call.for_arg(index)), request.owner, request.ttl_ms) {
+            Reply::Int(n) => n,
+            _ => 0,
+        })
+        .collect();
+    Reply::Ints(extended)
+}

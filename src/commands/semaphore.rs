@@ -1,0 +1,27 @@
+//! `LOCK.SEMAPHORE key token permits ttl-ms [WAIT timeout-ms]`: one of
+//! `permits` permits, each with its own token and TTL. Nil when all are
+//! held. Parser: `core::args::semaphore`.
+
+use super::key_flags::{RW, UPDATE};
+use super::{grant, Command, Cx};
+use crate::core::args;
+use crate::core::kind::Want;
+use crate::ffi::{Keys, Reply};
+
+pub const COMMAND: Command = Command {
+    name: c"lock.semaphore",
+    usage: "LOCK.SEMAPHORE key token permits ttl-ms [WAIT timeout-ms]",
+    flags: c"write deny-oom",
+    arity: -5,
+    keys: Keys::Range(1, 1),
+    key_flags: RW | UPDATE,
+    summary: c"Take one of a semaphore's permits; reply: fencing token or nil",
+    run,
+};
+
+fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
+    match args::semaphore(argv, cx.node.settings.limits()) {
+        Ok((permits, request)) => grant::grant(cx, request, Want::permit(permits)),
+        Err(e) => cx.rejected(&e),
+    }
+}

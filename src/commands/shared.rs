@@ -1,0 +1,25 @@
+//! `LOCK.SHARED key token ttl-ms [WAIT timeout-ms]`: a read hold of a
+//! read-write lock (any number of readers together, each with its own token
+//! and TTL). Nil while a writer holds it or anyone waits. Parser:
+//! `core::args::acquire`.
+
+use super::key_flags::{RW, UPDATE};
+use super::{grant, Command, Cx};
+use crate::core::args;
+use crate::core::kind::Want;
+use crate::ffi::{Keys, Reply};
+
+pub const COMMAND: Command = Command {
+    name: c"lock.shared",
+    usage: "LOCK.SHARED key token ttl-ms [WAIT timeout-ms]",
+    flags: c"write deny-oom",
+    arity: -4,
+    keys: Keys::Range(1, 1),
+    key_flags: RW | UPDATE,
+    summary: c"Take a read (shared) hold of a read-write lock; reply: fencing token or nil",
+    run,
+};
+
+fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
+    grant::parsed(cx, args::acquire(argv, cx.node.settings.limits()), Want::read())
+}
