@@ -19,7 +19,12 @@ use tokio::time::Instant;
 use crate::claim::Claim;
 use crate::error::{Error, Lost, Result};
 use crate::quorum::{self, Answer, Mode, Tally};
-use crate::redlock::{Granted, Lease, Redlock};
+use crate::rounds::extend::extend;
+use crate::rounds::fanout::Nodes;
+use crate::rounds::fence::fence;
+use crate::rounds::grant::Granted;
+use crate::rounds::lease::{check_ttl, Lease};
+use crate::rounds::release::release_quorum;
 
 /// Bounds of the automatic renewal: it stops after `renewals_max` renewals
 /// or once `duration_max` has passed since it started, whichever comes
@@ -201,7 +206,8 @@ where
 }
 
 pub(crate) struct Shared {
-    redlock: Redlock,
+    /// The nodes it was granted on, where its own rounds run.
+    nodes: Nodes,
     /// What was granted (one resource, or a set); its quorum is also the
     /// extensions' and release's.
     claim: Claim,
@@ -265,9 +271,9 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(redlock: Redlock, claim: Claim, token: String, granted: Granted) -> Guard {
+    pub(crate) fn new(nodes: Nodes, claim: Claim, token: String, granted: Granted) -> Guard {
         let shared = Shared {
-            redlock,
+            nodes,
             claim,
             token,
             floor: granted.floor,
@@ -279,7 +285,7 @@ impl Guard {
         Guard { shared: Arc::new(shared), watchdog: None, finished: false }
     }
 
-    /// The resource; for a set ([`Redlock::try_acquire_many`]), the first
+    /// The resource; for a set ([`crate::Redlock::try_acquire_many`]), the first
     /// one given (all are in [`Guard::resources`]).
     pub fn resource(&self) -> &str {
         self.shared.claim.first().0
@@ -292,8 +298,8 @@ impl Guard {
     }
 
     /// Every resource held, in the order given, with its mode: one for
-    /// [`Redlock::try_acquire`], the whole set for
-    /// [`Redlock::try_acquire_many`].
+    /// [`crate::Redlock::try_acquire`], the whole set for
+    /// [`crate::Redlock::try_acquire_many`].
     pub fn resources(&self) -> &[(String, Mode)] {
         self.shared.claim.keys()
     }
@@ -306,7 +312,7 @@ impl Guard {
     /// The quorum's fencing token T: strictly above the token of every
     /// fenced holder whose hold ended before this one began (two readers or
     /// permit holders holding at once may share one, see
-    /// [`Redlock::try_acquire`]). Pass it to the protected resource, which
+    /// [`crate::Redlock::try_acquire`]). Pass it to the protected resource, which
     /// should refuse writes that carry a lower one.
     ///
     /// The first call runs the fencing round (`LOCK.FENCE key token T` on
@@ -388,7 +394,7 @@ impl Guard {
     /// set, `LOCK.MRELEASE`, a node counting only if it released them all).
     /// Returns once the mode's quorum confirmed; the other nodes' releases
     /// go on in the background (`Tally::pending` counts them; call
-    /// [`Redlock::settle`] before the process exits so that they all get
+    /// [`crate::Redlock::settle`] before the process exits so that they all get
     /// there). `Err(NoQuorum)` when fewer confirmed (after waiting for
     /// every node): the lock had expired or been taken on them, so the work
     /// done under it may not have been exclusive.
@@ -431,7 +437,7 @@ impl Drop for Guard {
         // Counted as background work, so that `Redlock::settle` waits for it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let shared = self.shared.clone();
-            let background = shared.redlock.background();
+            let background = shared.nodes.background();
             runtime.spawn(async move {
                 let _background = background;
                 let _ = shared.release().await;
@@ -448,7 +454,7 @@ impl Shared {
         let label = self.claim.label();
         self.life.check_held(label)?;
         let deadline = self.life.lease().deadline;
-        self.redlock.fence(&self.claim, &self.token, self.floor, &self.grants, deadline).await?;
+        fence(&self.nodes, &self.claim, &self.token, self.floor, &self.grants, deadline).await?;
         // The majority must have answered within the validity.
         self.life.check_held(label)?;
         Ok(self.floor)
@@ -457,8 +463,8 @@ impl Shared {
     async fn extend(&self, ttl: Duration) -> Result<Duration> {
         let _op = self.op.lock().await;
         self.life.check_held(self.claim.label())?;
-        let ttl = crate::redlock::check_ttl(ttl)?;
-        match self.redlock.extend_claim(&self.claim, &self.token, ttl).await {
+        let ttl = check_ttl(ttl)?;
+        match extend(&self.nodes, &self.claim, &self.token, ttl).await {
             Ok(lease) => {
                 self.life.renewed(lease);
                 Ok(quorum::remaining(lease.deadline, Instant::now()))
@@ -475,7 +481,7 @@ impl Shared {
         // Waits for an extension in flight (an aborted watchdog lets go of
         // the lock at once), so the RELEASE is queued after its EXTEND.
         let _op = self.op.lock().await;
-        let result = self.redlock.release_quorum(&self.claim, &self.token).await;
+        let result = release_quorum(&self.nodes, &self.claim, &self.token).await;
         self.life.released();
         result
     }
@@ -491,7 +497,6 @@ mod tests {
     //! happen, not about the nodes.
 
     use std::cell::RefCell;
-    use std::rc::Rc;
 
     use super::*;
 
@@ -627,70 +632,4 @@ mod tests {
         life.mark_lost(Lost::Expired);
         assert_eq!(life.status(), Status::Released, "a released lock is not lost later");
     }
-
-    #[tokio::test(start_paused = true)]
-    async fn retries_wait_within_the_policy_and_stop_at_its_bounds() {
-        let policy = RetryPolicy::within(ms(1_000)).with_delays(ms(20), ms(60));
-        let attempts: Rc<RefCell<Vec<Instant>>> = Rc::default();
-        let t0 = Instant::now();
-        let result: Result<()> = policy
-            .retry(|| {
-                attempts.borrow_mut().push(Instant::now());
-                assert!(attempts.borrow().len() <= 1_000, "retrying without end");
-                async {
-                    tokio::time::sleep(ms(3)).await;
-                    Err(Error::NoQuorum {
-                        resource: "r".into(),
-                        phase: crate::Phase::Acquire,
-                        tally: Tally::default(),
-                    })
-                }
-            })
-            .await;
-        assert!(matches!(result, Err(Error::NoQuorum { .. })), "the last error");
-        let attempts = attempts.borrow().clone();
-        assert!(attempts.len() >= 1_000 / 63 && attempts.len() <= 1_000 / 23 + 1, "{}", attempts.len());
-        // Each delay is within the policy, except one cut short so that
-        // the last attempt starts exactly at the total.
-        for pair in attempts.windows(2) {
-            let gap = pair[1] - pair[0] - ms(3);
-            let cut = pair[1] == t0 + ms(1_000);
-            assert!((gap >= ms(20) || cut) && gap <= ms(60), "delay {gap:?}");
-        }
-        let last = *attempts.last().unwrap() - t0;
-        assert!(last <= ms(1_000), "an attempt started after the total: {last:?}");
-        assert!(last > ms(1_000 - 63), "gave up early, at {last:?}");
-
-        // A count: exactly that many attempts; an error that a retry cannot
-        // fix (a caller mistake): one.
-        for (policy, error, expected) in [
-            (
-                RetryPolicy::attempts(4).with_delays(ms(5), ms(5)),
-                Error::ExpiredBeforeUse { resource: "r".into(), ttl: ms(10), elapsed: ms(10), drift: ms(2) },
-                4,
-            ),
-            (RetryPolicy::attempts(4), Error::InvalidArgument("bad ttl".into()), 1),
-        ] {
-            let count = RefCell::new(0);
-            let t0 = Instant::now();
-            let result: Result<()> = policy
-                .retry(|| {
-                    *count.borrow_mut() += 1;
-                    // Retrying past the policy would go on forever: fail.
-                    assert!(*count.borrow() <= 100, "retrying without end");
-                    std::future::ready(Err(error.clone()))
-                })
-                .await;
-            assert_eq!(result, Err(error.clone()));
-            assert_eq!(*count.borrow(), expected, "{error}");
-            if expected == 4 {
-                assert_eq!(Instant::now() - t0, ms(15), "three delays of 5 ms");
-            }
-        }
-        // Success ends it at once.
-        let done = RetryPolicy::attempts(3).retry(|| std::future::ready(Ok::<_, Error>(7))).await;
-        assert_eq!(done, Ok(7));
-    }
-
-    use crate::quorum::RetryPolicy;
 }
