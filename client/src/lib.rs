@@ -41,10 +41,13 @@
 //! - [`Redlock`] (`redlock.rs`): the API: checks its arguments, runs the
 //!   rounds, hands out guards; reentrant enter/exit, info, check.
 //! - [`Guard`] (`guard.rs`): a held lock, its fencing token (the fencing
-//!   round runs on the first call of [`Guard::fencing_token`]), release on
-//!   drop, the watchdog and [`Guard::lost`], on tokio's clock (their
-//!   schedule is tested on tokio's paused clock). It holds the nodes it was
-//!   granted on and runs its own rounds there; it does not know `Redlock`.
+//!   round runs on the first call of [`Guard::fencing_token`]), extend,
+//!   release (also on drop), the watchdog and [`Guard::lost`]. It holds the
+//!   nodes it was granted on and runs its own rounds there; it does not
+//!   know `Redlock`.
+//! - `lifetime`: a held lock's lease and [`Status`], the [`Watchdog`]'s
+//!   schedule and the loss reports, with no I/O, on tokio's clock (tested
+//!   on tokio's paused clock).
 //! - `info`: `LOCK.INFO` on every node, read into [`LockInfo`].
 //! - `rounds`: the quorum rounds below both: the fan-out to all N nodes
 //!   and why a round may return at its majority (`fanout`), the lease
@@ -100,6 +103,7 @@ mod claim;
 mod error;
 mod guard;
 mod info;
+mod lifetime;
 mod node;
 pub mod quorum;
 mod redlock;
@@ -107,8 +111,9 @@ mod resp;
 mod rounds;
 
 pub use error::{Error, Lost, Phase, Result};
-pub use guard::{Detached, Guard, Renewal, Status, Watchdog};
+pub use guard::{Detached, Guard};
 pub use info::{HolderInfo, LockInfo, NodeInfo, Refused};
+pub use lifetime::{Renewal, Status, Watchdog};
 pub use quorum::{Mode, Quorum, RetryPolicy, Tally};
 pub use redlock::{Entered, Redlock};
 pub use rounds::fanout::Config;
