@@ -286,6 +286,18 @@ mod tests {
     }
 
     #[test]
+    fn the_readme_lists_every_code() {
+        let readme = include_str!("../../README.md");
+        for (code, word) in ALL {
+            let row = [format!("| {code} | "), format!("| {code}, "), format!(", {code} | ")];
+            assert!(
+                row.iter().any(|cell| readme.contains(cell.as_str())),
+                "code {code} ({word}) is not in client/README.md"
+            );
+        }
+    }
+
+    #[test]
     fn the_help_lists_every_code() {
         for (code, word) in ALL {
             let line = format!("  {code:<4} ");
