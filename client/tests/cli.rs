@@ -48,6 +48,20 @@ fn run_bounded(mut cmd: Command, within: Duration) -> Output {
     }
 }
 
+/// `redlock WORDS...` against `servers`, run to completion (bounded).
+fn call(servers: &[Server], words: &[&str]) -> Output {
+    let mut cmd = redlock(servers);
+    cmd.args(words);
+    run_bounded(cmd, Duration::from_secs(10))
+}
+
+/// `redlock acquire WORDS...`, which must succeed: what it printed.
+fn acquired(servers: &[Server], words: &[&str]) -> String {
+    let out = call(servers, &[&["acquire"], words].concat());
+    assert_eq!(out.status.code(), Some(0), "acquire {words:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
 /// Waits (bounded by `within`) for a spawned `redlock` to exit.
 fn finish(mut child: std::process::Child, within: Duration) -> Output {
     let deadline = Instant::now() + within;
@@ -353,14 +367,8 @@ fn an_argument_the_nodes_refuse_is_a_usage_error() {
     assert!(started.elapsed() < Duration::from_secs(5), "retried for {:?}", started.elapsed());
     assert_free(&all(&servers), "deploy");
 
-    let mut acquire = redlock(&servers);
-    acquire.args(["acquire", "deploy"]);
-    let out = run_bounded(acquire, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(0), "the default ttl: {}", text(&out.stderr));
-    let token = field(&text(&out.stdout), "REDLOCK_TOKEN");
-    let mut extend = redlock(&servers);
-    extend.args(["extend", "deploy", "--ttl", "99999999", "--token", &token]);
-    let out = run_bounded(extend, Duration::from_secs(10));
+    let token = field(&acquired(&servers, &["deploy"]), "REDLOCK_TOKEN");
+    let out = call(&servers, &["extend", "deploy", "--ttl", "99999999", "--token", &token]);
     assert_eq!(out.status.code(), Some(USAGE), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("ttl-ms"), "{}", text(&out.stderr));
 }
@@ -370,20 +378,14 @@ fn an_argument_the_nodes_refuse_is_a_usage_error() {
 #[test]
 fn a_double_release_is_not_held() {
     let servers = cluster(3);
-    let mut acquire = redlock(&servers);
-    acquire.args(["acquire", "deploy"]);
-    let out = run_bounded(acquire, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let token = field(&text(&out.stdout), "REDLOCK_TOKEN");
+    let token = field(&acquired(&servers, &["deploy"]), "REDLOCK_TOKEN");
     for (attempt, code) in [(1, 0), (2, NOT_HELD)] {
         let mut release = redlock(&servers);
         release.args(["release", "deploy"]).env("REDLOCK_TOKEN", &token);
         let out = run_bounded(release, Duration::from_secs(10));
         assert_eq!(out.status.code(), Some(code), "release {attempt}: {}", text(&out.stderr));
     }
-    let mut again = redlock(&servers);
-    again.args(["release", "deploy", "--token", &token]);
-    let stderr = text(&run_bounded(again, Duration::from_secs(10)).stderr);
+    let stderr = text(&call(&servers, &["release", "deploy", "--token", &token]).stderr);
     assert!(
         stderr.contains(
             "'deploy' is not held with this token (already released, expired, or taken by another owner), \
@@ -391,9 +393,7 @@ fn a_double_release_is_not_held() {
         ),
         "{stderr}"
     );
-    let mut extend = redlock(&servers);
-    extend.args(["extend", "deploy", "--ttl", "5000", "--token", &token]);
-    let out = run_bounded(extend, Duration::from_secs(10));
+    let out = call(&servers, &["extend", "deploy", "--ttl", "5000", "--token", &token]);
     assert_eq!(out.status.code(), Some(NOT_HELD), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("nothing to extend"), "{}", text(&out.stderr));
 }
@@ -404,16 +404,8 @@ fn a_double_release_is_not_held() {
 #[test]
 fn check_asks_the_quorum_whether_a_fencing_token_is_live() {
     let mut servers = cluster(3);
-    let check = |servers: &[Server], token: &str| {
-        let mut cmd = redlock(servers);
-        cmd.args(["check", "deploy", token]);
-        run_bounded(cmd, Duration::from_secs(10))
-    };
-    let mut acquire = redlock(&servers);
-    acquire.args(["acquire", "deploy", "--ttl", "20000"]);
-    let out = run_bounded(acquire, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let stdout = text(&out.stdout);
+    let check = |servers: &[Server], token: &str| call(servers, &["check", "deploy", token]);
+    let stdout = acquired(&servers, &["deploy", "--ttl", "20000"]);
     let (token, fence) = (field(&stdout, "REDLOCK_TOKEN"), field(&stdout, "REDLOCK_FENCING_TOKEN"));
 
     let out = check(&servers, &fence);
@@ -436,9 +428,7 @@ fn check_asks_the_quorum_whether_a_fencing_token_is_live() {
     let down = servers.iter().position(|s| !checks(s, "deploy", fence_number)).unwrap_or(0);
     servers[down].kill();
     assert_eq!(check(&servers, &fence).status.code(), Some(0));
-    let mut release = redlock(&servers);
-    release.args(["release", "deploy", "--token", &token]);
-    assert_eq!(run_bounded(release, Duration::from_secs(10)).status.code(), Some(0));
+    assert_eq!(call(&servers, &["release", "deploy", "--token", &token]).status.code(), Some(0));
     assert_eq!(check(&servers, &fence).status.code(), Some(NOT_HELD), "released");
     servers[(down + 1) % 3].kill();
     let out = check(&servers, &fence);
@@ -452,9 +442,7 @@ fn check_asks_the_quorum_whether_a_fencing_token_is_live() {
 #[test]
 fn quarantine_and_mixed_failures_have_their_codes() {
     let quarantined = start_all((0..3).map(|_| Opts::new().module_arg("quarantine-ms", "30000")).collect());
-    let mut acquire = redlock(&quarantined);
-    acquire.args(["acquire", "deploy"]);
-    let out = run_bounded(acquire, Duration::from_secs(10));
+    let out = call(&quarantined, &["acquire", "deploy"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(QUARANTINED), "{stderr}");
     assert!(stderr.contains("3 quarantined") && stderr.contains("; retry in "), "{stderr}");
@@ -471,9 +459,7 @@ fn quarantine_and_mixed_failures_have_their_codes() {
     for server in &mut servers[3..] {
         server.kill();
     }
-    let mut acquire = redlock(&servers);
-    acquire.args(["acquire", "deploy"]);
-    let out = run_bounded(acquire, Duration::from_secs(10));
+    let out = call(&servers, &["acquire", "deploy"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(NO_QUORUM), "{stderr}");
     assert!(stderr.contains("2 of 5 granted (need 3); 1 held by another owner; 2 unreachable"), "{stderr}");

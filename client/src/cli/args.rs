@@ -260,6 +260,26 @@ impl ModeArgs {
     }
 }
 
+/// What `acquire` and `exec` take, and how.
+#[derive(Args, Clone, Debug)]
+pub struct TakeArgs {
+    /// The lock's name; several: taken all or nothing, as one set.
+    #[arg(value_name = "RESOURCE", required = true, num_args = 1..)]
+    pub resources: Vec<String>,
+    /// Time to live, in ms (at most the nodes' lock.max-ttl-ms); exec
+    /// renews it every ttl/3 while the command runs.
+    #[arg(long, value_name = "MS", default_value_t = 10_000, verbatim_doc_comment)]
+    pub ttl: u64,
+    /// Keep retrying (random delays of 50-200 ms) for up to this long, in
+    /// ms (0: one try).
+    #[arg(long, value_name = "MS", default_value_t = 0, verbatim_doc_comment)]
+    pub wait: u64,
+    #[command(flatten)]
+    pub mode: ModeArgs,
+    #[command(flatten)]
+    pub fence: FenceArgs,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a command while holding the lock; stop it if the lock is lost
@@ -274,15 +294,8 @@ pub enum Command {
     /// on to it.
     #[command(verbatim_doc_comment, after_long_help = EXEC_HELP)]
     Exec {
-        /// The lock's name; several: taken all or nothing, as one set.
-        #[arg(value_name = "RESOURCE", required = true, num_args = 1..)]
-        resources: Vec<String>,
-        /// Time to live, in ms; renewed every ttl/3 while the command runs.
-        #[arg(long, value_name = "MS", default_value_t = 10_000)]
-        ttl: u64,
-        /// Keep retrying to acquire for up to this long, in ms (0: one try).
-        #[arg(long, value_name = "MS", default_value_t = 0)]
-        wait: u64,
+        #[command(flatten)]
+        take: TakeArgs,
         /// After the lock is lost: time between SIGTERM and SIGKILL, in ms.
         #[arg(long, value_name = "MS", default_value_t = 5_000)]
         grace: u64,
@@ -290,10 +303,6 @@ pub enum Command {
         /// stopped when the lock runs out, exit 75).
         #[arg(long, value_name = "MS", default_value_t = 86_400_000, verbatim_doc_comment)]
         max_hold: u64,
-        #[command(flatten)]
-        mode: ModeArgs,
-        #[command(flatten)]
-        fence: FenceArgs,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "COMMAND")]
         command: Vec<OsString>,
@@ -305,19 +314,8 @@ pub enum Command {
     /// until its TTL runs out or `release`.
     #[command(verbatim_doc_comment, after_long_help = ACQUIRE_HELP)]
     Acquire {
-        /// The lock's name; several: taken all or nothing, as one set.
-        #[arg(value_name = "RESOURCE", required = true, num_args = 1..)]
-        resources: Vec<String>,
-        /// Time to live, in ms (at most the nodes' lock.max-ttl-ms).
-        #[arg(long, value_name = "MS", default_value_t = 10_000)]
-        ttl: u64,
-        /// Keep retrying (random delays of 50-200 ms) for up to this long.
-        #[arg(long, value_name = "MS", default_value_t = 0)]
-        wait: u64,
         #[command(flatten)]
-        mode: ModeArgs,
-        #[command(flatten)]
-        fence: FenceArgs,
+        take: TakeArgs,
     },
     /// Release the lock held with a token, on every node
     ///
@@ -381,10 +379,10 @@ impl Command {
     /// once per resource); none for `info` and `check`.
     pub fn resources(&self) -> Result<Vec<(String, Mode)>, String> {
         let (resources, mode) = match self {
-            Command::Acquire { resources, mode, .. }
-            | Command::Release { resources, mode, .. }
-            | Command::Extend { resources, mode, .. }
-            | Command::Exec { resources, mode, .. } => (resources, mode),
+            Command::Acquire { take } | Command::Exec { take, .. } => (&take.resources, &take.mode),
+            Command::Release { resources, mode, .. } | Command::Extend { resources, mode, .. } => {
+                (resources, mode)
+            }
             Command::Info { .. } | Command::Check { .. } => return Ok(Vec::new()),
         };
         let modes = mode.modes(resources.len())?;
@@ -449,8 +447,8 @@ mod tests {
         let resources = cli.command.resources().unwrap();
         let expected = [("a", Mode::Read), ("b", Mode::Write), ("c", Mode::Exclusive)];
         assert_eq!(resources, expected.map(|(r, m)| (r.to_string(), m)));
-        let Command::Exec { command, ttl, .. } = cli.command else { panic!("exec") };
-        assert_eq!((command.len(), ttl), (3, 900));
+        let Command::Exec { command, take, .. } = cli.command else { panic!("exec") };
+        assert_eq!((command.len(), take.ttl), (3, 900));
         // One resource, as before.
         let cli =
             Cli::try_parse_from(["redlock", "--nodes", "n", "release", "deploy", "--token", "t"]).unwrap();
@@ -461,7 +459,7 @@ mod tests {
     #[test]
     fn acquire_has_a_default_ttl_like_exec() {
         let ttl_of = |words: &[&str]| match Cli::try_parse_from(words).map(|cli| cli.command) {
-            Ok(Command::Acquire { ttl, .. }) | Ok(Command::Exec { ttl, .. }) => ttl,
+            Ok(Command::Acquire { take }) | Ok(Command::Exec { take, .. }) => take.ttl,
             other => panic!("{other:?}"),
         };
         assert_eq!(ttl_of(&["redlock", "--nodes", "n", "acquire", "deploy"]), 10_000);

@@ -30,8 +30,8 @@ pub async fn run(cli: Cli) -> u8 {
         }
     };
     let code = match cli.command {
-        Command::Acquire { ttl, wait, fence, .. } => {
-            acquire(&redlock, &resources, ttl, wait, !fence.no_fence).await
+        Command::Acquire { take } => {
+            acquire(&redlock, &resources, take.ttl, take.wait, !take.fence.no_fence).await
         }
         Command::Release { token, .. } => release(&redlock, &resources, &token).await,
         Command::Extend { token, ttl, .. } => extend(&redlock, &resources, &token, ttl).await,
@@ -40,11 +40,11 @@ pub async fn run(cli: Cli) -> u8 {
             print!("{}", info_table(&redlock.info(&resource).await));
             exit::OK
         }
-        Command::Exec { ttl, wait, grace, max_hold, command, fence, .. } => {
+        Command::Exec { take, grace, max_hold, command } => {
             let options = exec::Options {
-                fenced: !fence.no_fence,
-                ttl: Duration::from_millis(ttl),
-                wait: Duration::from_millis(wait),
+                fenced: !take.fence.no_fence,
+                ttl: Duration::from_millis(take.ttl),
+                wait: Duration::from_millis(take.wait),
                 grace: Duration::from_millis(grace),
                 max_hold: Duration::from_millis(max_hold),
             };
