@@ -17,7 +17,7 @@
 //!
 //! Why returning early is safe:
 //! - Order per node. Each node has one connection, which writes commands
-//!   in the order they were issued (see `node.rs`). A call still in flight
+//!   in the order they were issued (see `node/mod.rs`). A call still in flight
 //!   when its round returned was issued before anything the caller does
 //!   next, so a later FENCE, EXTEND or RELEASE on that node is queued
 //!   behind it and cannot overtake it. The late calls are kept running
@@ -116,7 +116,7 @@ pub(crate) struct Reply {
     pub answer: Answer,
 }
 
-/// One call of a round, queued on its node NOW (see `node.rs`: the order
+/// One call of a round, queued on its node NOW (see `node/mod.rs`: the order
 /// of calls to a node is the order of these calls, whenever and by
 /// whichever task the returned future is polled). The future owns what it
 /// uses, so that it can outlive the round: see [`Nodes::detach`].
