@@ -34,7 +34,8 @@
 //! (one `LOCK.MACQUIRE` per node, the same [`Guard`] for the whole set);
 //! reentrant [`Redlock::enter`] and
 //! [`Redlock::exit`]; [`Redlock::release`] and [`Redlock::extend`] by token
-//! for tools; [`Redlock::info`].
+//! for tools; [`Redlock::check`] (is a fencing token the live grant on a
+//! majority?) for resource servers; [`Redlock::info`].
 //!
 //! The parts, and where they live, each importing only the ones listed
 //! after it:
@@ -67,7 +68,8 @@
 //!   a node's answer means), tally (counts, progress, verdicts, the
 //!   fencing round's plan); unit-tested with a fake clock.
 //!
-//! The protocol (see the README section "The quorum client"):
+//! The protocol (see client/README.md, and the top-level README's section
+//! "The quorum client"):
 //! 1. `LOCK.ACQUIRE key token ttl` on all N at once, each call with its own
 //!    timeout; a majority (N/2+1) must grant. The round returns as soon as
 //!    a majority granted; the other calls go on in the background.
