@@ -12,9 +12,10 @@
 //!   one resource's.
 //! - `extend`, `release`: the rounds a held lock ends with, or lives on by.
 //!
-//! `Redlock` runs them for its callers; a `Guard` holds the [`fanout::Nodes`]
-//! it was granted on and runs its own fencing, extend and release rounds
-//! there. Neither of the two imports the other's file for a round.
+//! `Redlock` runs them for its callers and hands out guards; a `Guard`
+//! holds the [`fanout::Nodes`] it was granted on and runs its own fencing,
+//! extend and release rounds there, so it needs nothing of `Redlock`.
+//! Nothing here imports either of them.
 
 pub(crate) mod extend;
 pub(crate) mod fanout;
