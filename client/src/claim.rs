@@ -16,7 +16,7 @@
 //! | fence | `LOCK.FENCE key token T` for each key, in one pipeline: 1/0 per key |
 //!
 //! A node counts towards the quorum of a set's round only if it answered
-//! yes for every key ([`quorum::classify_every_flag`]); see `redlock.rs`
+//! yes for every key ([`quorum::classify_every_flag`]); see `rounds/fence.rs`
 //! for why the quorum token stays as safe as for one resource.
 
 use std::time::Duration;

@@ -34,13 +34,26 @@
 //! (one `LOCK.MACQUIRE` per node, the same [`Guard`] for the whole set);
 //! reentrant [`Redlock::enter`] and
 //! [`Redlock::exit`]; [`Redlock::release`] and [`Redlock::extend`] by token
-//! for tools; [`Redlock::info`].
+//! for tools; [`Redlock::check`] (is a fencing token the live grant on a
+//! majority?) for resource servers; [`Redlock::info`].
 //!
-//! The parts, and where they live:
-//! - [`quorum`]: the arithmetic, as pure functions with no I/O and no clock
-//!   reads (majority, drift, validity, reply classification, counts,
-//!   verdicts, the fencing round's plan, retry delays, renewal schedule),
-//!   unit-tested with a fake clock.
+//! The parts, and where they live, each importing only the ones listed
+//! after it:
+//! - [`Redlock`] (`redlock.rs`): the API: checks its arguments, runs the
+//!   rounds, hands out guards; reentrant enter/exit, info, check.
+//! - [`Guard`] (`guard.rs`): a held lock, its fencing token (the fencing
+//!   round runs on the first call of [`Guard::fencing_token`]), extend,
+//!   release (also on drop), the watchdog and [`Guard::lost`]. It holds the
+//!   nodes it was granted on and runs its own rounds there; it does not
+//!   know `Redlock`.
+//! - `lifetime`: a held lock's lease and [`Status`], the [`Watchdog`]'s
+//!   schedule and the loss reports, with no I/O, on tokio's clock (tested
+//!   on tokio's paused clock).
+//! - `info`: `LOCK.INFO` on every node, read into [`LockInfo`].
+//! - `rounds`: the quorum rounds below both: the fan-out to all N nodes
+//!   and why a round may return at its majority (`fanout`), the lease
+//!   (`lease`), grant and undo (`grant`), the fencing round and why it is
+//!   safe late and for sets (`fence`), `extend`, `release`.
 //! - `claim`: what a guard holds (one resource, or a set) and the command
 //!   each round sends for it: the single-key commands for one resource,
 //!   `LOCK.MACQUIRE` / `RENEW` / `MRELEASE` and pipelined `LOCK.FENCE`s
@@ -48,16 +61,15 @@
 //! - `node`: one node's address, its queue of calls (in the order they were
 //!   made) and the one connection its writer task writes them on, with the
 //!   connect and per-command timeouts; `resp`: the RESP2 reply reader.
-//! - [`Redlock`] (`redlock.rs`): the rounds: acquire on all N in parallel,
-//!   the fencing round, extend, release on all N, reentrant enter/exit,
-//!   info.
-//! - [`Guard`] (`guard.rs`): a held lock, its fencing token (the fencing
-//!   round runs on the first call of [`Guard::fencing_token`]), release on
-//!   drop, the watchdog and [`Guard::lost`], on tokio's clock (their
-//!   schedule is tested on tokio's paused clock).
 //! - [`Error`] (`error.rs`): named errors whose messages give the counts.
+//! - [`quorum`]: the pure side, with no I/O and no clock reads, by idea:
+//!   arithmetic (majority, the semaphore quorum, drift, validity, the
+//!   renewal schedule), retry (the policy and its delays), replies (what
+//!   a node's answer means), tally (counts, progress, verdicts, the
+//!   fencing round's plan); unit-tested with a fake clock.
 //!
-//! The protocol (see the README section "The quorum client"):
+//! The protocol (see client/README.md, and the top-level README's section
+//! "The quorum client"):
 //! 1. `LOCK.ACQUIRE key token ttl` on all N at once, each call with its own
 //!    timeout; a majority (N/2+1) must grant. The round returns as soon as
 //!    a majority granted; the other calls go on in the background.
@@ -76,8 +88,9 @@
 //!    in the background are bounded by their timeouts, and
 //!    [`Redlock::settle`] waits for them (before a process exits).
 //!
-//! Why returning at the majority is safe, and why a set's quorum token is
-//! as safe as one resource's, is written down in `redlock.rs`.
+//! Why returning at the majority is safe is written down in
+//! `rounds/fanout.rs`; why fencing late is safe, and why a set's quorum
+//! token is as safe as one resource's, in `rounds/fence.rs`.
 //!
 //! Read-write locks and semaphores ([`Mode::Read`], [`Mode::Write`],
 //! [`Mode::Permit`]) run the same rounds with
@@ -91,12 +104,19 @@
 mod claim;
 mod error;
 mod guard;
+mod info;
+mod lifetime;
 mod node;
 pub mod quorum;
 mod redlock;
 mod resp;
+mod rounds;
 
 pub use error::{Error, Lost, Phase, Result};
-pub use guard::{Detached, Guard, Renewal, Status, Watchdog};
+pub use guard::{Detached, Guard};
+pub use info::{HolderInfo, LockInfo, NodeInfo, Refused};
+pub use lifetime::{Renewal, Status, Watchdog};
 pub use quorum::{Mode, Quorum, RetryPolicy, Tally};
-pub use redlock::{Config, Entered, HolderInfo, Lease, LockInfo, NodeInfo, Redlock, Refused};
+pub use redlock::{Entered, Redlock};
+pub use rounds::fanout::Config;
+pub use rounds::lease::Lease;

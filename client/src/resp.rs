@@ -1,6 +1,6 @@
 //! Replies of the RESP2 protocol, read from the front of a buffer.
 //!
-//! The client writes its commands itself (see `node.rs` for why), so it
+//! The client writes its commands itself (see `node/mod.rs` for why), so it
 //! reads the replies itself too. Only what a RESP2 server sends is read:
 //! simple strings, errors, integers, bulk strings and arrays (and their nil
 //! forms). Everything is bounded: a bulk string's length, an array's

@@ -13,6 +13,14 @@ use support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlock");
 
+// The exit codes, as the README's table gives them.
+const USAGE: i32 = 2;
+const NOT_HELD: i32 = 3;
+const UNREACHABLE: i32 = 68;
+const NO_QUORUM: i32 = 69;
+const HELD: i32 = 73;
+const QUARANTINED: i32 = 74;
+
 fn redlock(servers: &[Server]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("REDLOCK_NODES", urls(servers).join(",")).args(["--timeout", "200", "--connect-timeout", "300"]);
@@ -38,6 +46,20 @@ fn run_bounded(mut cmd: Command, within: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// `redlock WORDS...` against `servers`, run to completion (bounded).
+fn call(servers: &[Server], words: &[&str]) -> Output {
+    let mut cmd = redlock(servers);
+    cmd.args(words);
+    run_bounded(cmd, Duration::from_secs(10))
+}
+
+/// `redlock acquire WORDS...`, which must succeed: what it printed.
+fn acquired(servers: &[Server], words: &[&str]) -> String {
+    let out = call(servers, &[&["acquire"], words].concat());
+    assert_eq!(out.status.code(), Some(0), "acquire {words:?}: {}", text(&out.stderr));
+    text(&out.stdout)
 }
 
 /// Waits (bounded by `within`) for a spawned `redlock` to exit.
@@ -95,7 +117,7 @@ fn acquire_extend_info_release_by_hand() {
     let mut again = redlock(&servers);
     again.args(["acquire", "deploy", "--ttl", "5000", "--wait", "300"]);
     let out = run_bounded(again, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(73), "held: {}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(HELD), "held: {}", text(&out.stderr));
     assert!(text(&out.stderr)
         .contains("is held by another owner: 0 of 5 granted (need 3); 5 held by another owner"));
 
@@ -116,7 +138,7 @@ fn acquire_extend_info_release_by_hand() {
     let mut wrong = redlock(&servers);
     wrong.args(["release", "deploy", "--token", "not-the-token"]);
     let out = run_bounded(wrong, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(NOT_HELD), "{}", text(&out.stderr));
 
     let mut release = redlock(&servers);
     release.args(["release", "deploy", "--token", &token]);
@@ -131,7 +153,7 @@ fn acquire_extend_info_release_by_hand() {
     let mut down = redlock(&servers);
     down.args(["acquire", "deploy", "--ttl", "5000"]);
     let out = run_bounded(down, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(UNREACHABLE), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("2 of 5 granted (need 3); 3 unreachable"), "{}", text(&out.stderr));
     let mut info = redlock(&servers);
     info.args(["info", "deploy"]);
@@ -167,7 +189,7 @@ fn exec_passes_the_fencing_token_and_the_exit_code_and_releases() {
     let mut second = redlock(&servers);
     second.args(["exec", "cron-job", "--", "true"]);
     let out = run_bounded(second, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(HELD), "{}", text(&out.stderr));
 
     let out = finish(child, Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(7), "the command's exit code; stderr: {}", text(&out.stderr));
@@ -264,33 +286,183 @@ fn exec_stops_the_command_when_the_lock_is_lost() {
     }
 }
 
+/// `--help` is short (the commands, examples, the exit codes in one
+/// breath); each command's `--help` is long, with the whole table.
 #[test]
-fn help_documents_exit_codes_and_examples() {
-    let out = run_bounded(
-        {
-            let mut c = Command::new(BIN);
-            c.arg("--help");
-            c
-        },
-        Duration::from_secs(10),
-    );
-    let help = text(&out.stdout);
-    for needle in [
-        "Exit codes:",
-        "75",
-        "73",
-        "69",
-        "cron",
-        "REDLOCK_FENCING_TOKEN",
-        "exec",
-        "--mode permit --permits 2",
-    ] {
-        assert!(help.contains(needle), "--help lacks {needle}: {help}");
+fn help_is_short_and_each_command_has_a_long_one() {
+    let help = |words: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        cmd.env_remove("REDLOCK_NODES").args(words);
+        let out = run_bounded(cmd, Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(0), "{words:?}");
+        text(&out.stdout)
+    };
+    let short = help(&["--help"]);
+    assert!(short.lines().count() <= 30, "{} lines: {short}", short.lines().count());
+    for needle in ["Examples:", "redlock exec", "Exit codes:", "73 held", "74 quarantined", "check"] {
+        assert!(short.contains(needle), "--help lacks {needle}: {short}");
     }
-    // No nodes given: a usage error.
-    let mut bare = Command::new(BIN);
-    bare.env_remove("REDLOCK_NODES").args(["info", "x"]);
-    assert_eq!(run_bounded(bare, Duration::from_secs(10)).status.code(), Some(2));
+    assert_eq!(help(&["-h"]), short);
+    let exec = help(&["exec", "--help"]);
+    for needle in ["cron", "REDLOCK_FENCING_TOKEN", "--mode permit --permits 2", "--no-fence", "Modes"] {
+        assert!(exec.contains(needle), "exec --help lacks {needle}: {exec}");
+    }
+    for command in ["exec", "acquire", "release", "extend", "check", "info"] {
+        let long = help(&[command, "--help"]);
+        for code in ["  0 ", "  2 ", "  3 ", "  68 ", "  69 ", "  73 ", "  74 ", "  75 ", "  126 "] {
+            assert!(long.contains(code), "{command} --help lacks exit code {code}: {long}");
+        }
+    }
+    assert!(help(&["acquire", "--help"]).contains("[default: 10000]"), "acquire's default --ttl");
+
+    // No nodes given, an unknown flag: usage errors.
+    for words in [&["info", "x"][..], &["--nodes", "redis://n", "acquire", "x", "--frobnicate"]] {
+        let mut cmd = Command::new(BIN);
+        cmd.env_remove("REDLOCK_NODES").args(words);
+        assert_eq!(run_bounded(cmd, Duration::from_secs(10)).status.code(), Some(USAGE), "{words:?}");
+    }
+}
+
+/// A node URL that cannot be used: a usage error that names the URL and
+/// says what to write instead (before any node is contacted).
+#[test]
+fn bad_node_urls_say_what_to_write() {
+    for (url, says) in [
+        (
+            "localhost:6379",
+            "not a URL: write it as redis://[[user]:password@]host:port[/db], e.g. redis://localhost:6379",
+        ),
+        ("http://10.0.0.1:6379", "the scheme is http://, not redis://"),
+        ("rediss://10.0.0.1:6379", "TLS (rediss://) is not supported"),
+        ("redis://10.0.0.1:port", "invalid port number"),
+        ("redis://10.0.0.1:6379/zero", "not a number"),
+    ] {
+        let mut cmd = Command::new(BIN);
+        cmd.env("REDLOCK_NODES", format!("redis://127.0.0.1:1,{url}")).args(["acquire", "x"]);
+        let out = run_bounded(cmd, Duration::from_secs(10));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(USAGE), "{url}: {stderr}");
+        assert!(stderr.contains(&format!("node {url:?}")) && stderr.contains(says), "{url}: {stderr}");
+        assert!(
+            !stderr.contains("InvalidClientConfig") && !stderr.contains("did not parse"),
+            "{url}: {stderr}"
+        );
+    }
+}
+
+/// An argument every node refuses (`ERR ... out of range`) is a usage
+/// error, not "no quorum", and `--wait` does not retry it.
+#[test]
+fn an_argument_the_nodes_refuse_is_a_usage_error() {
+    let servers = cluster(3);
+    let started = Instant::now();
+    let mut acquire = redlock(&servers);
+    acquire.args(["acquire", "deploy", "--ttl", "99999999", "--wait", "10000"]);
+    let out = run_bounded(acquire, Duration::from_secs(20));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(USAGE), "{stderr}");
+    assert!(stderr.contains("the nodes refuse the call (3 of 3 nodes): ERR"), "{stderr}");
+    assert!(stderr.contains("ttl-ms") && stderr.contains("out of range"), "{stderr}");
+    assert!(!stderr.contains("no quorum"), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(5), "retried for {:?}", started.elapsed());
+    assert_free(&all(&servers), "deploy");
+
+    let token = field(&acquired(&servers, &["deploy"]), "REDLOCK_TOKEN");
+    let out = call(&servers, &["extend", "deploy", "--ttl", "99999999", "--token", &token]);
+    assert_eq!(out.status.code(), Some(USAGE), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("ttl-ms"), "{}", text(&out.stderr));
+}
+
+/// Releasing twice: the second release says the token no longer holds the
+/// lock (3, not "held by another owner"), as does extending it then.
+#[test]
+fn a_double_release_is_not_held() {
+    let servers = cluster(3);
+    let token = field(&acquired(&servers, &["deploy"]), "REDLOCK_TOKEN");
+    for (attempt, code) in [(1, 0), (2, NOT_HELD)] {
+        let mut release = redlock(&servers);
+        release.args(["release", "deploy"]).env("REDLOCK_TOKEN", &token);
+        let out = run_bounded(release, Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(code), "release {attempt}: {}", text(&out.stderr));
+    }
+    let stderr = text(&call(&servers, &["release", "deploy", "--token", &token]).stderr);
+    assert!(
+        stderr.contains(
+            "'deploy' is not held with this token (already released, expired, or taken by another owner), \
+             nothing to release: 0 of 3 released (need 2); 3 not holding"
+        ),
+        "{stderr}"
+    );
+    let out = call(&servers, &["extend", "deploy", "--ttl", "5000", "--token", &token]);
+    assert_eq!(out.status.code(), Some(NOT_HELD), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("nothing to extend"), "{}", text(&out.stderr));
+}
+
+/// `redlock check RESOURCE TOKEN`: 0 (and quiet) while the token is the
+/// live grant on a majority, 3 once it is not, 68 when the nodes cannot
+/// say.
+#[test]
+fn check_asks_the_quorum_whether_a_fencing_token_is_live() {
+    let mut servers = cluster(3);
+    let check = |servers: &[Server], token: &str| call(servers, &["check", "deploy", token]);
+    let stdout = acquired(&servers, &["deploy", "--ttl", "20000"]);
+    let (token, fence) = (field(&stdout, "REDLOCK_TOKEN"), field(&stdout, "REDLOCK_FENCING_TOKEN"));
+
+    let out = check(&servers, &fence);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!((text(&out.stdout), text(&out.stderr)), (String::new(), String::new()), "quiet");
+    let stale = (fence.parse::<u64>().unwrap() - 1).to_string();
+    let out = check(&servers, &stale);
+    assert_eq!(out.status.code(), Some(NOT_HELD), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr)
+            .contains(&format!("fencing token {stale} is not the live grant of 'deploy' on a majority")),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // One node down: the other two still confirm it. (A node whose own,
+    // late grant carried a token above T answers 0 for T: if there is
+    // one, it is the one to go.)
+    let fence_number: u64 = fence.parse().unwrap();
+    let down = servers.iter().position(|s| !checks(s, "deploy", fence_number)).unwrap_or(0);
+    servers[down].kill();
+    assert_eq!(check(&servers, &fence).status.code(), Some(0));
+    assert_eq!(call(&servers, &["release", "deploy", "--token", &token]).status.code(), Some(0));
+    assert_eq!(check(&servers, &fence).status.code(), Some(NOT_HELD), "released");
+    servers[(down + 1) % 3].kill();
+    let out = check(&servers, &fence);
+    assert_eq!(out.status.code(), Some(UNREACHABLE), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cannot tell"), "{}", text(&out.stderr));
+}
+
+/// Nodes in their start-up quarantine: 74, and the message says when to
+/// try again; a mix of causes (one node held by another owner, two down)
+/// is "no quorum", 69.
+#[test]
+fn quarantine_and_mixed_failures_have_their_codes() {
+    let quarantined = start_all((0..3).map(|_| Opts::new().module_arg("quarantine-ms", "30000")).collect());
+    let out = call(&quarantined, &["acquire", "deploy"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(QUARANTINED), "{stderr}");
+    assert!(stderr.contains("3 quarantined") && stderr.contains("; retry in "), "{stderr}");
+    drop(quarantined);
+
+    let mut servers = cluster(5);
+    let taken: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+        .arg("deploy")
+        .arg("someone-else")
+        .arg(20_000)
+        .query(&mut servers[0].conn())
+        .unwrap();
+    assert!(taken.is_some());
+    for server in &mut servers[3..] {
+        server.kill();
+    }
+    let out = call(&servers, &["acquire", "deploy"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(NO_QUORUM), "{stderr}");
+    assert!(stderr.contains("2 of 5 granted (need 3); 1 held by another owner; 2 unreachable"), "{stderr}");
 }
 
 /// `exec --mode permit --permits 2`: two commands run at once, a third is
@@ -330,7 +502,7 @@ fn exec_with_two_permits_runs_two_commands_at_once() {
     let mut third = redlock(&servers);
     third.args(["exec", "--mode", "permit", "--permits", "2", "backups", "--", "true"]);
     let out = run_bounded(third, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(HELD), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("(need 4 for a 2-permit semaphore)"), "{}", text(&out.stderr));
 
     // A third with --wait: waits while both permits are taken, then runs.
@@ -437,13 +609,13 @@ fn exec_holds_three_resources_as_one_set() {
     for key in keys {
         assert!(servers.iter().filter(|s| checks(s, key, fence)).count() >= 2, "'{key}' fenced with {fence}");
     }
-    // A writer of one key of the set is refused (73); a set with a permit
-    // or a --mode count that does not match is a usage error (2), a
-    // resource named twice an invalid argument (1).
+    // A writer of one key of the set is refused (73); a set with a permit,
+    // a --mode count that does not match, or a resource named twice is a
+    // usage error (2).
     let mut writer = redlock(&servers);
     writer.args(["exec", "--mode", "write", "acct:2", "--", "true"]);
     let out = run_bounded(writer, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(HELD), "{}", text(&out.stderr));
     for (bad, code, says) in [
         (
             &["exec", "--mode", "permit", "--permits", "2", "x", "y", "--", "true"][..],
@@ -451,7 +623,7 @@ fn exec_holds_three_resources_as_one_set() {
             "cannot be part of a set",
         ),
         (&["exec", "--mode", "read,write", "x", "y", "z", "--", "true"][..], 2, "--mode given 2 times"),
-        (&["acquire", "x", "x", "--ttl", "1000"][..], 1, "resource 'x' is listed twice"),
+        (&["acquire", "x", "x", "--ttl", "1000"][..], 2, "resource 'x' is listed twice"),
     ] {
         let mut cmd = redlock(&servers);
         cmd.args(bad);
@@ -491,7 +663,12 @@ fn exec_holds_three_resources_as_one_set() {
     let mut rest = redlock(&servers);
     rest.args(["release", "a", "b", "c", "--token", &token]);
     let out = run_bounded(rest, Duration::from_secs(10));
-    assert_eq!(out.status.code(), Some(73), "a and b are gone: not the set any more; {}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(NOT_HELD),
+        "a and b are gone: not the set any more; {}",
+        text(&out.stderr)
+    );
     for server in &servers {
         for key in ["a", "b", "c"] {
             assert_eq!(lock_info(&mut server.conn(), key), None, "'{key}' on port {}", server.port);

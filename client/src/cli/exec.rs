@@ -16,6 +16,7 @@ use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 
 use super::exit;
+use super::take::{label, retry_policy, take};
 
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -43,14 +44,14 @@ pub async fn run(
 ) -> u8 {
     let Some((program, args)) = command.split_first() else {
         eprintln!("redlock: exec needs a command after --");
-        return exit::INVALID;
+        return exit::USAGE;
     };
-    let policy = crate::retry_policy(options.wait);
-    let taken = crate::take(redlock, resources, options.ttl, &policy, options.fenced).await;
+    let policy = retry_policy(options.wait);
+    let taken = take(redlock, resources, options.ttl, &policy, options.fenced).await;
     let (mut guard, fence) = match taken {
         Ok(taken) => taken,
         Err(e) => {
-            eprintln!("redlock: not running {}: {e}", program.to_string_lossy());
+            eprintln!("redlock: not running {}: {}", program.to_string_lossy(), exit::message(&e));
             return exit::code(&e);
         }
     };
@@ -86,7 +87,7 @@ pub async fn run(
             eprintln!(
                 "redlock: the lock on '{}' is lost ({reason}); stopping the command \
                  (SIGTERM, SIGKILL after {} ms)",
-                crate::label(resources),
+                label(resources),
                 options.grace.as_millis()
             );
             stop(&mut child, group, options.grace).await;

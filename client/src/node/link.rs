@@ -1,0 +1,248 @@
+//! One open connection to a node: its write half (written by the node's
+//! writer task only), the reader task that hands each reply to the oldest
+//! call waiting for it, and the calls written on it, in order. See
+//! `node/mod.rs` for why one connection per node, written in order.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::{Cmd, ConnectionAddr, ConnectionInfo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio::time::{timeout_at, Instant};
+
+use crate::quorum::Raw;
+use crate::resp::{self, Reply};
+
+/// Calls written on one connection and not yet answered (a node that
+/// stopped answering but keeps its connection open); more fail at once.
+pub(super) const IN_FLIGHT_MAX: usize = 100_000;
+
+/// A reply, or why there is none; a pipeline's replies in order.
+pub(super) type Replies = Result<Vec<Reply>, Raw>;
+
+/// One call in the queue.
+pub(super) struct Job {
+    /// The packed command(s); empty for the warm-up (open only).
+    pub bytes: Vec<u8>,
+    /// How many replies the bytes ask for.
+    pub replies: usize,
+    /// When the caller stops waiting.
+    pub deadline: Instant,
+    pub done: oneshot::Sender<Replies>,
+}
+
+/// Answers every job with `failure`, unwritten.
+pub(super) fn fail(jobs: impl Iterator<Item = Job>, failure: &Raw) {
+    for job in jobs {
+        let _ = job.done.send(Err(failure.clone()));
+    }
+}
+
+/// One open connection: its write half (used by the writer task only) and
+/// the calls written on it that wait for their replies, in order.
+pub(super) struct Link {
+    write: OwnedWriteHalf,
+    waiting: Arc<Mutex<Waiting>>,
+    reader: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct Waiting {
+    calls: VecDeque<Written>,
+    /// Why the connection is closed, once it is.
+    closed: Option<String>,
+}
+
+/// A call written on the connection, waiting for its replies.
+struct Written {
+    expected: usize,
+    replies: Vec<Reply>,
+    done: oneshot::Sender<Replies>,
+}
+
+impl Link {
+    /// Connects, starts the reader, and runs the handshake the URL asks
+    /// for (AUTH, SELECT), each checked.
+    pub(super) async fn open(info: &ConnectionInfo) -> Result<Link, Raw> {
+        let unreachable = |e: std::io::Error| Raw::Unreachable(format!("connect failed: {e}"));
+        let ConnectionAddr::Tcp(host, port) = &info.addr else {
+            return Err(Raw::Unreachable("not a TCP address".into()));
+        };
+        let stream = TcpStream::connect((host.as_str(), *port)).await.map_err(unreachable)?;
+        // Lock commands are small and latency-bound.
+        stream.set_nodelay(true).map_err(unreachable)?;
+        let (read, write) = stream.into_split();
+        let waiting = Arc::new(Mutex::new(Waiting::default()));
+        let reader = tokio::spawn(read_replies(read, waiting.clone()));
+        let mut link = Link { write, waiting, reader };
+        for (what, cmd) in handshake(info) {
+            let (done, answer) = oneshot::channel();
+            let job = Job { bytes: cmd.get_packed_command(), replies: 1, deadline: far_future(), done };
+            link.send(&mut vec![job]).await.map_err(Raw::Unreachable)?;
+            match answer.await {
+                Ok(Ok(replies)) => match replies.into_iter().next() {
+                    Some(Reply::Status(ok)) if ok == "OK" => {}
+                    Some(Reply::Error { code, detail }) => {
+                        return Err(Raw::ServerError {
+                            code,
+                            detail: format!("{detail} (on connect, {what})"),
+                        })
+                    }
+                    other => return Err(Raw::Other(format!("{what} on connect: {other:?}"))),
+                },
+                Ok(Err(failure)) => return Err(failure),
+                Err(_) => return Err(Raw::Unreachable(format!("connection lost during {what}"))),
+            }
+        }
+        Ok(link)
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        lock(&self.waiting)
+    }
+
+    pub(super) fn is_closed(&self) -> bool {
+        self.waiting().closed.is_some()
+    }
+
+    /// Writes the batch's calls in order, as one write; their replies go to
+    /// them as they come. Empties the batch. `Err` when the connection
+    /// broke (every call waiting on it is failed).
+    pub(super) async fn send(&mut self, batch: &mut Vec<Job>) -> Result<(), String> {
+        let Some(write_by) = batch.iter().map(|job| job.deadline).max() else { return Ok(()) };
+        let mut bytes = Vec::new();
+        {
+            let mut waiting = self.waiting();
+            if let Some(why) = waiting.closed.clone() {
+                fail(batch.drain(..), &Raw::Unreachable(why.clone()));
+                return Err(why);
+            }
+            if waiting.calls.len().saturating_add(batch.len()) > IN_FLIGHT_MAX {
+                let why = format!("{} calls are unanswered on this connection", waiting.calls.len());
+                fail(batch.drain(..), &Raw::Unreachable(why));
+                return Ok(());
+            }
+            for job in batch.drain(..) {
+                if job.replies == 0 {
+                    let _ = job.done.send(Ok(Vec::new()));
+                    continue;
+                }
+                bytes.extend_from_slice(&job.bytes);
+                waiting.calls.push_back(Written {
+                    expected: job.replies,
+                    replies: Vec::new(),
+                    done: job.done,
+                });
+            }
+        }
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let why = match timeout_at(write_by, self.write.write_all(&bytes)).await {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => format!("connection lost: {e}"),
+            Err(_) => "a write timed out (the node does not read)".to_string(),
+        };
+        self.close(&why);
+        Err(why)
+    }
+
+    fn close(&self, why: &str) {
+        self.reader.abort();
+        close(&self.waiting, why);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.close("the connection was dropped");
+    }
+}
+
+/// The handshake commands for `info`, each with its name for errors.
+fn handshake(info: &ConnectionInfo) -> Vec<(&'static str, Cmd)> {
+    let mut commands = Vec::new();
+    if let Some(password) = &info.redis.password {
+        let mut auth = redis::cmd("AUTH");
+        if let Some(user) = &info.redis.username {
+            auth.arg(user);
+        }
+        commands.push(("AUTH", auth.arg(password).clone()));
+    }
+    if info.redis.db != 0 {
+        commands.push(("SELECT", redis::cmd("SELECT").arg(info.redis.db).clone()));
+    }
+    commands
+}
+
+/// Far enough to never matter, near enough not to overflow an Instant.
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400)
+}
+
+/// The connection's reader task: parses replies as they arrive and hands
+/// each to the oldest call waiting for it. On EOF, an I/O error or a
+/// malformed reply, the connection is closed and every waiting call fails.
+async fn read_replies(mut read: OwnedReadHalf, waiting: Arc<Mutex<Waiting>>) {
+    let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
+    let mut chunk = vec![0u8; 16 * 1024];
+    let why = 'read: loop {
+        let mut used = 0;
+        loop {
+            match resp::parse(&buf[used..]) {
+                Ok(Some((reply, len))) => {
+                    used += len;
+                    if let Err(why) = deliver(&waiting, reply) {
+                        break 'read why;
+                    }
+                }
+                Ok(None) => break,
+                Err(why) => break 'read format!("malformed reply: {why}"),
+            }
+        }
+        buf.drain(..used);
+        match read.read(&mut chunk).await {
+            Ok(0) => break "connection closed by the node".to_string(),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) => break format!("connection lost: {e}"),
+        }
+    };
+    close(&waiting, &why);
+}
+
+/// Gives `value` to the oldest waiting call (which completes with its last
+/// reply).
+fn deliver(waiting: &Mutex<Waiting>, reply: Reply) -> Result<(), String> {
+    let mut waiting = lock(waiting);
+    let Some(call) = waiting.calls.front_mut() else {
+        return Err("a reply no call asked for".into());
+    };
+    call.replies.push(reply);
+    if call.replies.len() >= call.expected {
+        if let Some(call) = waiting.calls.pop_front() {
+            let _ = call.done.send(Ok(call.replies));
+        }
+    }
+    Ok(())
+}
+
+/// Marks the connection closed (the first reason stays) and fails every
+/// call waiting on it.
+fn close(waiting: &Mutex<Waiting>, why: &str) {
+    let mut waiting = lock(waiting);
+    waiting.closed.get_or_insert_with(|| why.to_string());
+    for call in waiting.calls.drain(..) {
+        let _ = call.done.send(Err(Raw::Unreachable(why.to_string())));
+    }
+}
+
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Nothing can panic while it is held; if it ever were poisoned, the
+    // data is still consistent (whole-field writes).
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,335 @@
+//! The N nodes of one client and how a round reaches them: one call per
+//! node, all at once, the answers recorded as they come, and the calls
+//! left in flight when a round returns kept running in the background.
+//!
+//! # Rounds return at the majority
+//!
+//! Every round sends its command to all N nodes at once. The grant round,
+//! the fencing round, extensions and a guard's release return as soon as
+//! their outcome is decided by a majority of yes answers (by the larger
+//! quorum of a semaphore with 2 or more permits, for its grant, extend and
+//! release rounds: see `quorum::semaphore_quorum`); the calls to the
+//! nodes that have not answered yet are not abandoned: they go on in one
+//! background task (each still bounded by its own timeouts, see
+//! [`Nodes::settle`]). A round that fails waits for every answer (again
+//! bounded by the per-node timeouts) before it returns, so that its error
+//! gives exact counts and the undo knows which nodes granted.
+//!
+//! Why returning early is safe:
+//! - Order per node. Each node has one connection, which writes commands
+//!   in the order they were issued (see `node/mod.rs`). A call still in flight
+//!   when its round returned was issued before anything the caller does
+//!   next, so a later FENCE, EXTEND or RELEASE on that node is queued
+//!   behind it and cannot overtake it. The late calls are kept running
+//!   rather than dropped: a call whose caller went away before the node's
+//!   writer took it is not written, which would still keep the order (sent
+//!   in order, or never) but could lose a release.
+//! - The fencing token. T is the highest token among the grants received
+//!   when the grant round was decided. Any majority that granted us
+//!   intersects the previous fenced holder's FENCE majority, whose nodes
+//!   will not grant a token at or below the previous T; so our T is above
+//!   it. Our own FENCE majority then holds T for the next holder in the
+//!   same way. A node that grants after we returned only grants a token
+//!   above its own earlier ones; it changes nothing in that argument.
+//! - Late grants. A node may grant after the round returned (its reply is
+//!   late). It then holds our lock, as in standard Redlock, until our
+//!   release (which always goes to all N nodes, queued behind that grant)
+//!   or its TTL. A lock on a minority of nodes cannot be granted to anyone
+//!   else's majority, and is gone at the release.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::claim::Classify;
+use crate::error::{Error, Result};
+use crate::node::{Limits, Node, Request};
+use crate::quorum::{self, Answer, Progress, Quorum};
+
+/// Timeouts. Every network call is bounded by one of them; nothing is
+/// retried behind the caller's back (retries are [`crate::Redlock::acquire`]'s
+/// [`crate::RetryPolicy`], and the watchdog's renewals).
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    /// Opening a connection to one node (also at `connect`).
+    pub connect_timeout: Duration,
+    /// One command on one node. An acquire round uses
+    /// `min(command_timeout, ttl)`; keep it well below the TTLs you use.
+    pub command_timeout: Duration,
+    /// After a node failed to connect, calls within this time count it as
+    /// unreachable at once instead of paying a connect timeout again.
+    pub reconnect_backoff: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            connect_timeout: Duration::from_millis(500),
+            command_timeout: Duration::from_millis(250),
+            reconnect_backoff: Duration::from_millis(250),
+        }
+    }
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    config: Config,
+    /// How many background tasks are running: calls left in flight by a
+    /// round that returned at its majority, and releases of dropped guards.
+    /// [`Nodes::settle`] waits for zero, woken by `idle`.
+    background: AtomicUsize,
+    idle: Notify,
+}
+
+/// The nodes a client was connected to, with its timeouts and its count of
+/// background work: what every round runs on. Cheap to clone (shared);
+/// held by the `Redlock` handle and by every guard it gave out.
+#[derive(Clone)]
+pub(crate) struct Nodes {
+    inner: Arc<Inner>,
+}
+
+/// Counts one background task while alive (see [`Nodes::settle`]). It
+/// keeps the nodes, and so their connections, alive until the task ends.
+pub(crate) struct Background(Arc<Inner>);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        if self.0.background.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
+}
+
+/// One node's answer in one round.
+pub(crate) struct Reply {
+    /// Which round it belongs to, when several share the calls in flight
+    /// (an index into the rounds given to [`drive`]).
+    pub round: usize,
+    pub node: usize,
+    pub answer: Answer,
+}
+
+/// One call of a round, queued on its node NOW (see `node/mod.rs`: the order
+/// of calls to a node is the order of these calls, whenever and by
+/// whichever task the returned future is polled). The future owns what it
+/// uses, so that it can outlive the round: see [`Nodes::detach`].
+/// Bounded by the node's timeouts.
+fn call(
+    inner: &Inner,
+    round: usize,
+    node: usize,
+    request: &Request,
+    timeout: Duration,
+    classify: Classify,
+) -> impl Future<Output = Reply> + Send + 'static {
+    let reply = inner.nodes.get(node).map(|target| target.call(request, timeout));
+    async move {
+        let answer = match reply {
+            Some(reply) => classify(&reply.await),
+            None => Answer::Failed(format!("no node {node}")),
+        };
+        Reply { round, node, answer }
+    }
+}
+
+/// Takes replies from the calls in flight, recording each in its round,
+/// until `done` says so or no call is left. Every call ends by its own
+/// timeouts, so this wait is bounded too.
+pub(crate) async fn drive<F>(
+    flight: &mut FuturesUnordered<F>,
+    rounds: &mut [Progress],
+    done: impl Fn(&[Progress]) -> bool,
+) where
+    F: Future<Output = Reply>,
+{
+    while !done(rounds) {
+        let Some(reply) = flight.next().await else { return };
+        if let Some(round) = rounds.get_mut(reply.round) {
+            round.record(reply.node, reply.answer);
+        }
+    }
+}
+
+impl Nodes {
+    /// Parses the node URLs and starts each node's connection task;
+    /// opens one connection to each, in parallel. A node that cannot be
+    /// reached now is not an error: it counts as unreachable, and later
+    /// calls try it again.
+    pub(crate) async fn connect<I, S>(urls: I, config: Config) -> Result<Nodes>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let limits =
+            Limits { connect_timeout: config.connect_timeout, reconnect_backoff: config.reconnect_backoff };
+        let mut parsed: Vec<Node> = Vec::new();
+        for url in urls {
+            let url = url.as_ref().trim();
+            if parsed.iter().any(|n| n.url == url) {
+                return Err(Error::InvalidArgument(format!("node {url} is listed twice")));
+            }
+            let node =
+                Node::new(url, limits).map_err(|e| Error::InvalidArgument(format!("node {url:?}: {e}")))?;
+            parsed.push(node);
+        }
+        if parsed.is_empty() {
+            return Err(Error::InvalidArgument("no nodes given".into()));
+        }
+        if parsed.len() > quorum::NODES_MAX {
+            return Err(Error::InvalidArgument(format!(
+                "{} nodes given, at most {} are supported",
+                parsed.len(),
+                quorum::NODES_MAX
+            )));
+        }
+        if config.command_timeout.is_zero() || config.connect_timeout.is_zero() {
+            return Err(Error::InvalidArgument("timeouts must be above zero".into()));
+        }
+        let inner = Inner { nodes: parsed, config, background: AtomicUsize::new(0), idle: Notify::new() };
+        let nodes = Nodes { inner: Arc::new(inner) };
+        join_all(nodes.inner.nodes.iter().map(Node::warm_up)).await;
+        Ok(nodes)
+    }
+
+    /// Every node, in the order given.
+    pub(crate) fn list(&self) -> &[Node] {
+        &self.inner.nodes
+    }
+
+    /// N.
+    pub(crate) fn len(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    pub(crate) fn config(&self) -> Config {
+        self.inner.config
+    }
+
+    /// Waits until the work that earlier calls left running in the
+    /// background has ended (see `Redlock::settle`, which documents it).
+    ///
+    /// Bounded: it returns after `2 * (2 * connect_timeout +
+    /// command_timeout)` at the latest. One call takes at most `2 *
+    /// connect_timeout + command_timeout` (waiting for a connection that
+    /// another call is opening, opening one, the command), and a dropped
+    /// guard's release may first wait for an extension in flight.
+    pub(crate) async fn settle(&self) {
+        let config = self.inner.config;
+        let one_call = config.connect_timeout.saturating_mul(2).saturating_add(config.command_timeout);
+        let deadline = Instant::now() + one_call.saturating_mul(2);
+        loop {
+            // Registered before the count is read: a task that ends in
+            // between still wakes this one.
+            let idle = self.inner.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.inner.background.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Counts a background task until the returned value is dropped.
+    pub(crate) fn background(&self) -> Background {
+        self.inner.background.fetch_add(1, Ordering::AcqRel);
+        Background(self.inner.clone())
+    }
+
+    pub(crate) fn every_node(&self) -> Vec<usize> {
+        (0..self.inner.nodes.len()).collect()
+    }
+
+    /// One call of `request` as round `round` per node listed in `nodes`
+    /// (all: [`Nodes::every_node`]), each with its own timeout: queued
+    /// on their nodes now, in node order.
+    pub(crate) fn calls_to(
+        &self,
+        round: usize,
+        request: Request,
+        timeout: Duration,
+        classify: Classify,
+        nodes: Vec<usize>,
+    ) -> Vec<impl Future<Output = Reply> + Send + 'static> {
+        nodes.into_iter().map(|node| call(&self.inner, round, node, &request, timeout, classify)).collect()
+    }
+
+    /// Lets the calls still in flight run to their end in one background
+    /// task, once their round is decided. They are not dropped: see the
+    /// module's comment (a dropped call may never be sent).
+    pub(crate) fn detach<F>(&self, mut flight: FuturesUnordered<F>)
+    where
+        F: Future<Output = Reply> + Send + 'static,
+    {
+        if flight.is_empty() {
+            return;
+        }
+        // Rounds run inside a Tokio runtime (the connections need one); if
+        // there were none, dropping is the only option, and a call already
+        // handed to its connection is still sent.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let background = self.background();
+        runtime.spawn(async move {
+            let _background = background;
+            // Bounded: each call ends by its own timeouts.
+            while flight.next().await.is_some() {}
+        });
+    }
+
+    /// Sends `request` to the nodes listed in `targets` and records their
+    /// answers in `round` (which may hold answers known without a command);
+    /// returns once the round's quorum said yes (the other calls go on in
+    /// the background) or, when it cannot be reached, once every node
+    /// answered or timed out.
+    pub(crate) async fn quorum_round(
+        &self,
+        (request, classify): (Request, Classify),
+        round: Progress,
+        targets: Vec<usize>,
+        timeout: Duration,
+    ) -> Progress {
+        let mut flight: FuturesUnordered<_> =
+            self.calls_to(0, request, timeout, classify, targets).into_iter().collect();
+        let mut rounds = [round];
+        drive(&mut flight, &mut rounds, |r| r[0].decided().is_some()).await;
+        if rounds[0].decided() == Some(true) {
+            self.detach(flight);
+        } else {
+            drive(&mut flight, &mut rounds, |_| false).await;
+        }
+        let [round] = rounds;
+        round
+    }
+
+    /// [`Nodes::quorum_round`] on every node, needing `quorum`.
+    pub(crate) async fn every_node_round(
+        &self,
+        request: (Request, Classify),
+        quorum: Quorum,
+        timeout: Duration,
+    ) -> Progress {
+        let round = Progress::with_quorum(self.inner.nodes.len(), quorum);
+        self.quorum_round(request, round, self.every_node(), timeout).await
+    }
+
+    /// Sends `request` to every node at once and waits for every answer;
+    /// each node's call has its own timeout. Answers are in node order.
+    pub(crate) async fn round(
+        &self,
+        request: &Request,
+        timeout: Duration,
+        classify: Classify,
+    ) -> Vec<Answer> {
+        let calls: Vec<_> = self.inner.nodes.iter().map(|node| node.call(request, timeout)).collect();
+        join_all(calls).await.iter().map(classify).collect()
+    }
+}
