@@ -51,8 +51,12 @@ pub fn wall_ms() -> i64 {
 /// Now, on the module clock, in epoch ms.
 pub fn now_ms() -> i64 {
     let anchor = anchor();
-    let elapsed = i64::try_from(anchor.monotonic.elapsed().as_millis()).unwrap_or(i64::MAX);
-    anchor.wall_ms.saturating_add(elapsed)
+    let elapsed = anchor.monotonic.elapsed();
+    // Seconds and the milliseconds of the last one: `as_millis` would work in
+    // 128 bits, on every call of every command.
+    let seconds = i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX / 1_000);
+    let elapsed_ms = seconds.saturating_mul(1_000).saturating_add(i64::from(elapsed.subsec_millis()));
+    anchor.wall_ms.saturating_add(elapsed_ms)
 }
 
 /// How far the wall clock has moved away from the module clock since load

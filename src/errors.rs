@@ -1,6 +1,8 @@
 //! Every error reply the module sends, in one place. Each line starts with
 //! its code (`ERR`, `WRONGTYPE`, ...) as Redis clients expect.
 
+use lock_protocol::code::{EVICTION, MAXWAITERS, QUARANTINE, TRYAGAIN, WRONGTYPE};
+
 use crate::core::args::ArgError;
 use crate::core::forgetting::ALL_DBS;
 use crate::core::kind::{Mode, Want, HOLDS_MAX};
@@ -21,14 +23,14 @@ pub fn arity(command: &[u8]) -> String {
 
 /// The key exists but holds something that is not a lock at all.
 pub fn not_a_lock() -> String {
-    "WRONGTYPE Operation against a key holding the wrong kind of value (not a lock)".into()
+    format!("{WRONGTYPE} Operation against a key holding the wrong kind of value (not a lock)")
 }
 
 /// The key holds a lock of another kind (plain, reentrant, shared,
 /// semaphore).
 pub fn wrong_kind(found: &str, wanted: &str) -> String {
     format!(
-        "WRONGTYPE Operation against a key holding the wrong kind of value (a {found} lock, this command needs a {wanted} lock)"
+        "{WRONGTYPE} Operation against a key holding the wrong kind of value (a {found} lock, this command needs a {wanted} lock)"
     )
 }
 
@@ -60,20 +62,19 @@ pub fn internal() -> String {
 
 /// WAIT refused: the key already has `lock.max-waiters` waiters.
 pub fn too_many_waiters(max: usize) -> String {
-    format!("MAXWAITERS too many clients waiting for this lock (lock.max-waiters is {max})")
+    format!("{MAXWAITERS} too many clients waiting for this lock (lock.max-waiters is {max})")
 }
 
 /// WAIT refused: the node-wide bound on waiters is reached.
 pub fn too_many_waiters_node(max: usize) -> String {
-    format!("MAXWAITERS too many clients waiting on this node (limit {max})")
+    format!("{MAXWAITERS} too many clients waiting on this node (limit {max})")
 }
 
 /// A waiter whose key now belongs to another cluster node (its slot was
 /// migrated while it waited): it must send the command again, and the
 /// server's own MOVED / ASK redirect then takes it to the new owner.
 pub fn slot_moved() -> String {
-    "TRYAGAIN the lock's hash slot moved to another node while this client waited; send the command again"
-        .into()
+    format!("{TRYAGAIN} the lock's hash slot moved to another node while this client waited; send the command again")
 }
 
 /// Redis refused to block the client.
@@ -86,12 +87,12 @@ pub fn cannot_block() -> String {
 pub fn quarantined(reason: Reason, left_ms: i64) -> String {
     match reason {
         Reason::Startup => format!(
-            "QUARANTINE {} (locks it granted before may be lost: no appendfsync always; on a brand-new node \
+            "{QUARANTINE} {} (locks it granted before may be lost: no appendfsync always; on a brand-new node \
              CONFIG SET lock.quarantine-ms 0 skips this, on a restarted one that can grant a lock twice), \
              refusing new locks for {left_ms} ms",
             reason.describe()
         ),
-        Reason::Promotion => format!("QUARANTINE {}, refusing new locks for {left_ms} ms", reason.describe()),
+        Reason::Promotion => format!("{QUARANTINE} {}, refusing new locks for {left_ms} ms", reason.describe()),
     }
 }
 
@@ -107,7 +108,7 @@ pub fn refused(refusal: &Refusal) -> String {
             } else {
                 "in this database"
             };
-            format!("QUARANTINE {}, refusing new locks {scope} for {left_ms} ms", q.cause.describe(q.db))
+            format!("{QUARANTINE} {}, refusing new locks {scope} for {left_ms} ms", q.cause.describe(q.db))
         }
         Refusal::Evictable(policy) => evictable(policy),
     }
@@ -116,7 +117,7 @@ pub fn refused(refusal: &Refusal) -> String {
 /// A grant refused because `maxmemory-policy` may evict lock keys.
 pub fn evictable(policy: &str) -> String {
     format!(
-        "EVICTION maxmemory-policy {policy} with maxmemory set can evict lock keys, so new locks are refused: \
+        "{EVICTION} maxmemory-policy {policy} with maxmemory set can evict lock keys, so new locks are refused: \
          set maxmemory-policy noeviction (or maxmemory 0), or lock.eviction-mode quarantine on an instance shared \
          with a cache"
     )
@@ -126,7 +127,7 @@ pub fn evictable(policy: &str) -> String {
 /// than any grant could have set: not written by this module.
 pub fn deadline_too_far(ahead_ms: i64, max_ms: i64) -> String {
     format!(
-        "WRONGTYPE Operation against a key holding the wrong kind of value (a lock value this module could not \
+        "{WRONGTYPE} Operation against a key holding the wrong kind of value (a lock value this module could not \
          have written: its deadline is {ahead_ms} ms ahead, more than lock.max-ttl-ms + \
          lock.clock-jump-tolerance-ms = {max_ms} ms; LOCK.REVOKE removes it)"
     )

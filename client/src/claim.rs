@@ -19,6 +19,7 @@
 //! yes for every key ([`quorum::classify_every_flag`]); see `rounds/fence.rs`
 //! for why the quorum token stays as safe as for one resource.
 
+use lock_protocol::command as names;
 use std::time::Duration;
 
 use redis::Cmd;
@@ -126,16 +127,16 @@ impl Claim {
         let (resource, mode) = self.first();
         if !self.is_set() {
             return match mode {
-                Mode::Exclusive => command("LOCK.ACQUIRE", resource, token, &[ttl]),
-                Mode::Read => command("LOCK.SHARED", resource, token, &[ttl]),
-                Mode::Write => command("LOCK.EXCLUSIVE", resource, token, &[ttl]),
+                Mode::Exclusive => command(names::text(names::ACQUIRE), resource, token, &[ttl]),
+                Mode::Read => command(names::text(names::SHARED), resource, token, &[ttl]),
+                Mode::Write => command(names::text(names::EXCLUSIVE), resource, token, &[ttl]),
                 Mode::Permit { permits } => {
-                    command("LOCK.SEMAPHORE", resource, token, &[u64::from(permits), ttl])
+                    command(names::text(names::SEMAPHORE), resource, token, &[u64::from(permits), ttl])
                 }
             }
             .into();
         }
-        let mut cmd = redis::cmd("LOCK.MACQUIRE");
+        let mut cmd = redis::cmd(names::text(names::MACQUIRE));
         cmd.arg(token).arg(ttl).arg(self.keys.len());
         for name in self.names() {
             cmd.arg(name);
@@ -156,9 +157,13 @@ impl Claim {
     /// The fencing round's request for the quorum token `floor`.
     pub fn fence(&self, token: &str, floor: u64) -> (Request, Classify) {
         if !self.is_set() {
-            return (command("LOCK.FENCE", self.first().0, token, &[floor]).into(), quorum::classify_flag);
+            return (
+                command(names::text(names::FENCE), self.first().0, token, &[floor]).into(),
+                quorum::classify_flag,
+            );
         }
-        let fences = self.names().map(|resource| command("LOCK.FENCE", resource, token, &[floor]));
+        let fences =
+            self.names().map(|resource| command(names::text(names::FENCE), resource, token, &[floor]));
         (Request::each(fences), quorum::classify_every_flag)
     }
 
@@ -166,11 +171,11 @@ impl Claim {
     pub fn extend(&self, token: &str, ttl: Duration) -> (Request, Classify) {
         if !self.is_set() {
             return (
-                command("LOCK.EXTEND", self.first().0, token, &[millis(ttl)]).into(),
+                command(names::text(names::EXTEND), self.first().0, token, &[millis(ttl)]).into(),
                 quorum::classify_flag,
             );
         }
-        let mut cmd = redis::cmd("LOCK.RENEW");
+        let mut cmd = redis::cmd(names::text(names::RENEW));
         cmd.arg(token).arg(millis(ttl));
         for name in self.names() {
             cmd.arg(name);
@@ -181,9 +186,12 @@ impl Claim {
     /// The release round's request (also the undo of a failed grant).
     pub fn release(&self, token: &str) -> (Request, Classify) {
         if !self.is_set() {
-            return (command("LOCK.RELEASE", self.first().0, token, &[]).into(), quorum::classify_flag);
+            return (
+                command(names::text(names::RELEASE), self.first().0, token, &[]).into(),
+                quorum::classify_flag,
+            );
         }
-        let mut cmd = redis::cmd("LOCK.MRELEASE");
+        let mut cmd = redis::cmd(names::text(names::MRELEASE));
         cmd.arg(token);
         for name in self.names() {
             cmd.arg(name);
@@ -233,10 +241,10 @@ pub(crate) fn check_mode(mode: Mode) -> Result<()> {
 }
 
 pub(crate) fn check_name(what: &str, value: &str) -> Result<()> {
-    if value.is_empty() || value.len() > quorum::TOKEN_BYTES_MAX {
+    if value.is_empty() || value.len() > quorum::TOKEN_LEN_MAX {
         return Err(Error::InvalidArgument(format!(
             "{what} must be 1 to {} bytes, got {}",
-            quorum::TOKEN_BYTES_MAX,
+            quorum::TOKEN_LEN_MAX,
             value.len()
         )));
     }

@@ -2,6 +2,7 @@
 //! the CLI's `info` table) sees of one lock, node by node.
 
 use futures_util::future::join_all;
+use lock_protocol::command as names;
 use redis::Value;
 
 use crate::quorum::Raw;
@@ -63,7 +64,7 @@ pub struct NodeInfo {
 
 /// `LOCK.INFO` on every node, in node order (waiting for every answer).
 pub(crate) async fn info(nodes: &Nodes, resource: &str) -> Vec<NodeInfo> {
-    let mut cmd = redis::cmd("LOCK.INFO");
+    let mut cmd = redis::cmd(names::text(names::INFO));
     cmd.arg(resource);
     let timeout = nodes.config().command_timeout;
     let queries: Vec<_> = nodes.list().iter().map(|n| n.query(&cmd, timeout)).collect();

@@ -3,6 +3,7 @@
 //! [`Guard`] for what it granted; the protocol itself, and why it is safe,
 //! is written next to each round.
 
+use lock_protocol::command as names;
 use std::future::Future;
 use std::time::Duration;
 
@@ -270,7 +271,7 @@ impl Redlock {
     /// that answered). `Err(NoQuorum)` unless a majority answered.
     pub async fn exit(&self, resource: &str, owner: &str) -> Result<u64> {
         check_name("owner", owner)?;
-        let request = command("LOCK.EXIT", resource, owner, &[]).into();
+        let request = command(names::text(names::EXIT), resource, owner, &[]).into();
         let answers =
             self.nodes.round(&request, self.nodes.config().command_timeout, quorum::classify_exit).await;
         let tally = Tally::of(&answers);
@@ -295,7 +296,7 @@ impl Redlock {
     /// rather than one node's. `Err` only for an invalid resource name.
     pub async fn check(&self, resource: &str, fencing_token: u64) -> Result<Tally> {
         check_name("resource", resource)?;
-        let mut cmd = redis::cmd("LOCK.CHECK");
+        let mut cmd = redis::cmd(names::text(names::CHECK));
         cmd.arg(resource).arg(fencing_token);
         let timeout = self.nodes.config().command_timeout;
         let answers = self.nodes.round(&cmd.into(), timeout, quorum::classify_flag).await;

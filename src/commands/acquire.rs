@@ -3,6 +3,7 @@
 //! TTL reset), nil if another token holds it (after waiting, with `WAIT`).
 //! Parser: `core::args::acquire`.
 
+use lock_protocol::command as names;
 use super::key_flags::{RW, UPDATE};
 use super::{grant, Command, Cx};
 use crate::core::args;
@@ -10,7 +11,7 @@ use crate::core::kind::Want;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.acquire",
+    name: names::ACQUIRE,
     usage: "LOCK.ACQUIRE key token ttl-ms [WAIT timeout-ms]",
     flags: c"write deny-oom",
     arity: -4,

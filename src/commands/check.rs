@@ -2,6 +2,7 @@
 //! of the key, else 0 (a resource server's check before acting, Chubby's
 //! CheckSequencer). Parser: `core::args::check`.
 
+use lock_protocol::command as names;
 use super::key_flags::{ACCESS, RO};
 use super::{Command, Cx};
 use crate::core::args;
@@ -9,7 +10,7 @@ use crate::core::lock;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.check",
+    name: names::CHECK,
     usage: "LOCK.CHECK key fencing-token",
     flags: c"readonly fast",
     arity: 3,

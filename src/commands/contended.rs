@@ -4,13 +4,14 @@
 //! a count may overstate (see `core/hotkeys.rs`). Parser:
 //! `core::args::list_count`.
 
+use lock_protocol::command as names;
 use super::{Command, Cx};
 use crate::core::args;
 use crate::core::hotkeys::SLOTS;
 use crate::ffi::{Field, Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.contended",
+    name: names::CONTENDED,
     usage: "LOCK.CONTENDED [COUNT count]",
     flags: c"readonly fast",
     arity: -1,

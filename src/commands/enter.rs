@@ -3,6 +3,7 @@
 //! one hold, resets the TTL and returns the same token. Nil if another owner
 //! holds it. Parser: `core::args::acquire`.
 
+use lock_protocol::command as names;
 use super::key_flags::{RW, UPDATE};
 use super::{grant, Command, Cx};
 use crate::core::args;
@@ -10,7 +11,7 @@ use crate::core::kind::Want;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.enter",
+    name: names::ENTER,
     usage: "LOCK.ENTER key owner ttl-ms [WAIT timeout-ms]",
     flags: c"write deny-oom",
     arity: -4,

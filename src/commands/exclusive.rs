@@ -2,6 +2,7 @@
 //! read-write lock, alone. Nil while anyone else holds it. Parser:
 //! `core::args::acquire`.
 
+use lock_protocol::command as names;
 use super::key_flags::{RW, UPDATE};
 use super::{grant, Command, Cx};
 use crate::core::args;
@@ -9,7 +10,7 @@ use crate::core::kind::Want;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.exclusive",
+    name: names::EXCLUSIVE,
     usage: "LOCK.EXCLUSIVE key token ttl-ms [WAIT timeout-ms]",
     flags: c"write deny-oom",
     arity: -4,

@@ -3,6 +3,7 @@
 //! not hold it. With `ID`, a retry with the same id (its reply was lost)
 //! changes nothing and answers the same count. Parser: `core::args::exit`.
 
+use lock_protocol::command as names;
 use super::key_flags::{RW, UPDATE};
 use super::{Command, Cx};
 use crate::core::args;
@@ -13,7 +14,7 @@ use crate::errors;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.exit",
+    name: names::EXIT,
     usage: "LOCK.EXIT key owner [ID request-id]",
     flags: c"write fast",
     arity: -3,

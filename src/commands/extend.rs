@@ -2,6 +2,7 @@
 //! shorten). Reply: 1, or 0 if `token` does not hold it; never re-creates a
 //! missing lock. Parser: `core::args::extend`.
 
+use lock_protocol::command as names;
 use super::key_flags::{RW, UPDATE};
 use super::{Command, Cx};
 use crate::core::args;
@@ -9,7 +10,7 @@ use crate::core::lock;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.extend",
+    name: names::EXTEND,
     usage: "LOCK.EXTEND key token ttl-ms",
     flags: c"write deny-oom fast",
     arity: 4,

@@ -3,6 +3,7 @@
 //! to `floor` if it was lower). Reply: 1, or 0 if `token` does not hold it.
 //! Used by the quorum client's fencing round. Parser: `core::args::fence`.
 
+use lock_protocol::command as names;
 use super::key_flags::{ACCESS, RW};
 use super::{Command, Cx};
 use crate::core::args;
@@ -11,7 +12,7 @@ use crate::core::lock;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.fence",
+    name: names::FENCE,
     usage: "LOCK.FENCE key token floor",
     flags: c"write fast",
     arity: 4,

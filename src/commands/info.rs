@@ -3,6 +3,7 @@
 //! now; a free key that a newcomer would still be refused says why and for
 //! how long. Parser: `core::args::key_only`.
 
+use lock_protocol::command as names;
 use super::key_flags::{ACCESS, RO};
 use super::{Command, Cx};
 use crate::core::args;
@@ -16,7 +17,7 @@ use crate::ffi::{Field, Keys, Reply};
 use crate::keystate::Loaded;
 
 pub const COMMAND: Command = Command {
-    name: c"lock.info",
+    name: names::INFO,
     usage: "LOCK.INFO key",
     flags: c"readonly fast",
     arity: 2,

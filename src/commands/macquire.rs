@@ -4,6 +4,7 @@
 //! the whole set without holding any of it. Parser:
 //! `core::args::acquire_all`.
 
+use lock_protocol::command as names;
 use super::key_flags::{RW, UPDATE};
 use super::{grant, Command, Cx};
 use crate::core::args::{self, MULTI_FIRST_KEY};
@@ -17,7 +18,7 @@ use crate::keystate;
 use crate::waiting as wait;
 
 pub const COMMAND: Command = Command {
-    name: c"lock.macquire",
+    name: names::MACQUIRE,
     usage: "LOCK.MACQUIRE token ttl-ms numkeys key [key ...] [WAIT timeout-ms] [MODES mode [mode ...]]",
     flags: c"write deny-oom getkeys-api",
     arity: -5,

@@ -5,6 +5,7 @@
 //! is then served at once, not after a look at a half-released set).
 //! Parser: `core::args::release_all`.
 
+use lock_protocol::command as names;
 use super::key_flags::{DELETE, RW};
 use super::release::release_one;
 use super::{Command, Cx};
@@ -13,7 +14,7 @@ use crate::ffi::{Call, Keys, Reply};
 use crate::keystate;
 
 pub const COMMAND: Command = Command {
-    name: c"lock.mrelease",
+    name: names::MRELEASE,
     usage: "LOCK.MRELEASE token key [key ...]",
     flags: c"write",
     arity: -3,

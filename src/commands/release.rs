@@ -2,6 +2,7 @@
 //! shared lock or semaphore. Reply: 1, or 0 if `token` does not hold it.
 //! Parser: `core::args::owner`.
 
+use lock_protocol::command as names;
 use super::key_flags::{DELETE, RW};
 use super::{Command, Cx};
 use crate::core::args;
@@ -12,7 +13,7 @@ use crate::ffi::{Keys, Reply};
 use crate::stats::Stats;
 
 pub const COMMAND: Command = Command {
-    name: c"lock.release",
+    name: names::RELEASE,
     usage: "LOCK.RELEASE key token",
     flags: c"write fast",
     arity: 3,

@@ -3,6 +3,7 @@
 //! or 0 per key. A key that is not a lock fails the whole call before
 //! anything is extended. Parser: `core::args::renew`.
 
+use lock_protocol::command as names;
 use super::extend::extend_one;
 use super::key_flags::{RW, UPDATE};
 use super::{Command, Cx};
@@ -10,7 +11,7 @@ use crate::core::args;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.renew",
+    name: names::RENEW,
     usage: "LOCK.RENEW token ttl-ms key [key ...]",
     flags: c"write deny-oom",
     arity: -4,

@@ -11,6 +11,7 @@
 //! of `DEL`, which the module treats as a lock forgotten (the key is
 //! quarantined until the lock's deadline). Parser: `core::args::key_only`.
 
+use lock_protocol::command as names;
 use super::key_flags::{DELETE, RW};
 use super::{Command, Cx};
 use crate::core::args;
@@ -21,7 +22,7 @@ use crate::keystate::{self, Failure, Loaded, Written};
 use crate::waiting as wait;
 
 pub const COMMAND: Command = Command {
-    name: c"lock.revoke",
+    name: names::REVOKE,
     usage: "LOCK.REVOKE key",
     flags: c"write",
     arity: 2,

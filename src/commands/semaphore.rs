@@ -2,6 +2,7 @@
 //! `permits` permits, each with its own token and TTL. Nil when all are
 //! held. Parser: `core::args::semaphore`.
 
+use lock_protocol::command as names;
 use super::key_flags::{RW, UPDATE};
 use super::{grant, Command, Cx};
 use crate::core::args;
@@ -9,7 +10,7 @@ use crate::core::kind::Want;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
-    name: c"lock.semaphore",
+    name: names::SEMAPHORE,
     usage: "LOCK.SEMAPHORE key token permits ttl-ms [WAIT timeout-ms]",
     flags: c"write deny-oom",
     arity: -5,

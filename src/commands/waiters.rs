@@ -4,6 +4,7 @@
 //! (more than 1: a LOCK.MACQUIRE set). An empty array when nobody waits.
 //! Parser: `core::args::list_count`.
 
+use lock_protocol::command as names;
 use super::key_flags::{ACCESS, RO};
 use super::{Command, Cx};
 use crate::core::args;
@@ -12,7 +13,7 @@ use crate::ffi::{Field, Keys, Reply};
 use crate::waiting as wait;
 
 pub const COMMAND: Command = Command {
-    name: c"lock.waiters",
+    name: names::WAITERS,
     usage: "LOCK.WAITERS key [COUNT count]",
     flags: c"readonly",
     arity: -2,

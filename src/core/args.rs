@@ -29,10 +29,9 @@ use std::fmt;
 pub use super::kind::REQUEST_ID_LEN_MAX;
 use super::kind::{Want, HOLDERS_MAX};
 
-/// Longest token or owner accepted, in bytes. A UUID plus a thread id is
-/// about 45 bytes; 256 leaves room without letting a client store megabytes
-/// per lock.
-pub const TOKEN_LEN_MAX: usize = 256;
+/// Tokens and owners: non-empty, at most this many bytes (agreed with the
+/// clients in `lock_protocol`).
+pub use lock_protocol::TOKEN_LEN_MAX;
 
 pub fn is_request_id(id: &[u8]) -> bool {
     (1..=REQUEST_ID_LEN_MAX).contains(&id.len())
@@ -42,10 +41,11 @@ pub fn is_request_id(id: &[u8]) -> bool {
 /// Longest WAIT timeout, in ms (one day). `WAIT 0` means no bound.
 pub const WAIT_MS_MAX: i64 = 86_400_000;
 
-/// The most keys `lock.max-renew-keys` may allow one LOCK.RENEW to extend.
-/// Each key costs a few microseconds (a lookup, a rewrite, a replicated
-/// `SET`), so the default is far lower (see `config.rs`).
-pub const RENEW_KEYS_MAX: usize = 1000;
+/// The most keys `lock.max-renew-keys` may allow one LOCK.RENEW to extend
+/// (and `lock.max-multi-keys` one LOCK.MACQUIRE to take). Each key costs a
+/// few microseconds (a lookup, a rewrite, a replicated `SET`), so the
+/// default is far lower (see `config.rs`).
+pub const RENEW_KEYS_MAX: usize = lock_protocol::MULTI_KEYS_MAX;
 
 /// Bounds that come from configuration rather than constants.
 #[derive(Clone, Copy, Debug)]

@@ -375,13 +375,12 @@ fn parse_decimal(bytes: &[u8]) -> Option<u64> {
         [b'0', ..] => return None,
         _ => {}
     }
-    if !bytes.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
+    // One pass: each byte is checked as a digit as it is added.
+    let digit = |b: u8| b.is_ascii_digit().then(|| u64::from(b - b'0'));
     if bytes.len() <= NO_OVERFLOW_DIGITS {
-        return Some(bytes.iter().fold(0u64, |acc, &b| acc * 10 + u64::from(b - b'0')));
+        return bytes.iter().try_fold(0u64, |acc, &b| Some(acc * 10 + digit(b)?));
     }
-    bytes.iter().try_fold(0u64, |acc, &b| acc.checked_mul(10)?.checked_add(u64::from(b - b'0')))
+    bytes.iter().try_fold(0u64, |acc, &b| acc.checked_mul(10)?.checked_add(digit(b)?))
 }
 
 #[cfg(test)]

@@ -80,7 +80,7 @@ impl Cause {
 /// Error codes with which a node refuses the call itself (the module's
 /// `ERR` is "a bad call": an argument out of range, a bad token; the
 /// others refuse the URL's credentials), so that no retry helps.
-const REFUSALS: [&str; 4] = ["ERR", "WRONGPASS", "NOAUTH", "NOPERM"];
+const REFUSALS: [&str; 4] = [lock_protocol::code::ERR, "WRONGPASS", "NOAUTH", "NOPERM"];
 
 /// The cause of a round that fell short of its quorum, from its counts;
 /// `no` is what a node's "no" means in that round.

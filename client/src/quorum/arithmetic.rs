@@ -16,8 +16,9 @@ pub const DRIFT_PERCENT: u32 = 1;
 /// The watchdog renews after this fraction (1/N) of the TTL.
 pub const RENEWAL_DIVISOR: u32 = 3;
 
-/// Tokens and owners the module accepts are at most this long.
-pub const TOKEN_BYTES_MAX: usize = 256;
+/// Tokens and owners the module accepts are at most this long (agreed in
+/// `lock_protocol`).
+pub use lock_protocol::TOKEN_LEN_MAX;
 
 /// The most nodes a client may name: a bound on every per-node loop and on
 /// the parallel fan-out (Redlock deployments use 3, 5 or 7).
@@ -28,7 +29,7 @@ pub const NODES_MAX: usize = 31;
 /// one `LOCK.RENEW` (`lock.max-renew-keys`, 100), which renews the set; a
 /// larger set is refused before any round rather than by every node (or,
 /// worse, granted and then never extended).
-pub const SET_KEYS_MAX: usize = 100;
+pub const SET_KEYS_MAX: usize = lock_protocol::MULTI_KEYS_DEFAULT;
 
 const _: () = assert!(RENEWAL_DIVISOR >= 2, "renewing only at the deadline would always be late");
 const _: () = assert!(DRIFT_PERCENT < 100);
@@ -352,6 +353,6 @@ mod tests {
         assert_eq!(token_from_bits(0), "0".repeat(32));
         assert_eq!(token_from_bits(u128::MAX), "f".repeat(32));
         assert_eq!(token_from_bits(0xabc), format!("{}abc", "0".repeat(29)));
-        assert!(token_from_bits(u128::MAX).len() <= TOKEN_BYTES_MAX);
+        assert!(token_from_bits(u128::MAX).len() <= TOKEN_LEN_MAX);
     }
 }

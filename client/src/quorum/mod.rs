@@ -28,7 +28,7 @@ mod tally;
 pub use arithmetic::{
     deadline, drift, majority, next_renewal, remaining, renewal_allowed, semaphore_quorum, token_from_bits,
     validity, Mode, Quorum, DRIFT_FIXED, DRIFT_PERCENT, NODES_MAX, RENEWAL_DIVISOR, SET_KEYS_MAX,
-    TOKEN_BYTES_MAX,
+    TOKEN_LEN_MAX,
 };
 pub use replies::{
     classify_every_flag, classify_exit, classify_flag, classify_grant, quarantine_left_ms, Answer, Raw,

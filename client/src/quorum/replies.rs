@@ -90,7 +90,7 @@ pub fn classify_exit(raw: &Raw) -> Answer {
 
 fn classify_failure(raw: &Raw) -> Answer {
     match raw {
-        Raw::ServerError { code, detail } if code == "QUARANTINE" => {
+        Raw::ServerError { code, detail } if code == lock_protocol::code::QUARANTINE => {
             Answer::Quarantined(quarantine_left_ms(detail))
         }
         Raw::ServerError { code, detail } => Answer::Failed(format!("{code} {detail}").trim().to_string()),

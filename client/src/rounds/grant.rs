@@ -10,6 +10,7 @@
 //! grant), so two clients naming overlapping sets in opposite orders retry
 //! instead of each holding half.
 
+use lock_protocol::command as names;
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -53,7 +54,9 @@ impl Kind<'_> {
     fn grant(self, token: &str, ttl: Duration) -> Request {
         match self {
             Kind::Lock(claim) => claim.grant(token, ttl),
-            Kind::Reentrant(resource) => command("LOCK.ENTER", resource, token, &[millis(ttl)]).into(),
+            Kind::Reentrant(resource) => {
+                command(names::text(names::ENTER), resource, token, &[millis(ttl)]).into()
+            }
         }
     }
 
@@ -61,7 +64,7 @@ impl Kind<'_> {
         match self {
             Kind::Lock(claim) => claim.fence(token, floor),
             Kind::Reentrant(resource) => {
-                (command("LOCK.FENCE", resource, token, &[floor]).into(), quorum::classify_flag)
+                (command(names::text(names::FENCE), resource, token, &[floor]).into(), quorum::classify_flag)
             }
         }
     }
@@ -179,7 +182,7 @@ async fn undo(nodes: &Nodes, kind: Kind<'_>, token: &str, answers: &[Option<Answ
             release_all(nodes, claim, token).await;
         }
         Kind::Reentrant(resource) => {
-            let request = command("LOCK.EXIT", resource, token, &[]).into();
+            let request = command(names::text(names::EXIT), resource, token, &[]).into();
             let timeout = nodes.config().command_timeout;
             let exits: Vec<_> = nodes
                 .list()
