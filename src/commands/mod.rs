@@ -195,6 +195,17 @@ impl<'a> Cx<'a> {
         }
     }
 
+    /// The calls on the keys at `argv[from..]`, once each holds a lock (or
+    /// nothing): a key that holds something else refuses the whole call
+    /// before anything is written (`Err`: the reply).
+    pub fn all_locks(&self, from: usize, count: usize) -> Result<Vec<Call<'a>>, Reply> {
+        let calls: Vec<Call<'a>> = (from..from.saturating_add(count)).map(|index| self.call.for_arg(index)).collect();
+        for key_call in &calls {
+            self.on(key_call).read(|_| Reply::Nil)?;
+        }
+        Ok(calls)
+    }
+
     /// After a write (the key closed again): count expiries found, serve
     /// the key's waiters, and tell pub/sub subscribers when a lock was freed
     /// and nobody took it.

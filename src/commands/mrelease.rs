@@ -10,7 +10,7 @@ use super::key_flags::{DELETE, RW};
 use super::release::release_one;
 use super::{Command, Cx};
 use crate::core::args;
-use crate::ffi::{Call, Keys, Reply};
+use crate::ffi::{Keys, Reply};
 use crate::keystate;
 
 pub const COMMAND: Command = Command {
@@ -31,12 +31,10 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return cx.rejected(&e),
     };
-    let calls: Vec<Call<'_>> = (FIRST_KEY..argv.len()).map(|index| cx.call.for_arg(index)).collect();
-    for key_call in &calls {
-        if let Err(reply) = cx.on(key_call).read(|_| Reply::Nil) {
-            return reply;
-        }
-    }
+    let calls = match cx.all_locks(FIRST_KEY, argv.len().saturating_sub(FIRST_KEY)) {
+        Ok(calls) => calls,
+        Err(reply) => return reply,
+    };
     let mut released = Vec::with_capacity(calls.len());
     let mut writes = Vec::with_capacity(calls.len());
     for key_call in &calls {

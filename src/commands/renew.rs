@@ -28,14 +28,13 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
         Ok(request) => request,
         Err(e) => return cx.rejected(&e),
     };
-    let keys = FIRST_KEY..argv.len();
-    for index in keys.clone() {
-        if let Err(reply) = cx.on(&cx.call.for_arg(index)).read(|_| Reply::Nil) {
-            return reply;
-        }
-    }
-    let extended = keys
-        .map(|index| match extend_one(&cx.on(&cx.call.for_arg(index)), request.owner, request.ttl_ms) {
+    let calls = match cx.all_locks(FIRST_KEY, argv.len().saturating_sub(FIRST_KEY)) {
+        Ok(calls) => calls,
+        Err(reply) => return reply,
+    };
+    let extended = calls
+        .iter()
+        .map(|key_call| match extend_one(&cx.on(key_call), request.owner, request.ttl_ms) {
             Reply::Int(n) => n,
             _ => 0,
         })
