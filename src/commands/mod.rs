@@ -199,7 +199,8 @@ impl<'a> Cx<'a> {
     /// nothing): a key that holds something else refuses the whole call
     /// before anything is written (`Err`: the reply).
     pub fn all_locks(&self, from: usize, count: usize) -> Result<Vec<Call<'a>>, Reply> {
-        let calls: Vec<Call<'a>> = (from..from.saturating_add(count)).map(|index| self.call.for_arg(index)).collect();
+        let calls: Vec<Call<'a>> =
+            (from..from.saturating_add(count)).map(|index| self.call.for_arg(index)).collect();
         for key_call in &calls {
             self.on(key_call).read(|_| Reply::Nil)?;
         }
