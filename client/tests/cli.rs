@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use lock_testkit::*;
+use lock_testkit_client::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlock");
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_testkit::*;
+use lock_testkit_client::*;
 use redlock_client::{Error, Lost, Mode, Phase, Redlock, RetryPolicy, Status, Watchdog};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

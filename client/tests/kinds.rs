@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use lock_testkit::*;
+use lock_testkit_client::*;
 use redlock_client::{Error, Mode, Phase, Status};
 
 const SECOND: Duration = Duration::from_secs(1);

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_testkit::*;
+use lock_testkit_client::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redlock_client::{Error, Lost, Mode, Phase, Redlock, RetryPolicy, Status};

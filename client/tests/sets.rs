@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_testkit::*;
+use lock_testkit_client::*;
 use redlock_client::{Error, Lost, Mode, Phase, Redlock, RetryPolicy, Watchdog};
 
 const SECOND: Duration = Duration::from_secs(1);

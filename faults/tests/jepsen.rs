@@ -52,7 +52,7 @@ use lock_faults::nemesis::Run;
 use lock_faults::onenode::{OneNode, Role};
 use lock_faults::scenario::{Fault, Probe, Scenario, Workload, VICTIM};
 use lock_faults::worker::{Ctx, Impl, Kind, Locker, Resource, Work, Worker};
-use lock_testkit::test_config;
+use lock_testkit_client::test_config;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::Semaphore;

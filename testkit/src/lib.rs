@@ -14,14 +14,14 @@
 //! test binary.
 //!
 //! Everything is exported at the top: a test says `use lock_testkit::*;`.
+//! The quorum client over these servers is in `lock-testkit-client`
+//! (`testkit-client/`), so that the module's tests do not depend on it.
 
 mod built;
 mod clock;
 mod dirs;
 mod nodes;
 mod ports;
-#[cfg(feature = "client")]
-mod quorum;
 mod replies;
 mod server;
 mod wait;
@@ -33,8 +33,6 @@ pub use nodes::{
     all, assert_free, calls, checks, cluster, fence_calls, holder, holders, seed, start_all, urls,
 };
 pub use ports::free_port;
-#[cfg(feature = "client")]
-pub use quorum::{redlock, test_config};
 pub use redis::{cmd, Connection, Value};
 pub use replies::{
     err_text, holders_in, info_int, info_stat, int, is_held, lock_info, lock_snapshot, refusal, refused_code,

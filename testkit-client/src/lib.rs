@@ -1,11 +1,10 @@
-//! The quorum client over test servers.
+//! The test kit (all of `lock_testkit`, re-exported: a test says `use
+//! lock_testkit_client::*;`) and the quorum client over its servers.
 
 use std::time::Duration;
 
+pub use lock_testkit::*;
 use redlock_client::{Config, Redlock};
-
-use crate::nodes::urls;
-use crate::server::Server;
 
 /// Timeouts for tests: short enough that a dead node costs little, long
 /// enough for a loaded 2-core machine running five servers.
