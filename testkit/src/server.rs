@@ -88,7 +88,8 @@ pub struct Opts {
     pub module_args: Vec<String>,
     /// Extra `--name value` server options, e.g. `("appendonly", "yes")`.
     pub config: Vec<(String, String)>,
-    /// Start under the clock shim, reading its offset from this file.
+    /// Start under the clock shim, reading its offset from this file (a
+    /// [`ClockFile`](crate::ClockFile)'s path).
     pub clock_file: Option<PathBuf>,
     /// Do not load the module (for the "plain Redis" baselines).
     pub without_module: bool,
