@@ -1,4 +1,4 @@
-# The servers the module is tested and benchmarked on (issue 13), and how a
+# The servers the module is tested and benchmarked on, and how a
 # script starts and stops one (server_start, stop_pid, at the end). Sourced
 # by scripts/install-deps, test, run, bench and bench-client; expects $top
 # (the repository root) to be set.
