@@ -11,8 +11,7 @@
 //! Only calls that are malformed by construction are generated: a call that
 //! is valid but refused (RELEASE with another token answers 0) is not one.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,8 +1,7 @@
 //! Every row of the README command table against a real server, including
 //! every misuse: each bad call gets a clear error and changes nothing.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 use std::thread::sleep;
 use std::time::Duration;
 
@@ -530,14 +529,13 @@ fn max_ttl_is_configurable_everywhere() {
 
 #[test]
 fn invalid_config_at_startup_is_logged_clearly() {
-    let dir = std::env::temp_dir().join(format!("redis-lock-badconf-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join("redis.log");
+    let dir = TempDir::new("badconf");
+    let log = dir.path().join("redis.log");
     let port = free_port();
     let status = std::process::Command::new(server_bin())
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
         .arg("--dir")
-        .arg(&dir)
+        .arg(dir.path())
         .arg("--logfile")
         .arg(&log)
         .arg("--loadmodule")
@@ -553,5 +551,4 @@ fn invalid_config_at_startup_is_logged_clearly() {
         "{}: {text}",
         server_name()
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -5,8 +5,7 @@
 //! across modes, the semaphore bound under 50 clients, lock-delay,
 //! sequencer checks, replication and AOF restart.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread::{self, sleep};

@@ -4,8 +4,7 @@
 //! idempotent retries, modes, strict parsing, waiting for sets without
 //! deadlock or barging, replication and restart.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

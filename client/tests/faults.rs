@@ -2,17 +2,12 @@
 //! proxy in front of real nodes), quarantined nodes, and the watchdog
 //! noticing a lost majority.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use lock_testkit_client::*;
 use redlock_client::{Error, Lost, Mode, Phase, Redlock, RetryPolicy, Status, Watchdog};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
