@@ -195,8 +195,8 @@ fn exit_retried_with_the_same_request_id_is_applied_once() {
     let too_long = "x".repeat(65);
     for (line, expect) in [
         (vec!["LOCK.EXIT", "r", "o", "ID"], "needs a value"),
-        (vec!["LOCK.EXIT", "r", "o", "ID", "a|b"], "request id must be"),
-        (vec!["LOCK.EXIT", "r", "o", "ID", &too_long], "request id must be"),
+        (vec!["LOCK.EXIT", "r", "o", "ID", "a|b"], "request id 'a|b' must be"),
+        (vec!["LOCK.EXIT", "r", "o", "ID", &too_long], "...(cut, 65 bytes) must be"),
         (vec!["LOCK.EXIT", "r", "o", "ID", "x", "extra"], "unknown option"),
         (vec!["LOCK.EXIT", "r", "o", "NX"], "unknown option"),
     ] {

@@ -199,9 +199,10 @@ impl<'a> Cx<'a> {
     /// nothing): a key that holds something else refuses the whole call
     /// before anything is written (`Err`: the reply).
     pub fn all_locks(&self, from: usize, count: usize) -> Result<Vec<Call<'a>>, Reply> {
-        let calls: Vec<Call<'a>> = (from..from.saturating_add(count)).map(|index| self.call.for_arg(index)).collect();
-        for key_call in &calls {
-            self.on(key_call).read(|_| Reply::Nil)?;
+        let calls: Vec<Call<'a>> =
+            (from..from.saturating_add(count)).map(|index| self.call.for_arg(index)).collect();
+        for (at, key_call) in calls.iter().enumerate() {
+            self.on(key_call).read(|_| Reply::Nil).map_err(|reply| at_key(reply, at, key_call))?;
         }
         Ok(calls)
     }
@@ -224,6 +225,15 @@ impl<'a> Cx<'a> {
     /// and the key noted among the most contended.
     pub fn contended(&self) {
         self.node.stats.record_contended(self.call.db(), self.call.key_name(), self.now_ms);
+    }
+}
+
+/// An error reply about the key at `at` of a multi-key call, naming it
+/// (see [`errors::in_set`]); other replies as they are.
+pub fn at_key(reply: Reply, at: usize, key: &Call<'_>) -> Reply {
+    match reply {
+        Reply::Error(line) => Reply::Error(errors::in_set(&line, at, key.key_name())),
+        other => other,
     }
 }
 

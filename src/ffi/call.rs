@@ -55,8 +55,9 @@ pub fn dispatch(
         catch_unwind(AssertUnwindSafe(|| handler(&call, args)))
             .unwrap_or_else(|_| Reply::Error(errors::internal()))
     };
+    let name = string_bytes(argv.first().copied().unwrap_or(ptr::null_mut()));
     let reply = if argv.len() > ARGS_MAX {
-        Reply::Error(errors::arity(string_bytes(argv.first().copied().unwrap_or(ptr::null_mut()))))
+        Reply::Error(errors::arity(name))
     } else if argv.len() > ARGS_INLINE {
         let args: Vec<&[u8]> = argv.iter().map(|&arg| string_bytes(arg)).collect();
         run(&args)
@@ -67,7 +68,7 @@ pub fn dispatch(
         }
         run(bytes.get(..argv.len()).unwrap_or(&[]))
     };
-    reply.send(ctx);
+    reply.for_command(name).send(ctx);
     raw::REDISMODULE_OK as c_int
 }
 

@@ -5,6 +5,7 @@ use std::ffi::{c_char, c_long};
 use redis_module::raw;
 
 use super::api::{api, c_string, RawCtx};
+use crate::errors;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -32,6 +33,17 @@ pub enum Field {
 }
 
 impl Reply {
+    /// The reply to a call of the command the client named `name` (any
+    /// case): an `ERR` line names the command (see `errors::of_command`).
+    pub(super) fn for_command(self, name: &[u8]) -> Reply {
+        match self {
+            Reply::Error(line) if !name.is_empty() => {
+                Reply::Error(errors::of_command(&String::from_utf8_lossy(name).to_ascii_lowercase(), line))
+            }
+            other => other,
+        }
+    }
+
     /// Writes the reply to the client of `ctx`.
     pub(super) fn send(&self, ctx: RawCtx) {
         // SAFETY: ctx is the live context of the call being answered; the
