@@ -184,7 +184,7 @@ pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
 pub fn missing_api() -> Option<&'static str> {
     // SAFETY: the API table is written once by Redis before OnLoad runs and
     // only read afterwards.
-    let checks: [(&str, bool); 24] = unsafe {
+    let checks: [(&str, bool); 25] = unsafe {
         [
             ("IsKeysPositionRequest", { raw::RedisModule_IsKeysPositionRequest }.is_some()),
             ("KeyAtPos", { raw::RedisModule_KeyAtPos }.is_some()),
@@ -206,6 +206,7 @@ pub fn missing_api() -> Option<&'static str> {
             ("RegisterInfoFunc", { raw::RedisModule_RegisterInfoFunc }.is_some()),
             ("InfoAddFieldULongLong", { raw::RedisModule_InfoAddFieldULongLong }.is_some()),
             ("ReplyWithStringBuffer", { raw::RedisModule_ReplyWithStringBuffer }.is_some()),
+            ("ReplyWithMap", { raw::RedisModule_ReplyWithMap }.is_some()),
             ("BlockClient", { raw::RedisModule_BlockClient }.is_some()),
             ("SetDisconnectCallback", { raw::RedisModule_SetDisconnectCallback }.is_some()),
             ("PublishMessage", { raw::RedisModule_PublishMessage }.is_some()),
