@@ -15,6 +15,7 @@ pub const COMMAND: Command = Command {
     name: names::FENCE,
     usage: "LOCK.FENCE key token floor",
     flags: c"write fast",
+    acl: c"write fast",
     arity: 4,
     keys: Keys::Range(1, 1),
     key_flags: RW | ACCESS,

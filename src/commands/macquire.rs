@@ -21,6 +21,7 @@ pub const COMMAND: Command = Command {
     name: names::MACQUIRE,
     usage: "LOCK.MACQUIRE token ttl-ms numkeys key [key ...] [WAIT timeout-ms] [MODES mode [mode ...]]",
     flags: c"write deny-oom getkeys-api",
+    acl: c"write slow blocking",
     arity: -5,
     // The number of keys is argument 3 (declared as a `keynum` key spec and
     // answered through the getkeys API: Redis 7.0's cluster routing reads
