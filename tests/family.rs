@@ -473,16 +473,6 @@ fn replicas_and_aof_restarts_reproduce_every_kind_exactly() {
     assert!(token_of(permit(&mut m, "sem", "c", 3, 1_000)) > highest);
 }
 
-/// `calls` of one command in `INFO commandstats`.
-fn calls_of(c: &mut Connection, command: &str) -> i64 {
-    let text: String = cmd("INFO").arg("commandstats").query(c).unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
-}
-
 #[test]
 fn a_run_of_readers_is_handed_off_in_one_replicated_write() {
     let master = Server::with(fast_sync());
@@ -511,12 +501,13 @@ fn a_run_of_readers_is_handed_off_in_one_replicated_write() {
     wait_until(Duration::from_secs(5), "8 readers queued", || info_stat(&mut m, "waiters") == 8);
     let acked: i64 = cmd("WAIT").arg(1).arg(2_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
-    let writes_before = (calls_of(&mut r, "set"), calls_of(&mut r, "hset"));
+    let writes_before = (command_calls(&mut r, "set"), command_calls(&mut r, "hset"));
     assert_eq!(int(&mut m, &["LOCK.RELEASE", "rw", "w"]), 1);
     let mut tokens: Vec<i64> = readers.into_iter().map(|h| h.join().unwrap()).collect();
     let acked: i64 = cmd("WAIT").arg(1).arg(2_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
-    let writes = (calls_of(&mut r, "set") - writes_before.0, calls_of(&mut r, "hset") - writes_before.1);
+    let writes =
+        (command_calls(&mut r, "set") - writes_before.0, command_calls(&mut r, "hset") - writes_before.1);
     assert_eq!(writes, (0, 1), "one HSET (of the 8 readers' fields) for the 8 readers");
     let on_replica = holders(&mut r, "rw");
     assert_eq!(on_replica, holders(&mut m, "rw"));

@@ -297,8 +297,7 @@ fn evict_everything(c: &mut Connection) -> i64 {
 }
 
 fn evicted_keys(c: &mut Connection) -> i64 {
-    let text: String = cmd("INFO").arg("stats").query(c).unwrap();
-    text.lines().find_map(|l| l.strip_prefix("evicted_keys:")).unwrap().trim().parse().unwrap()
+    info_field(c, "stats", "evicted_keys")
 }
 
 #[test]

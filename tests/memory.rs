@@ -18,17 +18,6 @@ const OVERHEAD_MAX: i64 = 96;
 /// A 36-byte token, the size of a UUID in text.
 const TOKEN: &str = "0f8fad5b-d9cb-469f-a165-70867728950e";
 
-fn info_field(c: &mut Connection, section: &str, name: &str) -> i64 {
-    let text: String = cmd("INFO").arg(section).query(c).expect("INFO");
-    let prefix = format!("{name}:");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("INFO {section} has no {name}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn used_memory(c: &mut Connection) -> i64 {
     info_field(c, "memory", "used_memory")
 }

@@ -271,8 +271,14 @@ mod tests {
             .collect()
     }
 
+    /// The words of a command as sent: its name as `lock_protocol` spells
+    /// it (lowercase, as Redis registers it), the rest as written.
     fn line(text: &str) -> Vec<String> {
-        text.split(' ').map(String::from).collect()
+        let mut words: Vec<String> = text.split(' ').map(String::from).collect();
+        if let Some(name) = words.first_mut() {
+            *name = name.to_lowercase();
+        }
+        words
     }
 
     const TTL: Duration = Duration::from_millis(5_000);

@@ -129,17 +129,14 @@ impl Run<'_> {
     }
 
     async fn evicted_keys(&self, i: usize) -> i64 {
-        match self.operator(i, &["INFO", "stats"]).await {
-            Ok(value) => redis::from_redis_value::<String>(&value)
-                .ok()
-                .and_then(|text| {
-                    text.lines()
-                        .find_map(|l| l.strip_prefix("evicted_keys:"))
-                        .and_then(|n| n.trim().parse().ok())
-                })
-                .unwrap_or(0),
-            Err(_) => 0,
-        }
+        self.info_number(i, "stats", "evicted_keys").await.unwrap_or(0) as i64
+    }
+
+    /// An integer field of node `i`'s `INFO section`, if the node answers.
+    async fn info_number(&self, i: usize, section: &str, name: &str) -> Option<u64> {
+        let text: String = redis::from_redis_value(&self.operator(i, &["INFO", section]).await.ok()?).ok()?;
+        let prefix = format!("{name}:");
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|n| n.trim().parse().ok())
     }
 
     /// With an evicting policy in force on node `i` (and room in memory), a
@@ -386,17 +383,7 @@ impl Run<'_> {
     }
 
     async fn used_memory(&self, i: usize) -> u64 {
-        match self.operator(i, &["INFO", "memory"]).await {
-            Ok(value) => redis::from_redis_value::<String>(&value)
-                .ok()
-                .and_then(|text| {
-                    text.lines()
-                        .find_map(|l| l.strip_prefix("used_memory:"))
-                        .and_then(|n| n.trim().parse().ok())
-                })
-                .unwrap_or(0),
-            Err(_) => 0,
-        }
+        self.info_number(i, "memory", "used_memory").await.unwrap_or(0)
     }
 
     /// Runs the probe until it is conclusive (at most 3 attempts).

@@ -35,8 +35,8 @@ pub use nodes::{
 pub use ports::free_port;
 pub use redis::{cmd, Connection, Value};
 pub use replies::{
-    err_text, holders_in, info_int, info_stat, int, is_held, lock_info, lock_snapshot, refusal, refused_code,
-    run, stored_bytes, LockSnapshot,
+    command_calls, err_text, holders_in, info_field, info_int, info_stat, int, is_held, lock_info,
+    lock_snapshot, refusal, refused_code, run, stored_bytes, LockSnapshot,
 };
 pub use server::{fast_sync, replicate, server_bin, server_name, server_version, Opts, Server};
 pub use wait::wait_until;

@@ -1,7 +1,7 @@
 //! Several servers, and what one node holds, seen from outside (the
 //! client's tests and the fault suite look at each node by itself).
 
-use crate::replies::{holders_in, lock_info};
+use crate::replies::{command_calls, holders_in, lock_info};
 use crate::server::{Opts, Server};
 
 /// Starts `opts.len()` servers in parallel (each start waits for PING).
@@ -70,10 +70,5 @@ pub fn checks(server: &Server, key: &str, fence: u64) -> bool {
 /// `calls` of one command on one node (`INFO commandstats`), e.g.
 /// `lock.macquire`.
 pub fn calls(server: &Server, command: &str) -> i64 {
-    let text: String = redis::cmd("INFO").arg("commandstats").query(&mut server.conn()).unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
+    command_calls(&mut server.conn(), command)
 }

@@ -66,13 +66,30 @@ pub fn refused_code(c: &mut Connection, key: &str) -> Option<String> {
     refusal(c, key).map(|(code, _)| code)
 }
 
-/// One field of `INFO lock` as an integer.
+/// One field of `INFO lock` as an integer (`field` without its `lock_`).
 pub fn info_stat(c: &mut Connection, field: &str) -> i64 {
-    let text: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
-    let prefix = format!("lock_{field}:");
+    info_field(c, "lock", &format!("lock_{field}"))
+}
+
+/// `calls` of one command in `INFO commandstats` (e.g. `lock.macquire`;
+/// 0 before its first call).
+pub fn command_calls(c: &mut Connection, command: &str) -> i64 {
+    let text: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
     text.lines()
         .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("INFO lock has no {field}: {text}"))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// One integer field `name` of `INFO section` (the server's own, or the
+/// module's `lock`).
+pub fn info_field(c: &mut Connection, section: &str, name: &str) -> i64 {
+    let text: String = redis::cmd("INFO").arg(section).query(c).unwrap();
+    let prefix = format!("{name}:");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("INFO {section} has no {name}: {text}"))
         .trim()
         .parse()
         .unwrap()
