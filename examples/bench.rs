@@ -18,10 +18,12 @@
 //!   `SET key token IFEQ token PX ttl` (extend), `DELIFEQ key token` (release).
 //!
 //! Normally started by `scripts/bench`, which builds the module, starts a
-//! private server with it loaded and passes `--port`. By hand:
+//! private server with it loaded (pinned to its own CPU) and passes
+//! `--port`. By hand, without `--port` it starts one itself, through the test
+//! kit (`testkit/`: `LOCK_SERVER_BIN`, `LOCK_MODULE_SO` as for the tests):
 //!
 //! ```text
-//! cargo run --release --example bench -- --port 6390 [--runs 5] [--threads 4]
+//! cargo run --release --example bench -- [--port 6390] [--runs 5] [--threads 4]
 //!     [--depth 64] [--ops 256000] [--ops-single 32000] [--handoffs 200] [--host 127.0.0.1]
 //!     [--phases acquire,release,extend,cycle,reentrant,read,semaphore] [--reenter yes]
 //! ```
@@ -240,7 +242,8 @@ const QUARANTINE_WAIT: Duration = Duration::from_secs(90);
 
 type Res<T> = Result<T, String>;
 
-const USAGE: &str = "usage: bench --port P [--host 127.0.0.1] [--runs 5 (<= 50)] \
+const USAGE: &str =
+    "usage: bench [--port P (default: a private server of its own)] [--host 127.0.0.1] [--runs 5 (<= 50)] \
 [--threads 4 (<= 64)] [--depth 64 (2..=10000)] [--ops 256000 (pipelined ops per phase, <= 1e7)] \
 [--ops-single 32000 (unpipelined ops per phase, <= 1e6)] \
 [--handoffs 200 (hand-offs per method in all runs together, <= 10000; 0 = no hand-off phase)] \
@@ -315,9 +318,6 @@ impl Opts {
                 }
                 _ => return Err(format!("unknown option {flag}\n{USAGE}")),
             }
-        }
-        if o.port == 0 {
-            return Err("--port is required (scripts/bench passes it)".into());
         }
         if o.runs > 50
             || o.threads > 64
@@ -1709,7 +1709,14 @@ fn handoff_report(opts: &Opts, results: &HashMap<Handoff, Vec<HandoffSample>>) -
 // ---------------------------------------------------------------- main
 
 fn run() -> Res<()> {
-    let opts = Opts::parse()?;
+    let mut opts = Opts::parse()?;
+    // Without --port: a private server with the module, the tests' own
+    // (free port, own directory, killed by PID when the run ends).
+    let _own = (opts.port == 0).then(|| {
+        let server = lock_testkit::Server::start();
+        opts.port = server.port;
+        server
+    });
     let mut ctl = connect(&opts)?;
     let version = info_field(&mut ctl, "server", "redis_version")?;
     // Valkey answers redis_version 7.2.4 (for compatibility) and its own

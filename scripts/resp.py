@@ -66,11 +66,3 @@ class Conn:
                     raise RuntimeError(f"{c[0]} answered {r!r}")
                 replies.append(r)
         return replies
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port

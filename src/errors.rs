@@ -1,24 +1,43 @@
 //! Every error reply the module sends, in one place. Each line starts with
-//! its code (`ERR`, `WRONGTYPE`, ...) as Redis clients expect.
+//! its code (`ERR`, `WRONGTYPE`, ...) as Redis clients expect. An `ERR`
+//! line is written here without the command; [`of_command`] names it
+//! (`ERR lock.acquire: ...`) as the reply leaves, so that every `ERR`,
+//! also one sent to a waiter later, says which command it answers.
 
 use lock_protocol::code::{EVICTION, MAXWAITERS, QUARANTINE, TRYAGAIN, WRONGTYPE};
 
-use crate::core::args::ArgError;
+use crate::core::args::{ArgError, Shown};
 use crate::core::forgetting::ALL_DBS;
 use crate::core::kind::{Mode, Want, HOLDS_MAX};
 use crate::core::lock::Grant;
 use crate::core::quarantine::{Reason, Refusal};
 
+/// The start of Redis' own arity error, which names the command its own
+/// way (`ERR wrong number of arguments for 'lock.acquire' command`): Redis
+/// answers it itself for too few arguments, and the module's own arity
+/// errors read the same.
+const ARITY: &str = "wrong number of arguments for '";
+
 /// A malformed call: arity, integers, ranges, tokens, options.
 pub fn bad_args(command: &str, error: &ArgError) -> String {
     match error {
-        ArgError::Arity => format!("ERR wrong number of arguments for '{command}' command"),
-        other => format!("ERR {command}: {other}"),
+        ArgError::Arity => arity(command.as_bytes()),
+        other => format!("ERR {other}"),
     }
 }
 
 pub fn arity(command: &[u8]) -> String {
-    format!("ERR wrong number of arguments for '{}' command", String::from_utf8_lossy(command).to_lowercase())
+    format!("ERR {ARITY}{}' command", String::from_utf8_lossy(command).to_lowercase())
+}
+
+/// An error line as it leaves for a client of `command` (`lock.acquire`):
+/// an `ERR` line names the command first (`ERR lock.acquire: ...`); Redis'
+/// arity text names it already, and the other codes stand alone.
+pub fn of_command(command: &str, line: String) -> String {
+    match line.strip_prefix("ERR ") {
+        Some(rest) if !rest.starts_with(ARITY) => format!("ERR {command}: {rest}"),
+        _ => line,
+    }
 }
 
 /// The key exists but holds something that is not a lock at all.
@@ -52,12 +71,12 @@ pub fn too_many_holds(max: u32) -> String {
 
 /// Redis refused a key write (should not happen on a writable master).
 pub fn write_failed() -> String {
-    "ERR lock module: the key could not be written".into()
+    "ERR the key could not be written".into()
 }
 
 /// A panic was caught at the command boundary.
 pub fn internal() -> String {
-    "ERR lock module: internal error (see the server log)".into()
+    "ERR internal error of the lock module (see the server log)".into()
 }
 
 /// WAIT refused: the key already has `lock.max-waiters` waiters.
@@ -79,7 +98,7 @@ pub fn slot_moved() -> String {
 
 /// Redis refused to block the client.
 pub fn cannot_block() -> String {
-    "ERR lock module: this client cannot be blocked".into()
+    "ERR this client cannot be blocked".into()
 }
 
 /// A grant refused because the node is in quarantine. The milliseconds
@@ -145,8 +164,46 @@ pub fn grant_refused(why: Grant, want: Want) -> String {
     }
 }
 
-/// An error about one key of a LOCK.MACQUIRE set (`at` counts from 0): the
-/// line says which key, by its position among the command's keys.
-pub fn in_set(line: &str, at: usize) -> String {
-    format!("{line} (key #{} of the set)", at.saturating_add(1))
+/// An error about one key of a multi-key call (LOCK.MACQUIRE,
+/// LOCK.RENEW, LOCK.MRELEASE; `at` counts from 0): the line says which
+/// key, by its position among the call's keys and its name (shown
+/// bounded).
+pub fn in_set(line: &str, at: usize, key: &[u8]) -> String {
+    format!("{line} (key #{} of the set, {})", at.saturating_add(1), Shown::of(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn err_lines_name_their_command_once() {
+        let named = |line: &str| of_command("lock.semaphore", line.to_string());
+        assert_eq!(
+            named(&limit_mismatch(2, 3)),
+            "ERR lock.semaphore: this semaphore has 2 permits, not 3 (the count is fixed while it has holders)"
+        );
+        assert_eq!(
+            named(&bad_args("lock.semaphore", &ArgError::EmptyToken { what: "token" })),
+            "ERR lock.semaphore: token must not be empty"
+        );
+        let arity = bad_args("lock.semaphore", &ArgError::Arity);
+        assert_eq!(
+            named(&arity),
+            "ERR wrong number of arguments for 'lock.semaphore' command",
+            "Redis' own text"
+        );
+        assert_eq!(named(&not_a_lock()), not_a_lock(), "other codes stand alone");
+        assert_eq!(named(&write_failed()), "ERR lock.semaphore: the key could not be written");
+    }
+
+    #[test]
+    fn a_key_of_a_set_is_named_by_position_and_name() {
+        assert_eq!(
+            in_set(&not_a_lock(), 1, b"cfg:b"),
+            "WRONGTYPE Operation against a key holding the wrong kind of value (not a lock) (key #2 of the set, 'cfg:b')"
+        );
+        let long = vec![b'k'; 200];
+        assert!(in_set(&not_a_lock(), 0, &long).ends_with("...(cut, 200 bytes))"));
+    }
 }

@@ -236,17 +236,27 @@ mod module {
             return Status::Err;
         }
         clock::start();
+        let category = match ffi::add_acl_category(ctx.ctx, commands::ACL_CATEGORY) {
+            Ok(added) => added.then_some(commands::ACL_CATEGORY),
+            Err(e) => {
+                // Another module took the name: the commands keep their
+                // other categories.
+                ctx.log_warning(&format!("lock: {e}; the commands are in no @lock category"));
+                None
+            }
+        };
         for &(command, entry) in commands::ALL {
             let def = CommandDef {
                 name: command.name,
                 entry,
                 flags: command.flags,
+                acl: command.acl,
                 arity: command.arity,
                 key_flags: command.key_flags,
                 keys: command.keys,
                 summary: command.summary,
             };
-            if let Err(e) = ffi::register_command(ctx.ctx, &def) {
+            if let Err(e) = ffi::register_command(ctx.ctx, &def, category) {
                 ctx.log_warning(&format!("lock: {e}"));
                 return Status::Err;
             }

@@ -246,7 +246,7 @@ fn serve_set(call: &Call<'_>, node: &Node, now_ms: i64, handle: WaiterHandle) ->
         }
         Ok((SetDecision::Refused { at, why }, _)) => (Err(why), Some(at)),
         Err((at, failure)) => {
-            let line = errors::in_set(&failure.line(), at);
+            let line = errors::in_set(&failure.line(), at, names.get(at).copied().unwrap_or_default());
             let Some((waiter, _)) = node.with_waiting(|w| w.remove(handle)) else { return Round::Stop };
             node.stats.waits_failed.bump();
             ffi::unblock(waiter.handle, WaitResult::Failed(line));
@@ -267,7 +267,10 @@ fn serve_set(call: &Call<'_>, node: &Node, now_ms: i64, handle: WaiterHandle) ->
 /// else an error (`in_set`: which key of its set refused it).
 fn answer(node: &Node, now_ms: i64, served: Served<WaiterHandle>, stored: bool, in_set: Option<usize>) {
     let Served { waiter, outcome } = served;
-    let want = waiter.keys.iter().map(|&(_, want)| want).nth(in_set.unwrap_or(0));
+    let (key, want) = match waiter.keys.get(in_set.unwrap_or(0)) {
+        Some(((_, name), want)) => (name.as_slice(), Some(*want)),
+        None => (&[][..], None),
+    };
     let result = match outcome
         .map_err(|why| grants::outcome(why, want.unwrap_or_else(crate::core::kind::Want::plain)))
     {
@@ -287,7 +290,7 @@ fn answer(node: &Node, now_ms: i64, served: Served<WaiterHandle>, stored: bool, 
                 _ => errors::internal(),
             };
             WaitResult::Failed(match in_set {
-                Some(at) => errors::in_set(&line, at),
+                Some(at) => errors::in_set(&line, at, key),
                 None => line,
             })
         }

@@ -11,8 +11,7 @@
 //! Only calls that are malformed by construction are generated: a call that
 //! is valid but refused (RELEASE with another token answers 0) is not one.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -25,6 +24,9 @@ use rand::{Rng, SeedableRng};
 
 /// The default `lock.max-ttl-ms`; the locks are set up with it.
 const MAX_TTL: i64 = 30_000;
+/// The longest error line a malformed call may get: an argument is shown
+/// at most 64 bytes long (each byte at most 4 characters escaped).
+const ERROR_LINE_MAX: usize = 600;
 /// How many random malformed calls, on top of the fixed table.
 const RANDOM_CALLS: usize = 6_000;
 
@@ -901,6 +903,20 @@ fn malformed_calls_get_errors_and_change_nothing() {
                         case.allowed
                     ));
                 }
+                // Every ERR names the command (Redis' arity text its own
+                // way), and no line echoes a long argument whole.
+                let name = String::from_utf8_lossy(words[0]).to_lowercase();
+                let named = detail.starts_with(&format!("{name}: "))
+                    || detail == format!("wrong number of arguments for '{name}' command");
+                if (code == "ERR" && !named) || detail.len() > ERROR_LINE_MAX {
+                    failures.push(format!(
+                        "#{i} {} {:?}: the error does not name {name} or is {} bytes long: {code} {}",
+                        case.category,
+                        show(&words),
+                        detail.len(),
+                        detail.chars().take(300).collect::<String>()
+                    ));
+                }
                 // A coarse histogram of the messages (numbers and quoted
                 // parts dropped), for the report.
                 let head: String = format!("{code} {detail}")
@@ -1093,5 +1109,362 @@ fn malformed_calls_inside_multi_and_lua_change_nothing() {
     let pong: String = q(&mut c, &[b"PING"]);
     assert_eq!(pong, "PONG");
     assert_eq!(before, snapshot(&mut c), "state changed (seed {seed})");
+    assert_log_clean(&server);
+}
+
+// ---------------------------------------------------------------------------
+// Every error reply of the README's command reference, word for word.
+
+/// `expected` with `<n>` standing for a run of digits (a time left, a
+/// bound that follows the clock).
+fn same_text(expected: &str, got: &str) -> bool {
+    match expected.split_once("<n>") {
+        None => expected == got,
+        Some((head, tail)) => {
+            let Some(rest) = got.strip_prefix(head) else { return false };
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            digits > 0 && same_text(tail, &rest[digits..])
+        }
+    }
+}
+
+const NOT_A_LOCK: &str = "WRONGTYPE Operation against a key holding the wrong kind of value (not a lock)";
+
+/// WRONGTYPE for a lock of kind `found` where `wanted` is needed.
+fn wrong_kind(found: &str, wanted: &str) -> String {
+    format!(
+        "WRONGTYPE Operation against a key holding the wrong kind of value (a {found} lock, this command needs a \
+         {wanted} lock)"
+    )
+}
+
+fn words(text: &str) -> Vec<Vec<u8>> {
+    text.split(' ').map(|w| w.as_bytes().to_vec()).collect()
+}
+
+/// A call refused with `expected` (see [`same_text`]).
+struct Documented {
+    call: Vec<Vec<u8>>,
+    expected: String,
+}
+
+fn doc(call: Vec<Vec<u8>>, expected: impl Into<String>) -> Documented {
+    Documented { call, expected: expected.into() }
+}
+
+/// Runs every call; the ones whose error is not the expected text.
+fn mismatches(c: &mut Connection, cases: &[Documented]) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for case in cases {
+        let call: Vec<&[u8]> = case.call.iter().map(Vec::as_slice).collect();
+        match run(c, &call) {
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => panic!("{:?}: {e}", show(&call)),
+            result => {
+                let got = err_text(result);
+                if !same_text(&case.expected, &got) {
+                    wrong.push(format!("{:?}\n     got: {got}\n    want: {}", show(&call), case.expected));
+                }
+            }
+        }
+    }
+    wrong
+}
+
+/// The refusals a node gives whatever the call's arguments: on a held key,
+/// a key of the wrong kind, a key that is not a lock. Each command of the
+/// reference, each error its row lists (QUARANTINE and the waiters' errors
+/// are in the next test; CROSSSLOT and TRYAGAIN, Cluster's, in
+/// tests/cluster.rs; the hold bound of LOCK.ENTER, a million entries, in
+/// the state machine's unit tests).
+fn documented_refusals() -> Vec<Documented> {
+    let ttl_range = |cmd: &str, value: &str| {
+        format!("ERR lock.{cmd}: ttl-ms {value} is out of range, must be 1..30000 (lock.max-ttl-ms)")
+    };
+    let not_integer = |cmd: &str, what: &str, value: &str| {
+        format!("ERR lock.{cmd}: {what} '{value}' is not an integer or out of range")
+    };
+    let arity = |cmd: &str| format!("ERR wrong number of arguments for 'lock.{cmd}' command");
+    let mut long_token = words("LOCK.ACQUIRE k");
+    long_token.push(vec![b'x'; 257]);
+    long_token.push(b"100".to_vec());
+    let mut huge_option = words("LOCK.ACQUIRE k t 100");
+    huge_option.push(vec![b'N'; 10 * 1024 * 1024]);
+    let mut binary_option = words("LOCK.ACQUIRE k t 100");
+    binary_option.push(b"\x00\r\n'\xff".to_vec());
+    let mut long_id = words("LOCK.EXIT r:1 owner-1 ID");
+    long_id.push(vec![b'r'; 65]);
+    let x64 = "x".repeat(64);
+    let many =
+        |head: &str| words(&format!("{head}{}", (0..101).map(|i| format!(" k{i}")).collect::<String>()));
+    vec![
+        // LOCK.ACQUIRE
+        doc(words("LOCK.ACQUIRE k t"), arity("acquire")),
+        doc(words("LOCK.ACQUIRE k t 1e3"), not_integer("acquire", "ttl-ms", "1e3")),
+        doc(words("LOCK.ACQUIRE k t 30001"), ttl_range("acquire", "30001")),
+        doc(words("LOCK.ACQUIRE k t 0"), ttl_range("acquire", "0")),
+        doc(words("LOCK.ACQUIRE k t 100 WAIT soon"), not_integer("acquire", "timeout-ms", "soon")),
+        doc(
+            words("LOCK.ACQUIRE k t 100 WAIT 86400001"),
+            "ERR lock.acquire: timeout-ms 86400001 is out of range, must be 0..86400000",
+        ),
+        doc(vec![b"LOCK.ACQUIRE".to_vec(), b"k".to_vec(), vec![], b"100".to_vec()], "ERR lock.acquire: token must not be empty"),
+        doc(
+            long_token,
+            format!("ERR lock.acquire: token '{x64}'...(cut, 257 bytes) is longer than the limit of 256 bytes"),
+        ),
+        doc(words("LOCK.ACQUIRE k t 100 NX"), "ERR lock.acquire: unknown option 'NX'"),
+        doc(huge_option, format!("ERR lock.acquire: unknown option '{}'...(cut, 10485760 bytes)", "N".repeat(64))),
+        doc(binary_option, "ERR lock.acquire: unknown option '\\x00\\x0d\\x0a\\x27\\xff'"),
+        doc(words("LOCK.ACQUIRE k t 100 WAIT 1 WAIT 2"), "ERR lock.acquire: option WAIT given twice"),
+        doc(words("LOCK.ACQUIRE k t 100 WAIT"), "ERR lock.acquire: option WAIT needs a value"),
+        doc(words("LOCK.ACQUIRE k t 100 WAIT 1 extra"), "ERR lock.acquire: unknown option 'extra'"),
+        doc(words("LOCK.ACQUIRE str t 100"), NOT_A_LOCK),
+        doc(words("LOCK.ACQUIRE r:1 t 100"), wrong_kind("reentrant", "plain")),
+        // LOCK.RELEASE
+        doc(words("LOCK.RELEASE p:1"), arity("release")),
+        doc(vec![b"LOCK.RELEASE".to_vec(), b"p:1".to_vec(), vec![]], "ERR lock.release: token must not be empty"),
+        doc(words("LOCK.RELEASE list t"), NOT_A_LOCK),
+        // LOCK.EXTEND
+        doc(words("LOCK.EXTEND p:1 plain-token-1 -5"), ttl_range("extend", "-5")),
+        doc(words("LOCK.EXTEND p:1 plain-token-1 5.0"), not_integer("extend", "ttl-ms", "5.0")),
+        doc(words("LOCK.EXTEND hash t 100"), NOT_A_LOCK),
+        // LOCK.ENTER
+        doc(words("LOCK.ENTER p:1 o 100"), wrong_kind("plain", "reentrant")),
+        doc(words("LOCK.ENTER r:1 owner-1 07"), not_integer("enter", "ttl-ms", "07")),
+        // LOCK.EXIT
+        doc(words("LOCK.EXIT r:1"), arity("exit")),
+        doc(
+            words("LOCK.EXIT r:1 owner-1 ID a|b"),
+            "ERR lock.exit: request id 'a|b' must be 1 to 64 printable ASCII characters without '|'",
+        ),
+        doc(
+            long_id,
+            format!(
+                "ERR lock.exit: request id '{}'...(cut, 65 bytes) must be 1 to 64 printable ASCII characters \
+                 without '|'",
+                "r".repeat(64)
+            ),
+        ),
+        doc(words("LOCK.EXIT r:1 owner-1 ID a ID b"), "ERR lock.exit: option ID given twice"),
+        doc(words("LOCK.EXIT r:1 owner-1 ID"), "ERR lock.exit: option ID needs a value"),
+        doc(words("LOCK.EXIT r:1 owner-1 NX"), "ERR lock.exit: unknown option 'NX'"),
+        doc(words("LOCK.EXIT p:1 plain-token-1"), wrong_kind("plain", "reentrant")),
+        doc(words("LOCK.EXIT zset o"), NOT_A_LOCK),
+        // LOCK.FENCE
+        doc(words("LOCK.FENCE p:1 plain-token-1"), arity("fence")),
+        doc(words("LOCK.FENCE p:1 plain-token-1 x"), not_integer("fence", "floor", "x")),
+        doc(words("LOCK.FENCE p:1 plain-token-1 -1"), "ERR lock.fence: floor -1 is out of range, must be 0..<n>"),
+        doc(
+            words("LOCK.FENCE p:1 plain-token-1 9223372036854775807"),
+            "ERR lock.fence: floor 9223372036854775807 is out of range, must be 0..<n>",
+        ),
+        doc(words("LOCK.FENCE set t 1"), NOT_A_LOCK),
+        // LOCK.RENEW
+        doc(words("LOCK.RENEW t 100"), arity("renew")),
+        doc(words("LOCK.RENEW plain-token-1 0 p:1"), ttl_range("renew", "0")),
+        doc(many("LOCK.RENEW t 100"), "ERR lock.renew: 101 keys, more than the limit of 100 (lock.max-renew-keys)"),
+        doc(words("LOCK.RENEW plain-token-1 100 p:1 str"), format!("{NOT_A_LOCK} (key #2 of the set, 'str')")),
+        // LOCK.CHECK
+        doc(words("LOCK.CHECK p:1"), arity("check")),
+        doc(
+            words("LOCK.CHECK p:1 -1"),
+            "ERR lock.check: fencing-token -1 is out of range, must be 0..9223372036854775807",
+        ),
+        doc(words("LOCK.CHECK p:1 abc"), not_integer("check", "fencing-token", "abc")),
+        doc(words("LOCK.CHECK set 1"), NOT_A_LOCK),
+        // LOCK.SHARED, LOCK.EXCLUSIVE
+        doc(words("LOCK.SHARED p:1 t 100"), wrong_kind("plain", "shared")),
+        doc(words("LOCK.SHARED m:1 t 100"), wrong_kind("semaphore", "shared")),
+        doc(words("LOCK.SHARED s:1 t 100 WAIT"), "ERR lock.shared: option WAIT needs a value"),
+        doc(
+            words("LOCK.SHARED w:1 writer 100"),
+            "ERR lock.shared: this token already holds the lock in write mode; release it first",
+        ),
+        doc(
+            words("LOCK.EXCLUSIVE s:1 reader-2 100"),
+            "ERR lock.exclusive: this token already holds the lock in read mode; release it first",
+        ),
+        doc(words("LOCK.EXCLUSIVE r:1 t 100"), wrong_kind("reentrant", "shared")),
+        doc(words("LOCK.EXCLUSIVE s:1 t +5"), not_integer("exclusive", "ttl-ms", "+5")),
+        // LOCK.SEMAPHORE
+        doc(
+            words("LOCK.SEMAPHORE m:1 t 2 100"),
+            "ERR lock.semaphore: this semaphore has 3 permits, not 2 (the count is fixed while it has holders)",
+        ),
+        doc(words("LOCK.SEMAPHORE m:1 t 3x 100"), not_integer("semaphore", "permits", "3x")),
+        doc(words("LOCK.SEMAPHORE m:1 t 1001 100"), "ERR lock.semaphore: permits 1001 is out of range, must be 1..1000"),
+        doc(words("LOCK.SEMAPHORE m:1 t 0 100"), "ERR lock.semaphore: permits 0 is out of range, must be 1..1000"),
+        doc(words("LOCK.SEMAPHORE s:1 t 3 100"), wrong_kind("shared", "semaphore")),
+        // LOCK.MACQUIRE
+        doc(words("LOCK.MACQUIRE t 100 x a"), not_integer("macquire", "numkeys", "x")),
+        doc(
+            words("LOCK.MACQUIRE t 100 101 a"),
+            "ERR lock.macquire: numkeys 101 is out of range, must be 1..100 (lock.max-multi-keys)",
+        ),
+        doc(words("LOCK.MACQUIRE t 100 3 a b"), arity("macquire")),
+        doc(words("LOCK.MACQUIRE t 0 1 a"), ttl_range("macquire", "0")),
+        doc(words("LOCK.MACQUIRE t 100 2 a a"), "ERR lock.macquire: key #2 'a' appears twice in the set"),
+        doc(
+            words("LOCK.MACQUIRE t 100 1 a MODES READ"),
+            "ERR lock.macquire: unknown mode 'READ' (PLAIN, SHARED or EXCLUSIVE)",
+        ),
+        doc(
+            words("LOCK.MACQUIRE t 100 3 a b c MODES PLAIN SHARED"),
+            "ERR lock.macquire: MODES takes one mode for every key or one per key: 2 modes for 3 keys",
+        ),
+        doc(words("LOCK.MACQUIRE t 100 1 a MODES"), "ERR lock.macquire: option MODES needs a value"),
+        doc(words("LOCK.MACQUIRE t 100 1 a WAIT 1 WAIT 1"), "ERR lock.macquire: option WAIT given twice"),
+        doc(words("LOCK.MACQUIRE t 100 2 a str"), format!("{NOT_A_LOCK} (key #2 of the set, 'str')")),
+        doc(
+            words("LOCK.MACQUIRE t 100 2 a r:1"),
+            format!("{} (key #2 of the set, 'r:1')", wrong_kind("reentrant", "plain")),
+        ),
+        doc(
+            words("LOCK.MACQUIRE t 100 1 m:1"),
+            format!("{} (key #1 of the set, 'm:1')", wrong_kind("semaphore", "plain")),
+        ),
+        doc(
+            words("LOCK.MACQUIRE reader-2 100 1 s:1 MODES EXCLUSIVE"),
+            "ERR lock.macquire: this token already holds the lock in read mode; release it first (key #1 of the \
+             set, 's:1')",
+        ),
+        // LOCK.MRELEASE
+        doc(words("LOCK.MRELEASE t"), arity("mrelease")),
+        doc(vec![b"LOCK.MRELEASE".to_vec(), vec![], b"p:1".to_vec()], "ERR lock.mrelease: token must not be empty"),
+        doc(many("LOCK.MRELEASE t"), "ERR lock.mrelease: 101 keys, more than the limit of 100 (lock.max-multi-keys)"),
+        doc(words("LOCK.MRELEASE plain-token-1 p:1 list"), format!("{NOT_A_LOCK} (key #2 of the set, 'list')")),
+        // LOCK.WAITERS
+        doc(words("LOCK.WAITERS"), arity("waiters")),
+        doc(words("LOCK.WAITERS p:1 COUNT 0"), "ERR lock.waiters: count 0 is out of range, must be 1..1000"),
+        doc(words("LOCK.WAITERS p:1 COUNT ten"), not_integer("waiters", "count", "ten")),
+        doc(words("LOCK.WAITERS p:1 COUNT 1 COUNT 2"), "ERR lock.waiters: option COUNT given twice"),
+        doc(words("LOCK.WAITERS p:1 COUNT"), "ERR lock.waiters: option COUNT needs a value"),
+        doc(words("LOCK.WAITERS p:1 TOP 1"), "ERR lock.waiters: unknown option 'TOP'"),
+        doc(words("LOCK.WAITERS str"), NOT_A_LOCK),
+        // LOCK.CONTENDED
+        doc(words("LOCK.CONTENDED COUNT 17"), "ERR lock.contended: count 17 is out of range, must be 1..16"),
+        doc(words("LOCK.CONTENDED COUNT 1 COUNT 2"), "ERR lock.contended: option COUNT given twice"),
+        doc(words("LOCK.CONTENDED LIMIT"), "ERR lock.contended: unknown option 'LIMIT'"),
+        // LOCK.INFO
+        doc(words("LOCK.INFO"), arity("info")),
+        doc(words("LOCK.INFO p:1 x"), arity("info")),
+        doc(words("LOCK.INFO str"), NOT_A_LOCK),
+        doc(
+            words("LOCK.INFO far"),
+            "WRONGTYPE Operation against a key holding the wrong kind of value (a lock value this module could not \
+             have written: its deadline is <n> ms ahead, more than lock.max-ttl-ms + lock.clock-jump-tolerance-ms \
+             = 90000 ms; LOCK.REVOKE removes it)",
+        ),
+        // LOCK.REVOKE
+        doc(words("LOCK.REVOKE"), arity("revoke")),
+        doc(words("LOCK.REVOKE str"), NOT_A_LOCK),
+    ]
+}
+
+#[test]
+fn every_documented_error_reads_as_documented_and_changes_nothing() {
+    let server = Server::start();
+    let mut c = server.conn();
+    set_up(&mut c);
+    // A write hold, and a lock value no grant could have written (its
+    // deadline a day ahead).
+    let _: i64 = q(&mut c, &[b"LOCK.EXCLUSIVE", b"w:1", b"writer", b"30000"]);
+    let far = format!("LK1|P|12|{}|1|x", now_ms() + 86_400_000);
+    let _: String = q(&mut c, &[b"SET", b"far", far.as_bytes()]);
+    let before = snapshot(&mut c);
+    let rejected = info_stat(&mut c, "rejected");
+
+    let cases = documented_refusals();
+    let wrong = mismatches(&mut c, &cases);
+    assert!(wrong.is_empty(), "{} of {} errors differ:\n{}", wrong.len(), cases.len(), wrong.join("\n"));
+
+    // Refusals of the node's settings: too many waiters, evictable keys.
+    let config = |c: &mut Connection, name: &str, value: &str| {
+        let _: String = q(c, &[b"CONFIG", b"SET", name.as_bytes(), value.as_bytes()]);
+    };
+    config(&mut c, "lock.max-waiters", "0");
+    let waiters = [
+        doc(
+            words("LOCK.ACQUIRE p:1 other 100 WAIT 100"),
+            "MAXWAITERS too many clients waiting for this lock (lock.max-waiters is 0)",
+        ),
+        doc(
+            words("LOCK.MACQUIRE other 100 2 a p:1 WAIT 100"),
+            "MAXWAITERS too many clients waiting for this lock (lock.max-waiters is 0)",
+        ),
+    ];
+    let wrong = mismatches(&mut c, &waiters);
+    config(&mut c, "lock.max-waiters", "1000");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    config(&mut c, "maxmemory", "1gb");
+    config(&mut c, "maxmemory-policy", "allkeys-lru");
+    let evictable = "EVICTION maxmemory-policy allkeys-lru with maxmemory set can evict lock keys, so new locks are \
+                     refused: set maxmemory-policy noeviction (or maxmemory 0), or lock.eviction-mode quarantine on \
+                     an instance shared with a cache";
+    let evicting = [
+        doc(words("LOCK.ACQUIRE new t 100"), evictable),
+        doc(words("LOCK.MACQUIRE t 100 2 new other"), format!("{evictable} (key #1 of the set, 'new')")),
+    ];
+    let wrong = mismatches(&mut c, &evicting);
+    config(&mut c, "maxmemory-policy", "noeviction");
+    config(&mut c, "maxmemory", "0");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+
+    assert_eq!(before, snapshot(&mut c), "a refused call changed something");
+    let counted = info_stat(&mut c, "rejected") - rejected;
+    assert!(counted >= cases.len() as i64 - 40, "refusals are counted: {counted}");
+    assert_log_clean(&server);
+}
+
+/// The QUARANTINE refusals (the node's, a key's), and the errors a waiter
+/// gets when it is answered later: named after the command it waits in,
+/// and, for a set, the key.
+#[test]
+fn quarantine_and_waiter_errors_read_as_documented() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let _: i64 = q(&mut c, &[b"LOCK.ACQUIRE", b"held", b"t", b"30000"]);
+    // A lock removed behind the module's back quarantines its key.
+    let _: i64 = q(&mut c, &[b"DEL", b"held"]);
+    let key =
+        "QUARANTINE this key's lock was removed or changed by another command (del) while it may have been \
+               held; free a lock on purpose with LOCK.REVOKE, refusing new locks on this key for <n> ms";
+    let wrong = mismatches(
+        &mut c,
+        &[
+            doc(words("LOCK.ACQUIRE held t2 100"), key),
+            doc(words("LOCK.MACQUIRE t2 100 2 free held"), format!("{key} (key #2 of the set, 'held')")),
+        ],
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+
+    // A waiter for a set whose key is overwritten with something that is
+    // not a lock: WRONGTYPE, naming the key, when it is answered.
+    let _: i64 = q(&mut c, &[b"LOCK.ACQUIRE", b"b", b"holder", b"30000"]);
+    let mut waiter = server.conn();
+    let mut waits = cmd("LOCK.MACQUIRE");
+    waits.arg("w").arg(1000).arg(2).arg("a").arg("b").arg("WAIT").arg(5000);
+    waiter.send_packed_command(&waits.get_packed_command()).unwrap();
+    wait_until(Duration::from_secs(5), "the waiter queued", || info_stat(&mut c, "waiters") == 1);
+    let _: String = q(&mut c, &[b"SET", b"b", b"not a lock any more"]);
+    let answer = err_text(waiter.recv_response().and_then(Value::extract_error));
+    assert_eq!(answer, format!("{NOT_A_LOCK} (key #2 of the set, 'b')"));
+
+    // The node's quarantine after a promotion (a master made a replica of
+    // nothing and back).
+    let _: String = q(&mut c, &[b"CONFIG", b"SET", b"lock.quarantine-ms", b"60000"]);
+    let _: String = q(&mut c, &[b"REPLICAOF", b"127.0.0.1", b"1"]);
+    let _: String = q(&mut c, &[b"REPLICAOF", b"NO", b"ONE"]);
+    wait_until(Duration::from_secs(5), "quarantine", || info_stat(&mut c, "quarantine") == 1);
+    let promoted = "QUARANTINE replica promoted to master, refusing new locks for <n> ms";
+    let wrong = mismatches(
+        &mut c,
+        &[
+            doc(words("LOCK.ACQUIRE fresh t 100"), promoted),
+            doc(words("LOCK.SEMAPHORE fresh t 2 100 WAIT 100"), promoted),
+            doc(words("LOCK.MACQUIRE t 100 1 fresh"), format!("{promoted} (key #1 of the set, 'fresh')")),
+        ],
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert_log_clean(&server);
 }

@@ -1,6 +1,6 @@
 //! Safety property 8 (docs/safety.md): a jump of the server's wall clock neither shortens nor
 //! lengthens a held lock. The server runs under the LD_PRELOAD clock shim
-//! (tests/shim/clockshim.c); writing a number of milliseconds into its file
+//! (testkit/shim/clockshim.c); writing a number of milliseconds into its file
 //! moves the server's CLOCK_REALTIME, gettimeofday and time at run time,
 //! while its monotonic clock keeps running normally.
 //!
@@ -10,53 +10,10 @@
 //! forward jump a held lock survives, and the last test shows what happens
 //! beyond it.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// A temporary directory holding the shim's clock file; removed on drop.
-struct ClockFile {
-    dir: PathBuf,
-    path: PathBuf,
-}
-
-impl ClockFile {
-    fn new() -> ClockFile {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "redis-lock-clock-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = ClockFile { path: dir.join("offset"), dir };
-        file.set(0);
-        file
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Moves the server's wall clock to `offset_ms` from real time. Written
-    /// to a side file and renamed, so the shim never reads a partial number.
-    fn set(&self, offset_ms: i64) {
-        let tmp = self.dir.join("offset.tmp");
-        std::fs::write(&tmp, offset_ms.to_string()).unwrap();
-        std::fs::rename(&tmp, &self.path).unwrap();
-    }
-}
-
-impl Drop for ClockFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn real_wall_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64

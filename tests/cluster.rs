@@ -6,8 +6,7 @@
 //! own the key's slot answers MOVED, a cluster client follows the slot map,
 //! and `COMMAND GETKEYS` / `COMMAND INFO` describe them.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::time::{Duration, Instant};
 

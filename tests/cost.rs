@@ -4,9 +4,7 @@
 //! growth of `master_repl_offset` on a master with a replica attached.
 //! Server time per call is measured by `scripts/bench-scaling`, not here.
 
-mod common;
-
-use common::{cmd, fast_sync, replicate, Connection, Server};
+use lock_testkit::{cmd, fast_sync, replicate, Connection, Server};
 
 /// The replication offset: every byte the master sent to its replicas.
 fn repl_offset(c: &mut Connection) -> i64 {

@@ -5,8 +5,7 @@
 //! across modes, the semaphore bound under 50 clients, lock-delay,
 //! sequencer checks, replication and AOF restart.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::sync::{Arc, Barrier, Mutex};
 use std::thread::{self, sleep};
@@ -119,20 +118,29 @@ fn misuse_gets_clear_errors_and_changes_nothing() {
     token_of(cmd("LOCK.ACQUIRE").arg("plain").arg("t").arg(10_000).query(&mut c).unwrap());
     let before: Vec<Option<String>> = ["rw", "sem", "plain"].iter().map(|k| raw(&mut c, k)).collect();
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["LOCK.EXCLUSIVE", "rw", "r1", "1000"], "ERR this token already holds the lock in read mode"),
-        (vec!["LOCK.SEMAPHORE", "sem", "p2", "3", "1000"], "ERR this semaphore has 2 permits, not 3"),
+        (
+            vec!["LOCK.EXCLUSIVE", "rw", "r1", "1000"],
+            "ERR lock.exclusive: this token already holds the lock in read mode",
+        ),
+        (
+            vec!["LOCK.SEMAPHORE", "sem", "p2", "3", "1000"],
+            "ERR lock.semaphore: this semaphore has 2 permits, not 3",
+        ),
         (vec!["LOCK.SEMAPHORE", "sem", "p2", "0", "1000"], "ERR lock.semaphore: permits 0 is out of range"),
         (
             vec!["LOCK.SEMAPHORE", "sem", "p2", "1001", "1000"],
             "ERR lock.semaphore: permits 1001 is out of range",
         ),
-        (vec!["LOCK.SEMAPHORE", "sem", "p2", "+2", "1000"], "ERR lock.semaphore: permits is not an integer"),
+        (
+            vec!["LOCK.SEMAPHORE", "sem", "p2", "+2", "1000"],
+            "ERR lock.semaphore: permits '+2' is not an integer",
+        ),
         (vec!["LOCK.SEMAPHORE", "sem", "p2", "2"], "ERR wrong number of arguments"),
         (vec!["LOCK.SEMAPHORE", "sem", "", "2", "1000"], "ERR lock.semaphore: token must not be empty"),
         (vec!["LOCK.SHARED", "rw", "r2", "0"], "ERR lock.shared: ttl-ms 0 is out of range"),
         (vec!["LOCK.SHARED", "rw", "r2", "1000", "WAIT"], "ERR lock.shared: option WAIT needs a value"),
         (vec!["LOCK.EXCLUSIVE", "rw", "w", "1000", "NX"], "ERR lock.exclusive: unknown option 'NX'"),
-        (vec!["LOCK.EXCLUSIVE", "rw", "w", "07"], "ERR lock.exclusive: ttl-ms is not an integer"),
+        (vec!["LOCK.EXCLUSIVE", "rw", "w", "07"], "ERR lock.exclusive: ttl-ms '07' is not an integer"),
         (vec!["LOCK.SHARED", "sem", "r", "1000"], "WRONGTYPE"),
         (vec!["LOCK.EXCLUSIVE", "plain", "r", "1000"], "WRONGTYPE"),
         (vec!["LOCK.SEMAPHORE", "rw", "r", "2", "1000"], "WRONGTYPE"),

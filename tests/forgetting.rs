@@ -5,8 +5,7 @@
 //! could not have written is refused; LOCK.INFO says why a free key is not
 //! grantable; LOCK.REVOKE frees a lock on purpose.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 use std::thread::{self, sleep};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

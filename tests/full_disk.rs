@@ -3,8 +3,7 @@
 //! acknowledged that the AOF does not hold. Checked on a small tmpfs (the
 //! test mounts one: it needs root, as CI runs).
 
-mod common;
-use common::*;
+use lock_testkit::*;
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -19,8 +18,7 @@ struct Tmpfs {
 
 impl Tmpfs {
     fn mount(size: &str) -> Tmpfs {
-        let dir = std::env::temp_dir().join(format!("redis-lock-full-disk-{}", std::process::id()));
-        let _ = fs::create_dir_all(&dir);
+        let dir = fresh_dir("full-disk");
         let status = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
             .arg(&dir)

@@ -1,8 +1,7 @@
 //! Memory: a freed lock leaves nothing behind, and a held lock costs
 //! little more than the same lock done with `SET key token NX PX`.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::time::Instant;
 

@@ -4,8 +4,7 @@
 //! idempotent retries, modes, strict parsing, waiting for sets without
 //! deadlock or barging, replication and restart.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -215,8 +214,8 @@ fn bad_calls_are_refused_and_change_nothing() {
         (&["LOCK.MACQUIRE", "t", "100", "0", "a"], "numkeys 0 is out of range"),
         (&["LOCK.MACQUIRE", "t", "100", "3", "a", "b"], "ERR wrong number"),
         (&["LOCK.MACQUIRE", "t", "100", "-1", "a"], "numkeys -1 is out of range"),
-        (&["LOCK.MACQUIRE", "t", "100", "x", "a"], "numkeys is not an integer"),
-        (&["LOCK.MACQUIRE", "t", "100", "2", "a", "a"], "key #2 appears twice"),
+        (&["LOCK.MACQUIRE", "t", "100", "x", "a"], "numkeys 'x' is not an integer"),
+        (&["LOCK.MACQUIRE", "t", "100", "2", "a", "a"], "key #2 'a' appears twice"),
         (&["LOCK.MACQUIRE", "t", "0", "1", "a"], "ttl"),
         (&["LOCK.MACQUIRE", "", "100", "1", "a"], "token must not be empty"),
         (&["LOCK.MACQUIRE", "t", "100", "1", "a", "WAIT"], "WAIT needs a value"),
@@ -235,7 +234,7 @@ fn bad_calls_are_refused_and_change_nothing() {
         (&["LOCK.WAITERS", "a", "TOP", "1"], "unknown option 'TOP'"),
         (&["LOCK.WAITERS", "str"], "WRONGTYPE"),
         (&["LOCK.CONTENDED", "COUNT", "17"], "count 17 is out of range"),
-        (&["LOCK.CONTENDED", "COUNT", "1", "x"], "ERR wrong number"),
+        (&["LOCK.CONTENDED", "COUNT", "1", "x"], "ERR lock.contended: unknown option 'x'"),
     ];
     for (words, expected) in cases {
         let e = err_text(call(&mut c, words));

@@ -6,8 +6,7 @@
 //! Every test kills redis-server with SIGKILL (no shutdown save, no AOF
 //! rewrite) and starts it again on the same directory.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::thread::sleep;
 use std::time::{Duration, Instant};

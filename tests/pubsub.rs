@@ -2,11 +2,9 @@
 //! lock is freed and no waiter takes it; nothing when a waiter is handed it;
 //! nothing at all with `lock.publish-freed no`.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{cmd, info_stat, int, wait_until, Server};
+use lock_testkit::{cmd, info_stat, int, wait_until, Server};
 
 const CHANNEL: &str = "__lock@0__:job";
 

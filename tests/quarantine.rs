@@ -1,8 +1,7 @@
 //! Restart-proof fencing tokens (safety properties 4 and 9), the delayed-restart and failover
 //! quarantine, and LOCK.FENCE replication and persistence.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -129,19 +128,15 @@ fn tokens_never_go_down_across_restart_flushall_and_reload() {
 
 #[test]
 fn quarantine_runs_on_the_monotonic_clock() {
-    let dir = std::env::temp_dir().join(format!("redis-lock-qclock-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let clock = dir.join("offset");
-    std::fs::write(&clock, "0").unwrap();
-    let s = Server::with(Opts::new().module_arg("quarantine-ms", "3000").clock_file(&clock));
+    let clock = ClockFile::new();
+    let s = Server::with(Opts::new().module_arg("quarantine-ms", "3000").clock_file(clock.path()));
     let mut c = s.conn();
     let before = quarantine_left(acquire(&mut c, "res", "a"));
     // Jump the server's wall clock a minute forward.
-    std::fs::write(&clock, "60000").unwrap();
+    clock.set(60_000);
     sleep(Duration::from_millis(50));
     let after = quarantine_left(acquire(&mut c, "res", "a"));
     assert!(after > 2000 && after <= before, "a wall-clock jump did not shorten it: {before} then {after}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -5,8 +5,7 @@
 //! `DEL`), so a replica without the module still holds the locks as plain
 //! string keys.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::time::Duration;
 

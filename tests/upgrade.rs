@@ -10,11 +10,11 @@
 //! first write must turn a shared lock or semaphore into this release's hash,
 //! replicated exactly.
 
-mod common;
-
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use common::{cmd, fast_sync, int, lock_info, replicate, stored_bytes, Connection, Opts, Server, Value};
+use lock_testkit::{
+    cmd, fast_sync, int, lock_info, replicate, stored_bytes, Connection, Opts, Server, Value,
+};
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64

@@ -5,8 +5,7 @@
 //!
 //! Run with `--nocapture` to see the measured hand-off latencies.
 
-mod common;
-use common::*;
+use lock_testkit::*;
 
 use std::sync::mpsc;
 use std::thread;

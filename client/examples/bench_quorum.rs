@@ -10,6 +10,9 @@
 //!     [--tasks 64 [--shared 4]]
 //! ```
 //!
+//! Without `--ports` it starts N masters itself, through the test kit
+//! (`testkit/`: `LOCK_SERVER_BIN`, `LOCK_MODULE_SO` as for the tests).
+//!
 //! One cycle is an acquire (the grant round on all N nodes in parallel,
 //! returning at its majority; with `--fenced` also the fencing round, as a
 //! caller that reads the fencing token pays it) and then the guard's
@@ -40,8 +43,9 @@ use redlock_client::{Config, Mode, Redlock, RetryPolicy};
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Acquire+release cycles of the quorum client; prints JSON")]
 struct Args {
-    /// Comma-separated loopback ports of the masters.
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// Comma-separated loopback ports of the masters (none: N masters of
+    /// its own, the tests' servers).
+    #[arg(long, value_delimiter = ',')]
     ports: Vec<u16>,
     /// Use the first N ports.
     #[arg(long)]
@@ -240,7 +244,11 @@ async fn run(redlock: &Redlock, args: &Args, total: usize, max: Duration) -> (Sa
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    // Without --ports: N masters with the module, the tests' own (free
+    // ports, own directories, killed by PID when the run ends).
+    let own = if args.ports.is_empty() { lock_testkit_client::cluster(args.n) } else { Vec::new() };
+    args.ports.extend(own.iter().map(|server| server.port));
     if args.set > 1 && (args.shared > 0 || args.fenced) {
         return Err("--set runs uncontended and unfenced cycles only".into());
     }

@@ -1,15 +1,10 @@
 //! The `redlock` command line, run as a user would (the built binary).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
-use support::*;
+use lock_testkit_client::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlock");
 

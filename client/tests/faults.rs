@@ -2,17 +2,12 @@
 //! proxy in front of real nodes), quarantined nodes, and the watchdog
 //! noticing a lost majority.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod support;
-
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use lock_testkit_client::*;
 use redlock_client::{Error, Lost, Mode, Phase, Redlock, RetryPolicy, Status, Watchdog};
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -278,6 +273,50 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     holder_guard.release().await.expect("release");
     rl.settle().await;
     assert_free(&all(&servers), "held");
+}
+
+/// A late node whose own grant carried a higher token than the quorum's:
+/// the third node's counter is raised far ahead first (a FENCE of another
+/// key), then its requests are delayed, so the round decides at the two
+/// others and T is theirs. Its ACQUIRE lands late with its own, higher
+/// token, and the FENCE queued behind it records T there too: after the
+/// fencing round, `LOCK.CHECK key T` answers 1 on every node that holds
+/// the lock, and `Redlock::check` (the CLI's `redlock check`) counts all
+/// three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quorum_token_checks_on_every_node_also_a_late_one() {
+    let servers = cluster(3);
+    let late = Proxy::start(servers[2].port).await;
+    let mut nodes = urls(&servers[..2]);
+    nodes.push(late.url());
+    let config = redlock_client::Config { command_timeout: ms(5_000), ..test_config() };
+    let rl = Redlock::connect(nodes, config).await.unwrap();
+
+    // The third node's counter 10 minutes ahead of the others' clocks.
+    let mut direct = servers[2].conn();
+    let bump = int(&mut direct, &["LOCK.ACQUIRE", "bump", "b", "10000"]);
+    let ahead = (bump + 600_000_000).to_string();
+    assert_eq!(int(&mut direct, &["LOCK.FENCE", "bump", "b", &ahead]), 1);
+    assert_eq!(int(&mut direct, &["LOCK.RELEASE", "bump", "b"]), 1);
+
+    late.request_delay_ms.store(300, Ordering::SeqCst);
+    let guard = rl.try_acquire("res", Mode::Exclusive, ms(10_000)).await.expect("2 of 3 grant");
+    let token = guard.fencing_token().await.expect("fenced at the two fast nodes");
+    assert!(token < bump as u64 + 600_000_000, "T came from the fast nodes: {token}");
+    rl.settle().await;
+
+    let own = info_stat(&mut direct, "last_fencing_token");
+    assert!(own > token as i64 + 500_000_000, "the late node granted its own, higher token: {own}");
+    for (i, server) in servers.iter().enumerate() {
+        assert_eq!(holder(server, "res").as_deref(), Some(guard.token()), "node {i} holds it");
+        assert!(checks(server, "res", token), "node {i}: LOCK.CHECK res {token} answers 0");
+    }
+    let tally = rl.check("res", token).await.expect("check");
+    assert_eq!((tally.yes, tally.no), (3, 0), "{tally:?}");
+    late.request_delay_ms.store(0, Ordering::SeqCst);
+    guard.release().await.expect("release");
+    rl.settle().await;
+    assert_free(&all(&servers), "res");
 }
 
 /// Many tasks share one client (one ordered connection per node) while one

@@ -3,15 +3,10 @@
 //! quorum (4 of 5 for 2 permits, not a majority) is enforced when nodes are
 //! down, for grants and for extensions.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod support;
-
 use std::time::Duration;
 
-use common::*;
+use lock_testkit_client::*;
 use redlock_client::{Error, Mode, Phase, Status};
-use support::*;
 
 const SECOND: Duration = Duration::from_secs(1);
 

@@ -2,18 +2,13 @@
 //! release with nodes down, fencing tokens across holders and node subsets,
 //! mutual exclusion under contention, reentrant locks.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use lock_testkit_client::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redlock_client::{Error, Lost, Mode, Phase, Redlock, RetryPolicy, Status};
-use support::*;
 use tokio::time::Instant;
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -163,18 +158,16 @@ async fn a_node_error_is_counted_and_shown() {
 /// quorum's token increasing when the majority is made of slow nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_strictly_increase_across_holders_and_node_subsets() {
-    let clock_dir = std::env::temp_dir().join(format!("redlock-client-clocks-{}", std::process::id()));
-    std::fs::create_dir_all(&clock_dir).unwrap();
-    let opts: Vec<Opts> = (0..5)
-        .map(|i| {
-            let file = clock_dir.join(format!("node{i}"));
-            std::fs::write(&file, format!("-{}", i * 7_000)).unwrap();
+    let clocks: Vec<ClockFile> = (0..5).map(|i| ClockFile::starting_at(-i * 7_000, 0)).collect();
+    let opts: Vec<Opts> = clocks
+        .iter()
+        .map(|clock| {
             // appendfsync always: a restart keeps the FENCE raises. The
             // clocks are skewed from the start and never step, so no
             // clock-jump tolerance is needed; with none, a node restarted
             // from its AOF has no restart grace either, and the expiry
             // checked below is taken over at its deadline.
-            Opts::new().aof_always().clock_file(&file).module_arg("clock-jump-tolerance-ms", "0")
+            Opts::new().aof_always().clock_file(clock.path()).module_arg("clock-jump-tolerance-ms", "0")
         })
         .collect();
     let mut servers = start_all(opts);
@@ -262,7 +255,6 @@ async fn fencing_tokens_strictly_increase_across_holders_and_node_subsets() {
         assert_eq!(holder(server, "paused").as_deref(), Some(next.token()), "port {}", server.port);
     }
     next.release().await.unwrap();
-    let _ = std::fs::remove_dir_all(&clock_dir);
 }
 
 /// When a client believed it held the lock: from, until, client, fencing

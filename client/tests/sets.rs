@@ -5,17 +5,12 @@
 //! sets in opposite orders (never both, never half a set, no deadlock), a
 //! node that holds one key already, and misuse.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use lock_testkit_client::*;
 use redlock_client::{Error, Lost, Mode, Phase, Redlock, RetryPolicy, Watchdog};
-use support::*;
 
 const SECOND: Duration = Duration::from_secs(1);
 

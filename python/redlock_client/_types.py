@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple, Union
 
+from ._tally import Tally
+
 try:
     from typing import Literal
 except ImportError:  # pragma: no cover
@@ -48,39 +50,6 @@ class Watchdog:
 
     renewals_max: int = 10_000
     duration_max: Seconds = 3600.0
-
-
-@dataclass(frozen=True)
-class Tally:
-    """The per-node counts of one quorum round."""
-
-    #: Nodes the round went to.
-    nodes: int
-    #: Yes answers it needed (a majority, or a semaphore's larger quorum).
-    need: int
-    yes: int
-    #: Held by another owner (grant rounds) or not holding (other rounds).
-    no: int
-    quarantined: int
-    #: The longest quarantine left among the quarantined nodes, in seconds.
-    quarantine_left: Optional[float]
-    unreachable: int
-    timed_out: int
-    #: Nodes that answered with another error; the first one's text below.
-    failed: int
-    first_failure: Optional[str]
-    #: Nodes whose answer was still in flight when the round was decided
-    #: (they finish in the background; always 0 in an error's tally).
-    pending: int
-
-    @property
-    def has_quorum(self) -> bool:
-        return self.yes >= self.need
-
-    @classmethod
-    def _from_native(cls, t: tuple) -> "Tally":
-        left_ms = t[5]
-        return cls(t[0], t[1], t[2], t[3], t[4], None if left_ms is None else left_ms / 1000.0, *t[6:])
 
 
 @dataclass(frozen=True)

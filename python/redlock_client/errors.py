@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ._types import Tally
+from ._tally import Tally
 
 __all__ = [
     "RedlockError",

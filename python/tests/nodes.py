@@ -1,11 +1,11 @@
 """Real lock nodes for the tests: redis-server processes with the module.
 
-Each server gets a free loopback port and its own temporary directory (its
-log there), is started with ``quarantine-ms 0`` unless told otherwise (a new
-node grants at once), answers PING as itself (its ``process_id``) before it
-is used, and is killed by PID (SIGKILL, which also ends a SIGSTOPped one)
-when the test's finalizer runs, also when the test failed. Every wait has a
-deadline.
+Each server is started by the scripts' server helper (scripts/lib/servers.py:
+a free loopback port, its own temporary directory with its log, answering
+PING as itself before it is used), with ``quarantine-ms 0`` unless told
+otherwise (a new node grants at once), and is killed by PID (SIGKILL, which
+also ends a SIGSTOPped one) when the test's finalizer runs, also when the
+test failed. Every wait has a deadline.
 
 The server binary is ``$LOCK_SERVER_BIN`` (default ``redis-server``) and the
 module ``$LOCK_MODULE_SO`` (default: the repository's
@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,9 @@ from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
-START_DEADLINE = 20.0
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
+
+import servers  # noqa: E402
 
 
 def server_bin() -> str:
@@ -42,10 +43,7 @@ def module_so() -> str:
 
 def server_name() -> str:
     """"Valkey 9.1.2 (path)", from the binary's --version line."""
-    out = subprocess.run([server_bin(), "--version"], capture_output=True, text=True, timeout=10).stdout
-    words = out.split()
-    version = next((w[2:] for w in words if w.startswith("v=")), "?")
-    return f"{words[0] if words else '?'} {version} ({server_bin()})"
+    return servers.server_name(server_bin())
 
 
 def wait_until(within: float, what: str, check: Callable[[], bool], every: float = 0.01) -> None:
@@ -57,70 +55,11 @@ def wait_until(within: float, what: str, check: Callable[[], bool], every: float
     raise AssertionError(f"timed out after {within} s waiting for {what}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def encode(*words: object) -> bytes:
-    out = [b"*%d\r\n" % len(words)]
-    for word in words:
-        data = word if isinstance(word, bytes) else str(word).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
-
-
 def run_python(script: str, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """Runs ``script`` in another interpreter (this one's), from this
     directory: the package is the installed one, not the source tree."""
     command = [sys.executable, "-c", script, *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=Path(__file__).parent)
-
-
-class ReplyError(Exception):
-    pass
-
-
-class _Reader:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-
-    def line(self) -> bytes:
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the server closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def exactly(self, n: int) -> bytes:
-        while len(self.buf) < n + 2:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("the server closed the connection")
-            self.buf += chunk
-        data, self.buf = self.buf[:n], self.buf[n + 2 :]
-        return data
-
-    def reply(self) -> object:
-        line = self.line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            return ReplyError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else self.exactly(n).decode(errors="replace")
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.reply() for _ in range(n)]
-        raise ConnectionError(f"unexpected reply line {line!r}")
 
 
 class Server:
@@ -132,55 +71,26 @@ class Server:
         self.prefix = list(prefix)
         if "quarantine-ms" not in self.module_args:
             self.module_args += ["quarantine-ms", "0"]
-        self.process: Optional[subprocess.Popen] = None
-        failures = []
-        for _ in range(5):
-            self.port = free_port()
-            self.dir = tempfile.mkdtemp(prefix="redlock-py-test-")
-            if self._spawn():
-                return
-            failures.append(f"port {self.port}: {self.log_tail()}")
-            shutil.rmtree(self.dir, ignore_errors=True)
-        raise RuntimeError(f"could not start {server_name()}:\n" + "\n".join(failures))
-
-    def _spawn(self) -> bool:
-        command = [
-            *self.prefix, server_bin(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--protected-mode", "no", "--daemonize", "no", "--dir", self.dir,
-            "--logfile", os.path.join(self.dir, "redis.log"), "--loadmodule", module_so(), *self.module_args,
-        ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + START_DEADLINE
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self.process = None
-                return False  # e.g. the port was taken meanwhile
-            try:
-                info = self.call("INFO", "server", timeout=1.0)
-                if isinstance(info, str) and f"process_id:{self.process.pid}\r\n" in info:
-                    if self.call("PING", timeout=1.0) == "PONG":
-                        return True
-            except OSError:
-                pass
-            time.sleep(0.02)
-        self.kill()
-        raise RuntimeError(f"{server_name()} on port {self.port} did not answer in {START_DEADLINE} s: {self.log_tail()}")
+        self.node = servers.start_server(
+            server_bin(), module=module_so(), module_args=self.module_args,
+            args=["--save", "", "--appendonly", "no", "--protected-mode", "no"],
+            prefix=self.prefix, dir_prefix="redlock-py-test-",
+        )  # fmt: skip
+        self.port = self.node.port
+        self.dir = self.node.dir
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/"
+        return self.node.url
 
     @property
     def pid(self) -> int:
-        assert self.process is not None, "the server is not running"
-        return self.process.pid
+        return self.node.pid
 
     def call(self, *words: object, timeout: float = 5.0) -> object:
         """One command on a new connection; an error reply is returned as
-        a :class:`ReplyError`."""
-        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as sock:
-            sock.sendall(encode(*words))
-            return _Reader(sock).reply()
+        a :class:`servers.ReplyError`."""
+        return self.node.call(*words, timeout=timeout)
 
     def lock_info(self, resource: str) -> object:
         return self.call("LOCK.INFO", resource)
@@ -196,13 +106,7 @@ class Server:
         return 0
 
     def kill(self) -> None:
-        if self.process is not None:
-            try:
-                os.kill(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait(timeout=10)
-            self.process = None
+        self.node.kill()
 
     def pause(self) -> None:
         os.kill(self.pid, signal.SIGSTOP)
@@ -211,15 +115,10 @@ class Server:
         os.kill(self.pid, signal.SIGCONT)
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = Path(self.dir, "redis.log").read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return self.node.log_tail(lines)
 
     def close(self) -> None:
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.node.close()
 
 
 class Cluster:

@@ -1,6 +1,7 @@
-# The servers the module is tested and benchmarked on (issue 13). Sourced by
-# scripts/install-deps, scripts/test and scripts/bench; expects $top (the
-# repository root) to be set.
+# The servers the module is tested and benchmarked on, and how a
+# script starts and stops one (server_start, stop_pid, at the end). Sourced
+# by scripts/install-deps, test, run, bench and bench-client; expects $top
+# (the repository root) to be set.
 #
 #   name         binary                                   from
 #   redis-7.0    redis-server on the PATH                 Debian 12's redis-server package (apt)
@@ -38,4 +39,37 @@ server_bin() {
 # server_label PATH: "Redis 7.0.15" / "Valkey 9.1.2", from the binary itself.
 server_label() {
   "$1" --version 2>/dev/null | sed -n 's/^\([A-Za-z]*\) server v=\([^ ]*\).*/\1 \2/p'
+}
+
+# server_start DIR [OPTION...] [-- SERVER ARG...]: starts a server in DIR
+# through scripts/lib/servers.py (a free loopback port, another one if it
+# was taken before the server bound it, answering PING as itself before
+# this returns); sets $server_port and $server_pid. The options are
+# servers.py's: --bin (default $LOCK_SERVER_BIN or redis-server), --conf,
+# --prefix ("taskset -c 0"), --deadline. The server runs in a session of its
+# own until the caller stops it by PID (stop_pid).
+server_start() {
+  local dir=$1 out
+  shift
+  out=$(python3 "$top/scripts/lib/servers.py" start --dir "$dir" "$@") || return 1
+  read -r server_port server_pid <<<"$out"
+}
+
+# pid_alive PID: whether the process runs. An exited one that its parent
+# has not reaped yet (a zombie) does not: a server started by server_start
+# is the child of init, which may reap it seconds later.
+pid_alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+# stop_pid PID: SIGTERM, up to 5 s to exit, then SIGKILL.
+stop_pid() {
+  local pid=$1
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
 }

@@ -13,6 +13,7 @@ pub const COMMAND: Command = Command {
     name: names::CHECK,
     usage: "LOCK.CHECK key fencing-token",
     flags: c"readonly fast",
+    acl: c"read fast",
     arity: 3,
     keys: Keys::Range(1, 1),
     key_flags: RO | ACCESS,

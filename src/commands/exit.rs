@@ -17,6 +17,7 @@ pub const COMMAND: Command = Command {
     name: names::EXIT,
     usage: "LOCK.EXIT key owner [ID request-id]",
     flags: c"write fast",
+    acl: c"write fast",
     arity: -3,
     keys: Keys::Range(1, 1),
     key_flags: RW | UPDATE,

@@ -13,6 +13,7 @@ pub const COMMAND: Command = Command {
     name: names::EXTEND,
     usage: "LOCK.EXTEND key token ttl-ms",
     flags: c"write deny-oom fast",
+    acl: c"write fast",
     arity: 4,
     keys: Keys::Range(1, 1),
     key_flags: RW | UPDATE,

@@ -1,7 +1,9 @@
 //! `LOCK.FENCE key token floor`: while `token` holds the key, raises this
-//! node's fencing counter to at least `floor` (and the holder's own token
-//! to `floor` if it was lower). Reply: 1, or 0 if `token` does not hold it.
-//! Used by the quorum client's fencing round. Parser: `core::args::fence`.
+//! node's fencing counter to at least `floor` and records `floor` as the
+//! holder's token (lower or higher than its own: see `core::lock::fence`
+//! for why that keeps fencing). Reply: 1, or 0 if `token` does not hold
+//! it. Used by the quorum client's fencing round. Parser:
+//! `core::args::fence`.
 
 use lock_protocol::command as names;
 use super::key_flags::{ACCESS, RW};
@@ -15,6 +17,7 @@ pub const COMMAND: Command = Command {
     name: names::FENCE,
     usage: "LOCK.FENCE key token floor",
     flags: c"write fast",
+    acl: c"write fast",
     arity: 4,
     keys: Keys::Range(1, 1),
     key_flags: RW | ACCESS,

@@ -20,6 +20,7 @@ pub const COMMAND: Command = Command {
     name: names::INFO,
     usage: "LOCK.INFO key",
     flags: c"readonly fast",
+    acl: c"read fast",
     arity: 2,
     keys: Keys::Range(1, 1),
     key_flags: RO | ACCESS,

@@ -21,6 +21,7 @@ pub const COMMAND: Command = Command {
     name: names::MACQUIRE,
     usage: "LOCK.MACQUIRE token ttl-ms numkeys key [key ...] [WAIT timeout-ms] [MODES mode [mode ...]]",
     flags: c"write deny-oom getkeys-api",
+    acl: c"write slow blocking",
     arity: -5,
     // The number of keys is argument 3 (declared as a `keynum` key spec and
     // answered through the getkeys API: Redis 7.0's cluster routing reads
@@ -54,10 +55,11 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
     let (grant, written) = match result {
         Ok(done) => done,
         Err((at, failure)) => {
-            return match cx.failed(failure) {
-                Reply::Error(line) => Reply::Error(errors::in_set(&line, at)),
-                other => other,
-            }
+            let reply = cx.failed(failure);
+            return match calls.get(at) {
+                Some(key) => super::at_key(reply, at, key),
+                None => reply,
+            };
         }
     };
     // A refused set may still have removed expired holders.
@@ -73,7 +75,9 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
         }
         (AllGrant::Renewed(fence), ..) => Reply::Int(grants::counted_token(&cx.node.stats, fence, true)),
         (AllGrant::Refused { why: Grant::Quarantined, at }, ..) => match refusals.get(at).cloned().flatten() {
-            Some(refusal) => Reply::Error(errors::in_set(&grants::counted_refusal(&cx.node.stats, &refusal), at)),
+            Some(refusal) => {
+                Reply::Error(errors::in_set(&grants::counted_refusal(&cx.node.stats, &refusal), at, key_at(&calls, at)))
+            }
             None => Reply::Error(errors::internal()),
         },
         (AllGrant::Refused { why: Grant::Busy, .. }, Some(refusal), Some(_)) => {
@@ -91,9 +95,14 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
         (AllGrant::Refused { at, why }, ..) => {
             let want = request.wants.get(at).copied().unwrap_or_else(Want::plain);
             match grants::outcome(why, want) {
-                grants::Outcome::Refused(line) => cx.refused(errors::in_set(&line, at)),
+                grants::Outcome::Refused(line) => cx.refused(errors::in_set(&line, at, key_at(&calls, at))),
                 _ => Reply::Error(errors::internal()),
             }
         }
     }
+}
+
+/// The name of the set's key at `at` (for an error line).
+fn key_at<'c>(calls: &'c [Call<'_>], at: usize) -> &'c [u8] {
+    calls.get(at).map_or(&[], Call::key_name)
 }

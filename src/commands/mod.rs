@@ -38,6 +38,14 @@ pub struct Command {
     pub usage: &'static str,
     /// Redis command flags (`write deny-oom`, `readonly fast`, ...).
     pub flags: &'static CStr,
+    /// ACL categories, space-separated (`read fast`): `read` or `write` as
+    /// the flags say, `fast` exactly where the flags say `fast` (O(1), never
+    /// blocks; 2-3 us a call, as `SET`), else `slow` (may block with
+    /// `WAIT`: also `blocking`; or works on many keys or entries). The
+    /// module's own `lock` category is added to every command at
+    /// registration where the server can create it ([`ACL_CATEGORY`]).
+    /// Redis 7.0 has no such API: there ACL rules name the commands.
+    pub acl: &'static CStr,
     /// Redis arity: positive = exact, negative = at least.
     pub arity: c_int,
     /// Where the keys are.
@@ -47,6 +55,10 @@ pub struct Command {
     pub summary: &'static CStr,
     pub run: fn(&Cx<'_>, &[&[u8]]) -> Reply,
 }
+
+/// The ACL category every command of the module is in (`+@lock`,
+/// `-@lock`), where the server lets a module add one (Redis 7.4+, Valkey).
+pub const ACL_CATEGORY: &CStr = c"lock";
 
 /// Key-spec flags (REDISMODULE_CMD_KEY_*), see redismodule.h.
 pub mod key_flags {
@@ -199,9 +211,10 @@ impl<'a> Cx<'a> {
     /// nothing): a key that holds something else refuses the whole call
     /// before anything is written (`Err`: the reply).
     pub fn all_locks(&self, from: usize, count: usize) -> Result<Vec<Call<'a>>, Reply> {
-        let calls: Vec<Call<'a>> = (from..from.saturating_add(count)).map(|index| self.call.for_arg(index)).collect();
-        for key_call in &calls {
-            self.on(key_call).read(|_| Reply::Nil)?;
+        let calls: Vec<Call<'a>> =
+            (from..from.saturating_add(count)).map(|index| self.call.for_arg(index)).collect();
+        for (at, key_call) in calls.iter().enumerate() {
+            self.on(key_call).read(|_| Reply::Nil).map_err(|reply| at_key(reply, at, key_call))?;
         }
         Ok(calls)
     }
@@ -227,6 +240,15 @@ impl<'a> Cx<'a> {
     }
 }
 
+/// An error reply about the key at `at` of a multi-key call, naming it
+/// (see [`errors::in_set`]); other replies as they are.
+pub fn at_key(reply: Reply, at: usize, key: &Call<'_>) -> Reply {
+    match reply {
+        Reply::Error(line) => Reply::Error(errors::in_set(&line, at, key.key_name())),
+        other => other,
+    }
+}
+
 /// From a node's first grant on, every change to a key by another command
 /// must be seen (a lock removed behind the module's back quarantines its
 /// key): keyspace events are subscribed to then, so that a node that never
@@ -239,5 +261,31 @@ pub fn watch_for_removal(call: &Call<'_>, node: &Node) {
     }
     if let Err(e) = ffi::watch_keys(call) {
         redis_module::logging::log_warning(format!("lock: {e}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &CStr) -> Vec<&str> {
+        text.to_str().unwrap_or_default().split(' ').collect()
+    }
+
+    #[test]
+    fn acl_categories_agree_with_the_flags() {
+        for &(command, _) in ALL {
+            let (flags, acl) = (words(command.flags), words(command.acl));
+            let name = command.label();
+            assert_eq!(flags.contains(&"readonly"), acl.contains(&"read"), "{name}: readonly <=> @read");
+            assert_eq!(flags.contains(&"write"), acl.contains(&"write"), "{name}: write <=> @write");
+            assert_eq!(flags.contains(&"fast"), acl.contains(&"fast"), "{name}: fast <=> @fast");
+            assert_ne!(acl.contains(&"fast"), acl.contains(&"slow"), "{name}: @fast or @slow");
+            let waits = command.usage.contains("[WAIT timeout-ms]");
+            assert_eq!(waits, acl.contains(&"blocking"), "{name}: may block (WAIT) <=> @blocking");
+            let operator = command.name == lock_protocol::command::REVOKE;
+            assert_eq!(operator, acl.contains(&"admin") && acl.contains(&"dangerous"), "{name}");
+            assert!(!acl.contains(&"lock"), "{name}: the module's category is added at registration");
+        }
     }
 }

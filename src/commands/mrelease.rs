@@ -17,6 +17,7 @@ pub const COMMAND: Command = Command {
     name: names::MRELEASE,
     usage: "LOCK.MRELEASE token key [key ...]",
     flags: c"write",
+    acl: c"write slow",
     arity: -3,
     keys: Keys::Range(FIRST_KEY as i32, -1),
     key_flags: RW | DELETE,

@@ -16,6 +16,7 @@ pub const COMMAND: Command = Command {
     name: names::RELEASE,
     usage: "LOCK.RELEASE key token",
     flags: c"write fast",
+    acl: c"write fast",
     arity: 3,
     keys: Keys::Range(1, 1),
     key_flags: RW | DELETE,

@@ -14,6 +14,7 @@ pub const COMMAND: Command = Command {
     name: names::RENEW,
     usage: "LOCK.RENEW token ttl-ms key [key ...]",
     flags: c"write deny-oom",
+    acl: c"write slow",
     arity: -4,
     keys: Keys::Range(FIRST_KEY as i32, -1),
     key_flags: RW | UPDATE,

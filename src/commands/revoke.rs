@@ -25,6 +25,7 @@ pub const COMMAND: Command = Command {
     name: names::REVOKE,
     usage: "LOCK.REVOKE key",
     flags: c"write",
+    acl: c"write slow dangerous admin",
     arity: 2,
     keys: Keys::Range(1, 1),
     key_flags: RW | DELETE,

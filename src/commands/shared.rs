@@ -14,6 +14,7 @@ pub const COMMAND: Command = Command {
     name: names::SHARED,
     usage: "LOCK.SHARED key token ttl-ms [WAIT timeout-ms]",
     flags: c"write deny-oom",
+    acl: c"write slow blocking",
     arity: -4,
     keys: Keys::Range(1, 1),
     key_flags: RW | UPDATE,

@@ -16,6 +16,7 @@ pub const COMMAND: Command = Command {
     name: names::WAITERS,
     usage: "LOCK.WAITERS key [COUNT count]",
     flags: c"readonly",
+    acl: c"read slow",
     arity: -2,
     keys: Keys::Range(1, 1),
     key_flags: RO | ACCESS,

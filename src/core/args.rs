@@ -24,7 +24,7 @@
 //! case-insensitive; an option given twice, an unknown option, or anything
 //! after the last option is an error. A parse error changes nothing.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 pub use super::kind::REQUEST_ID_LEN_MAX;
 use super::kind::{Want, HOLDERS_MAX};
@@ -57,11 +57,59 @@ pub struct Limits {
     pub multi_keys_max: usize,
 }
 
+/// How much of an offending argument an error line shows.
+pub const SHOWN_MAX: usize = 64;
+
+/// An argument as an error line shows it: quoted, its first [`SHOWN_MAX`]
+/// bytes with every byte outside printable ASCII (and `'`, `\`) escaped
+/// as `\xNN`, and when it is longer, marked as cut with its length:
+/// `'NXNX...'...(cut, 10485760 bytes)`. So a line never echoes a huge or
+/// binary argument, and always says what was given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shown(String);
+
+impl Shown {
+    pub fn of(bytes: &[u8]) -> Shown {
+        let head = bytes.get(..SHOWN_MAX).unwrap_or(bytes);
+        let mut text = String::with_capacity(head.len() + 2);
+        text.push('\'');
+        for &b in head {
+            match b {
+                b'\'' | b'\\' | 0..=0x1f | 0x7f..=0xff => {
+                    let _ = write!(text, "\\x{b:02x}");
+                }
+                printable => text.push(char::from(printable)),
+            }
+        }
+        text.push('\'');
+        if bytes.len() > head.len() {
+            let _ = write!(text, "...(cut, {} bytes)", bytes.len());
+        }
+        Shown(text)
+    }
+}
+
+impl From<&str> for Shown {
+    fn from(text: &str) -> Shown {
+        Shown::of(text.as_bytes())
+    }
+}
+
+impl fmt::Display for Shown {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What is wrong with a call. Each names the argument and shows the value
+/// given ([`Shown`], bounded), except where the name is the value (an
+/// option given twice or without its value).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ArgError {
     Arity,
     NotInteger {
         what: &'static str,
+        value: Shown,
     },
     OutOfRange {
         what: &'static str,
@@ -75,21 +123,23 @@ pub enum ArgError {
     },
     TokenTooLong {
         what: &'static str,
-        len: usize,
+        value: Shown,
     },
-    UnknownOption(String),
+    UnknownOption(Shown),
     DuplicateOption(&'static str),
     MissingValue(&'static str),
     TooManyKeys {
         count: usize,
         max: usize,
+        config: &'static str,
     },
-    BadRequestId,
+    BadRequestId(Shown),
     /// The key at this position (1-based) of a set appears earlier too.
     DuplicateKey {
         at: usize,
+        key: Shown,
     },
-    UnknownMode(String),
+    UnknownMode(Shown),
     /// MODES names neither one mode for every key nor one per key.
     ModeCount {
         given: usize,
@@ -101,7 +151,9 @@ impl fmt::Display for ArgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ArgError::Arity => write!(f, "wrong number of arguments"),
-            ArgError::NotInteger { what } => write!(f, "{what} is not an integer or out of range"),
+            ArgError::NotInteger { what, value } => {
+                write!(f, "{what} {value} is not an integer or out of range")
+            }
             ArgError::OutOfRange { what, value, min, max, config } => {
                 write!(f, "{what} {value} is out of range, must be {min}..{max}")?;
                 match config {
@@ -110,20 +162,22 @@ impl fmt::Display for ArgError {
                 }
             }
             ArgError::EmptyToken { what } => write!(f, "{what} must not be empty"),
-            ArgError::TokenTooLong { what, len } => {
-                write!(f, "{what} is {len} bytes, longer than the limit of {TOKEN_LEN_MAX}")
+            ArgError::TokenTooLong { what, value } => {
+                write!(f, "{what} {value} is longer than the limit of {TOKEN_LEN_MAX} bytes")
             }
-            ArgError::UnknownOption(name) => write!(f, "unknown option '{name}'"),
+            ArgError::UnknownOption(name) => write!(f, "unknown option {name}"),
             ArgError::DuplicateOption(name) => write!(f, "option {name} given twice"),
             ArgError::MissingValue(name) => write!(f, "option {name} needs a value"),
-            ArgError::TooManyKeys { count, max } => write!(f, "{count} keys, more than the limit of {max}"),
-            ArgError::BadRequestId => write!(
+            ArgError::TooManyKeys { count, max, config } => {
+                write!(f, "{count} keys, more than the limit of {max} ({config})")
+            }
+            ArgError::BadRequestId(id) => write!(
                 f,
-                "request id must be 1 to {REQUEST_ID_LEN_MAX} printable ASCII characters without '|'"
+                "request id {id} must be 1 to {REQUEST_ID_LEN_MAX} printable ASCII characters without '|'"
             ),
-            ArgError::DuplicateKey { at } => write!(f, "key #{at} appears twice in the set"),
+            ArgError::DuplicateKey { at, key } => write!(f, "key #{at} {key} appears twice in the set"),
             ArgError::UnknownMode(name) => {
-                write!(f, "unknown mode '{name}' (PLAIN, SHARED or EXCLUSIVE)")
+                write!(f, "unknown mode {name} (PLAIN, SHARED or EXCLUSIVE)")
             }
             ArgError::ModeCount { given, keys } => {
                 write!(f, "MODES takes one mode for every key or one per key: {given} modes for {keys} keys")
@@ -208,7 +262,7 @@ fn grant<'a>(
             wait_ms = Some(bounded(value, "timeout-ms", 0, WAIT_MS_MAX, None)?);
             rest = tail;
         } else {
-            return Err(ArgError::UnknownOption(String::from_utf8_lossy(name).into_owned()));
+            return Err(ArgError::UnknownOption(Shown::of(name)));
         }
     }
     Ok(Acquire { owner, ttl_ms, wait_ms })
@@ -231,22 +285,22 @@ pub fn extend<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Extend<'a>, ArgEr
 pub fn exit<'a>(argv: &[&'a [u8]]) -> Result<Exit<'a>, ArgError> {
     let [_, _, owner, options @ ..] = argv else { return Err(ArgError::Arity) };
     let owner = token(owner, "token")?;
-    let request_id = match options {
-        [] => None,
-        [name, id] if name.eq_ignore_ascii_case(b"ID") => {
-            if !is_request_id(id) {
-                return Err(ArgError::BadRequestId);
-            }
-            Some(*id)
+    let mut request_id = None;
+    let mut rest = options;
+    while let [name, tail @ ..] = rest {
+        if !name.eq_ignore_ascii_case(b"ID") {
+            return Err(ArgError::UnknownOption(Shown::of(name)));
         }
-        [name] if name.eq_ignore_ascii_case(b"ID") => return Err(ArgError::MissingValue("ID")),
-        [name, id, ..] if name.eq_ignore_ascii_case(b"ID") && id.len() <= REQUEST_ID_LEN_MAX => {
-            return Err(ArgError::UnknownOption(
-                String::from_utf8_lossy(options.get(2).copied().unwrap_or_default()).into_owned(),
-            ))
+        if request_id.is_some() {
+            return Err(ArgError::DuplicateOption("ID"));
         }
-        [name, ..] => return Err(ArgError::UnknownOption(String::from_utf8_lossy(name).into_owned())),
-    };
+        let [id, tail @ ..] = tail else { return Err(ArgError::MissingValue("ID")) };
+        if !is_request_id(id) {
+            return Err(ArgError::BadRequestId(Shown::of(id)));
+        }
+        request_id = Some(*id);
+        rest = tail;
+    }
     Ok(Exit { owner, request_id })
 }
 
@@ -270,7 +324,7 @@ pub fn renew<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Extend<'a>, ArgErr
     }
     let max = limits.renew_keys_max.min(RENEW_KEYS_MAX);
     if keys.len() > max {
-        return Err(ArgError::TooManyKeys { count: keys.len(), max });
+        return Err(ArgError::TooManyKeys { count: keys.len(), max, config: "lock.max-renew-keys" });
     }
     Ok(Extend { owner: token(owner, "token")?, ttl_ms: ttl_ms(ttl, limits)? })
 }
@@ -308,7 +362,8 @@ pub fn acquire_all<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<AcquireAll<'
         return Err(ArgError::Arity);
     };
     if let Some(at) = first_duplicate(keys) {
-        return Err(ArgError::DuplicateKey { at: at + 1 });
+        let key = Shown::of(keys.get(at).copied().unwrap_or_default());
+        return Err(ArgError::DuplicateKey { at: at + 1, key });
     }
     let mut wait_ms = None;
     let mut wants: Option<Vec<Want>> = None;
@@ -339,7 +394,7 @@ pub fn acquire_all<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<AcquireAll<'
             });
             options = tail;
         } else {
-            return Err(ArgError::UnknownOption(String::from_utf8_lossy(name).into_owned()));
+            return Err(ArgError::UnknownOption(Shown::of(name)));
         }
     }
     Ok(AcquireAll { owner, ttl_ms, wait_ms, wants: wants.unwrap_or_else(|| vec![Want::plain(); count]) })
@@ -353,7 +408,7 @@ fn set_mode(word: &[u8]) -> Result<Want, ArgError> {
     } else if word.eq_ignore_ascii_case(b"EXCLUSIVE") {
         Ok(Want::write())
     } else {
-        Err(ArgError::UnknownMode(String::from_utf8_lossy(word).into_owned()))
+        Err(ArgError::UnknownMode(Shown::of(word)))
     }
 }
 
@@ -378,7 +433,7 @@ pub fn release_all<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Owner<'a>, A
     }
     let max = limits.multi_keys_max.clamp(1, RENEW_KEYS_MAX);
     if keys.len() > max {
-        return Err(ArgError::TooManyKeys { count: keys.len(), max });
+        return Err(ArgError::TooManyKeys { count: keys.len(), max, config: "lock.max-multi-keys" });
     }
     Ok(Owner { owner: token(owner, "token")? })
 }
@@ -389,19 +444,21 @@ pub const LIST_DEFAULT: usize = 100;
 /// `[COUNT count]` after `fixed` arguments: how many entries to list, at
 /// most `max`.
 pub fn list_count(argv: &[&[u8]], fixed: usize, max: usize) -> Result<usize, ArgError> {
-    let default = LIST_DEFAULT.min(max);
-    match argv.get(fixed..) {
-        Some([]) => Ok(default),
-        Some([name, value]) if name.eq_ignore_ascii_case(b"COUNT") => {
-            let max_i64 = i64::try_from(max).unwrap_or(i64::MAX);
-            Ok(usize::try_from(bounded(value, "count", 1, max_i64, None)?).unwrap_or(default))
+    let Some(mut rest) = argv.get(fixed..) else { return Err(ArgError::Arity) };
+    let mut count = None;
+    while let [name, tail @ ..] = rest {
+        if !name.eq_ignore_ascii_case(b"COUNT") {
+            return Err(ArgError::UnknownOption(Shown::of(name)));
         }
-        Some([name]) if name.eq_ignore_ascii_case(b"COUNT") => Err(ArgError::MissingValue("COUNT")),
-        Some([name, ..]) if !name.eq_ignore_ascii_case(b"COUNT") => {
-            Err(ArgError::UnknownOption(String::from_utf8_lossy(name).into_owned()))
+        if count.is_some() {
+            return Err(ArgError::DuplicateOption("COUNT"));
         }
-        _ => Err(ArgError::Arity),
+        let [value, tail @ ..] = tail else { return Err(ArgError::MissingValue("COUNT")) };
+        let max_i64 = i64::try_from(max).unwrap_or(i64::MAX);
+        count = Some(usize::try_from(bounded(value, "count", 1, max_i64, None)?).unwrap_or(max));
+        rest = tail;
     }
+    Ok(count.unwrap_or(LIST_DEFAULT.min(max)))
 }
 
 /// LOCK.CHECK: the fencing token to compare with the current grant.
@@ -421,7 +478,7 @@ pub fn key_only(argv: &[&[u8]]) -> Result<(), ArgError> {
 fn token<'a>(bytes: &'a [u8], what: &'static str) -> Result<&'a [u8], ArgError> {
     match bytes.len() {
         0 => Err(ArgError::EmptyToken { what }),
-        len if len > TOKEN_LEN_MAX => Err(ArgError::TokenTooLong { what, len }),
+        len if len > TOKEN_LEN_MAX => Err(ArgError::TokenTooLong { what, value: Shown::of(bytes) }),
         _ => Ok(bytes),
     }
 }
@@ -437,7 +494,7 @@ fn bounded(
     max: i64,
     config: Option<&'static str>,
 ) -> Result<i64, ArgError> {
-    let value = parse_i64(bytes).ok_or(ArgError::NotInteger { what })?;
+    let value = parse_i64(bytes).ok_or_else(|| ArgError::NotInteger { what, value: Shown::of(bytes) })?;
     if value < min || value > max {
         return Err(ArgError::OutOfRange { what, value, min, max, config });
     }
@@ -483,6 +540,12 @@ mod tests {
 
     fn argv(line: &str) -> Vec<&[u8]> {
         line.split(' ').map(str::as_bytes).collect()
+    }
+
+    const MULTI: &str = "lock.max-multi-keys";
+
+    fn not_integer(what: &'static str, value: &str) -> ArgError {
+        ArgError::NotInteger { what, value: value.into() }
     }
 
     /// A ttl-ms outside 1..LIMITS.ttl_ms_max.
@@ -546,12 +609,12 @@ mod tests {
             ("LOCK.ACQUIRE k t 0".into(), ttl_out_of_range(0)),
             ("LOCK.ACQUIRE k t 30001".into(), ttl_out_of_range(30_001)),
             ("LOCK.ACQUIRE k t -1".into(), ttl_out_of_range(-1)),
-            ("LOCK.ACQUIRE k t +5".into(), ArgError::NotInteger { what: "ttl-ms" }),
-            ("LOCK.ACQUIRE k t 1.5".into(), ArgError::NotInteger { what: "ttl-ms" }),
+            ("LOCK.ACQUIRE k t +5".into(), not_integer("ttl-ms", "+5")),
+            ("LOCK.ACQUIRE k t 1.5".into(), not_integer("ttl-ms", "1.5")),
             ("LOCK.ACQUIRE k  5".into(), ArgError::EmptyToken { what: "token" }),
             (
                 format!("LOCK.ACQUIRE k {long} 5"),
-                ArgError::TokenTooLong { what: "token", len: TOKEN_LEN_MAX + 1 },
+                ArgError::TokenTooLong { what: "token", value: Shown::of(long.as_bytes()) },
             ),
             ("LOCK.ACQUIRE k t 5 WAIT".into(), ArgError::MissingValue("WAIT")),
             ("LOCK.ACQUIRE k t 5 WAIT 1 WAIT 2".into(), ArgError::DuplicateOption("WAIT")),
@@ -579,7 +642,7 @@ mod tests {
                 "LOCK.SEMAPHORE k t 1001 100",
                 ArgError::OutOfRange { what: "permits", value: 1001, min: 1, max, config: None },
             ),
-            ("LOCK.SEMAPHORE k t +3 100", ArgError::NotInteger { what: "permits" }),
+            ("LOCK.SEMAPHORE k t +3 100", not_integer("permits", "+3")),
             ("LOCK.SEMAPHORE k  3 100", ArgError::EmptyToken { what: "token" }),
             ("LOCK.SEMAPHORE k t 3 100 WAIT", ArgError::MissingValue("WAIT")),
             ("LOCK.SEMAPHORE k t 3 100 NX", ArgError::UnknownOption("NX".into())),
@@ -594,7 +657,7 @@ mod tests {
         assert_eq!(owner(&argv("LOCK.RELEASE k t x")), Err(ArgError::Arity));
         assert_eq!(owner(&argv("LOCK.RELEASE k t")), Ok(Owner { owner: b"t" }));
         assert_eq!(extend(&argv("LOCK.EXTEND k t 5 6"), LIMITS), Err(ArgError::Arity),);
-        assert_eq!(extend(&argv("LOCK.EXTEND k t 07"), LIMITS), Err(ArgError::NotInteger { what: "ttl-ms" }));
+        assert_eq!(extend(&argv("LOCK.EXTEND k t 07"), LIMITS), Err(not_integer("ttl-ms", "07")));
         assert_eq!(
             fence(&argv("LOCK.FENCE k t 100"), 99).map(|f| f.floor),
             Err(ArgError::OutOfRange { what: "floor", value: 100, min: 0, max: 99, config: None })
@@ -610,7 +673,8 @@ mod tests {
         assert_eq!(exit(&argv("LOCK.EXIT k o")), Ok(Exit { owner: b"o", request_id: None }));
         assert_eq!(exit(&argv("LOCK.EXIT k o id r-1")), Ok(Exit { owner: b"o", request_id: Some(b"r-1") }));
         assert_eq!(exit(&argv("LOCK.EXIT k o ID")), Err(ArgError::MissingValue("ID")));
-        assert_eq!(exit(&argv("LOCK.EXIT k o ID a|b")), Err(ArgError::BadRequestId));
+        assert_eq!(exit(&argv("LOCK.EXIT k o ID a|b")), Err(ArgError::BadRequestId("a|b".into())));
+        assert_eq!(exit(&argv("LOCK.EXIT k o ID r ID s")), Err(ArgError::DuplicateOption("ID")));
         assert_eq!(exit(&argv("LOCK.EXIT k o ID r x")), Err(ArgError::UnknownOption("x".into())));
         assert_eq!(exit(&argv("LOCK.EXIT k o NX")), Err(ArgError::UnknownOption("NX".into())));
         assert_eq!(exit(&argv("LOCK.EXIT k")), Err(ArgError::Arity));
@@ -619,7 +683,11 @@ mod tests {
         let many = format!("LOCK.RENEW t 100{}", " k".repeat(RENEW_KEYS_MAX + 1));
         assert_eq!(
             renew(&argv(&many), LIMITS),
-            Err(ArgError::TooManyKeys { count: RENEW_KEYS_MAX + 1, max: RENEW_KEYS_MAX })
+            Err(ArgError::TooManyKeys {
+                count: RENEW_KEYS_MAX + 1,
+                max: RENEW_KEYS_MAX,
+                config: "lock.max-renew-keys"
+            })
         );
         assert_eq!(key_only(&argv("LOCK.INFO k x")), Err(ArgError::Arity));
     }
@@ -629,12 +697,12 @@ mod tests {
         // Two words that are not `ID x` are an unknown option, named.
         assert_eq!(exit(&argv("LOCK.EXIT k o XX r")), Err(ArgError::UnknownOption("XX".into())));
         assert_eq!(exit(&argv("LOCK.EXIT k o XX r extra")), Err(ArgError::UnknownOption("XX".into())));
-        // After a valid-length id, the extra word is the unknown one; after
-        // an over-long one, the option itself is refused.
+        // After a valid id, the extra word is the unknown one; an over-long
+        // id is refused as such, shown cut.
         let long = "r".repeat(REQUEST_ID_LEN_MAX + 1);
         assert_eq!(
             exit(&argv(&format!("LOCK.EXIT k o ID {long} extra"))),
-            Err(ArgError::UnknownOption("ID".into()))
+            Err(ArgError::BadRequestId(Shown::of(long.as_bytes())))
         );
         let longest = "r".repeat(REQUEST_ID_LEN_MAX);
         assert_eq!(
@@ -690,10 +758,10 @@ mod tests {
             ("LOCK.MACQUIRE t 100 3 a b", ArgError::Arity),
             ("LOCK.MACQUIRE t 100 0", numkeys(0, 100)),
             ("LOCK.MACQUIRE t 100 101 a", numkeys(101, 100)),
-            ("LOCK.MACQUIRE t 100 x a", ArgError::NotInteger { what: "numkeys" }),
+            ("LOCK.MACQUIRE t 100 x a", not_integer("numkeys", "x")),
             ("LOCK.MACQUIRE  100 1 a", ArgError::EmptyToken { what: "token" }),
             ("LOCK.MACQUIRE t 0 1 a", ttl_out_of_range(0)),
-            ("LOCK.MACQUIRE t 100 2 a a", ArgError::DuplicateKey { at: 2 }),
+            ("LOCK.MACQUIRE t 100 2 a a", ArgError::DuplicateKey { at: 2, key: "a".into() }),
             ("LOCK.MACQUIRE t 100 2 a b WAIT", ArgError::MissingValue("WAIT")),
             ("LOCK.MACQUIRE t 100 2 a b WAIT 1 WAIT 2", ArgError::DuplicateOption("WAIT")),
             ("LOCK.MACQUIRE t 100 2 a b WAIT -1", wait_out_of_range(-1)),
@@ -711,8 +779,14 @@ mod tests {
     #[test]
     fn a_key_named_twice_is_reported_at_its_first_repeat() {
         // In argument order (1-based), not in the order keys sort in.
-        assert_eq!(set_of("LOCK.MACQUIRE t 100 4 z z a a"), Err(ArgError::DuplicateKey { at: 2 }));
-        assert_eq!(set_of("LOCK.MACQUIRE t 100 4 b a c a"), Err(ArgError::DuplicateKey { at: 4 }));
+        assert_eq!(
+            set_of("LOCK.MACQUIRE t 100 4 z z a a"),
+            Err(ArgError::DuplicateKey { at: 2, key: "z".into() })
+        );
+        assert_eq!(
+            set_of("LOCK.MACQUIRE t 100 4 b a c a"),
+            Err(ArgError::DuplicateKey { at: 4, key: "a".into() })
+        );
         assert_eq!(set_of("LOCK.MACQUIRE t 100 3 a b c").map(|s| s.wants.len()), Ok(3));
     }
 
@@ -743,12 +817,18 @@ mod tests {
         // LOCK.MRELEASE: the same bound, keys counted.
         let release = |n: usize| format!("LOCK.MRELEASE t{}", keys(n));
         assert_eq!(release_all(&argv(&release(3)), with(3)), Ok(Owner { owner: b"t" }));
-        assert_eq!(release_all(&argv(&release(4)), with(3)), Err(ArgError::TooManyKeys { count: 4, max: 3 }));
-        assert_eq!(release_all(&argv(&release(2)), with(0)), Err(ArgError::TooManyKeys { count: 2, max: 1 }));
+        assert_eq!(
+            release_all(&argv(&release(4)), with(3)),
+            Err(ArgError::TooManyKeys { count: 4, max: 3, config: MULTI })
+        );
+        assert_eq!(
+            release_all(&argv(&release(2)), with(0)),
+            Err(ArgError::TooManyKeys { count: 2, max: 1, config: MULTI })
+        );
         assert_eq!(release_all(&argv(&release(1000)), with(5000)), Ok(Owner { owner: b"t" }));
         assert_eq!(
             release_all(&argv(&release(1001)), with(5000)),
-            Err(ArgError::TooManyKeys { count: 1001, max: 1000 })
+            Err(ArgError::TooManyKeys { count: 1001, max: 1000, config: MULTI })
         );
         assert_eq!(release_all(&argv("LOCK.MRELEASE t"), LIMITS), Err(ArgError::Arity));
         assert_eq!(
@@ -784,7 +864,15 @@ mod tests {
             list_count(&argv("LOCK.WAITERS k LIMIT"), 2, 1000),
             Err(ArgError::UnknownOption("LIMIT".into()))
         );
-        assert_eq!(list_count(&argv("LOCK.WAITERS k COUNT 5 x"), 2, 1000), Err(ArgError::Arity));
+        assert_eq!(
+            list_count(&argv("LOCK.WAITERS k COUNT 5 x"), 2, 1000),
+            Err(ArgError::UnknownOption("x".into()))
+        );
+        assert_eq!(
+            list_count(&argv("LOCK.WAITERS k COUNT 1 COUNT 2"), 2, 1000),
+            Err(ArgError::DuplicateOption("COUNT")),
+            "named as ACQUIRE names a second WAIT"
+        );
         assert_eq!(list_count(&argv("LOCK.WAITERS"), 2, 1000), Err(ArgError::Arity));
     }
 
@@ -792,7 +880,7 @@ mod tests {
     fn errors_read_as_documented() {
         let cases: Vec<(ArgError, &str)> = vec![
             (ArgError::Arity, "wrong number of arguments"),
-            (ArgError::NotInteger { what: "ttl-ms" }, "ttl-ms is not an integer or out of range"),
+            (not_integer("ttl-ms", "1e3"), "ttl-ms '1e3' is not an integer or out of range"),
             (
                 ArgError::OutOfRange {
                     what: "ttl-ms",
@@ -809,15 +897,22 @@ mod tests {
             ),
             (ArgError::EmptyToken { what: "token" }, "token must not be empty"),
             (
-                ArgError::TokenTooLong { what: "token", len: 300 },
-                "token is 300 bytes, longer than the limit of 256",
+                ArgError::TokenTooLong { what: "token", value: Shown::of(&[b'x'; 300]) },
+                "token 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'...(cut, 300 bytes) is \
+                 longer than the limit of 256 bytes",
             ),
             (ArgError::UnknownOption("NX".into()), "unknown option 'NX'"),
             (ArgError::DuplicateOption("WAIT"), "option WAIT given twice"),
             (ArgError::MissingValue("WAIT"), "option WAIT needs a value"),
-            (ArgError::TooManyKeys { count: 1001, max: 1000 }, "1001 keys, more than the limit of 1000"),
-            (ArgError::BadRequestId, "request id must be 1 to 64 printable ASCII characters without '|'"),
-            (ArgError::DuplicateKey { at: 3 }, "key #3 appears twice in the set"),
+            (
+                ArgError::TooManyKeys { count: 1001, max: 1000, config: "lock.max-renew-keys" },
+                "1001 keys, more than the limit of 1000 (lock.max-renew-keys)",
+            ),
+            (
+                ArgError::BadRequestId("a|b".into()),
+                "request id 'a|b' must be 1 to 64 printable ASCII characters without '|'",
+            ),
+            (ArgError::DuplicateKey { at: 3, key: "a".into() }, "key #3 'a' appears twice in the set"),
             (ArgError::UnknownMode("READ".into()), "unknown mode 'READ' (PLAIN, SHARED or EXCLUSIVE)"),
             (
                 ArgError::ModeCount { given: 2, keys: 3 },
@@ -826,6 +921,27 @@ mod tests {
         ];
         for (error, text) in cases {
             assert_eq!(error.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn values_are_shown_bounded_and_escaped() {
+        assert_eq!(Shown::of(b"NX").to_string(), "'NX'");
+        assert_eq!(Shown::of(b"").to_string(), "''");
+        assert_eq!(Shown::of(b"a'b\\c\r\n\x00\xff").to_string(), "'a\\x27b\\x5cc\\x0d\\x0a\\x00\\xff'");
+        let huge = vec![b'N'; 10 * 1024 * 1024];
+        let shown = Shown::of(&huge).to_string();
+        assert_eq!(shown, format!("'{}'...(cut, 10485760 bytes)", "N".repeat(SHOWN_MAX)));
+        let exactly = vec![b'N'; SHOWN_MAX];
+        assert!(!Shown::of(&exactly).to_string().contains("cut"), "64 bytes are shown whole");
+    }
+
+    proptest! {
+        #[test]
+        fn a_shown_value_is_bounded_printable_ascii(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let shown = Shown::of(&bytes).to_string();
+            prop_assert!(shown.len() <= 2 + 4 * SHOWN_MAX + 40);
+            prop_assert!(shown.bytes().all(|b| (0x20..0x7f).contains(&b)));
         }
     }
 }

@@ -336,10 +336,33 @@ pub fn exit<'o, S: Stored + ?Sized>(
 }
 
 /// LOCK.FENCE: if `owner` holds the lock, raise the node's counter to at
-/// least `floor`, and the holder's own fencing token to `floor` if it is
-/// lower. The quorum client sends the quorum's token T as the floor; after
-/// it, this node answers T to the holder's retry and to LOCK.CHECK, like
-/// every other node of the quorum.
+/// least `floor`, and record `floor` as the holder's fencing token
+/// wherever its own differs, lower or higher. The quorum client sends the
+/// quorum's token T as the floor; after it, this node answers T to the
+/// holder's retry and to `LOCK.CHECK key T`, like every other node of the
+/// quorum, also a late node whose own grant carried a token above T.
+///
+/// Why recording a lower token keeps fencing (each holder's quorum token
+/// above every earlier fenced holder's):
+/// - The node's counter is never lowered (`Fencer::raise_to` keeps the
+///   maximum), so its next grant, of this key or any other, is still above
+///   every token it issued, the holder's own replaced one included.
+/// - T is above the quorum token of every earlier fenced holder of the key
+///   (the quorum argument: that holder's FENCE majority meets our grant
+///   majority in a node whose counter was at its token before it granted
+///   us; see the client's `rounds/fence.rs`). Clients present quorum
+///   tokens, so a resource that keeps the highest token it has seen still
+///   refuses every earlier holder.
+/// - The token this node had given the holder (above T) was never a quorum
+///   token: the round's T is the highest of the grants that decided it, so
+///   a grant above T came after it was decided and was never handed to
+///   anyone as the lock's token. Forgetting it loses nothing a client
+///   presents; a restarted node still starts above it (its clock floor, or
+///   the FENCE raises kept in the AOF, as for every token it issued).
+///
+/// A caller that fences its own hold with some other floor only changes
+/// the token it is checked by (`LOCK.CHECK`); the counter, and so every
+/// later grant, is unaffected.
 ///
 /// Tokens stay unique among a lock's holders on one node: when another
 /// holder already carries `floor` (two nodes issued the same number and the
@@ -357,7 +380,7 @@ pub fn fence<'o, S: Stored + ?Sized>(
         (Some(held), Some(shape)) if held.is_live(txn.now_ms()) => {
             fencer.raise_to(floor);
             let taken = txn.owner_of(floor).is_some_and(|other| other.as_ref() != owner);
-            if floor > held.fence && !taken {
+            if floor != held.fence && !taken {
                 txn.put(Cow::Borrowed(owner), Hold { fence: floor, ..held }, shape);
             }
             true
@@ -609,8 +632,35 @@ mod tests {
         assert_eq!(lock2.hold(b"a").map(|h| h.fence), Some(5_000_000), "the holder's token follows");
         assert_eq!(changes.puts.first().and_then(|p| p.replaces_fence), lock.hold(b"a").map(|h| h.fence));
         assert!(f.next(1) > 5_000_000);
-        let (lower, _, changes) = run(&lock2, 1, 0, |t| fence(t, b"a", 7, &mut f));
-        assert!(lower && changes.is_empty(), "a lower floor changes nothing");
+    }
+
+    #[test]
+    fn fence_records_a_lower_quorum_token_and_keeps_the_counter() {
+        // A late node: its own grant carried 9000000, the quorum's token is
+        // 5000000. After the FENCE the holder is checked by 5000000 there
+        // too; the counter stays above 9000000.
+        let mut f = Fencer::new(8_999_999);
+        let (Grant::Granted(own), lock) = grant(&Holders::free(), Want::plain(), b"a", 0, &mut f) else {
+            panic!()
+        };
+        assert_eq!(own, 9_000_000);
+        let (fenced, lowered, changes) = run(&lock, 1, 0, |t| fence(t, b"a", 5_000_000, &mut f));
+        assert!(fenced);
+        assert_eq!(lowered.hold(b"a").map(|h| h.fence), Some(5_000_000));
+        assert_eq!(
+            changes.puts.first().and_then(|p| p.replaces_fence),
+            Some(own),
+            "the old token is replaced"
+        );
+        assert!(is_current(&lowered, 5_000_000, 1) && !is_current(&lowered, own, 1));
+        assert_eq!(f.last(), own, "the counter is never lowered");
+        let (Grant::Granted(next), _) = grant(&Holders::free(), Want::plain(), b"b", 1, &mut f) else {
+            panic!()
+        };
+        assert!(next > own, "the next grant is above every token issued: {next}");
+        // A retry of the grant answers the recorded token.
+        let (retry, _) = grant(&lowered, Want::plain(), b"a", 1, &mut f);
+        assert_eq!(retry, Grant::Renewed(5_000_000));
     }
 
     #[test]

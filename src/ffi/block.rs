@@ -10,7 +10,7 @@ use std::ptr;
 
 use redis_module::raw;
 
-use super::api::{api, RawArgv, RawCtx, TimerId, WaiterHandle};
+use super::api::{api, string_bytes, RawArgv, RawCtx, TimerId, WaiterHandle};
 use super::call::Call;
 use super::handlers::handlers;
 use super::reply::Reply;
@@ -124,7 +124,7 @@ pub(super) fn with_key_context(ctx: RawCtx, key: &KeyId, f: impl FnOnce(&Call<'_
     }
 }
 
-extern "C" fn wait_reply_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> c_int {
+extern "C" fn wait_reply_callback(ctx: RawCtx, argv: RawArgv, argc: c_int) -> c_int {
     // SAFETY: Redis calls this for a client we unblocked with a
     // Box<WaitResult> as private data; Redis still owns it (it is freed in
     // wait_free_callback), so it is only borrowed here.
@@ -132,11 +132,23 @@ extern "C" fn wait_reply_callback(ctx: RawCtx, _argv: RawArgv, _argc: c_int) -> 
         unsafe { api(raw::RedisModule_GetBlockedClientPrivateData)(ctx).cast::<WaitResult>().as_ref() };
     let reply = match result {
         Some(WaitResult::Granted(fence)) => Reply::Int(*fence),
-        Some(WaitResult::Failed(line)) => Reply::Error(line.clone()),
+        // Named after the command the client blocked in (its argv[0]).
+        Some(WaitResult::Failed(line)) => Reply::Error(line.clone()).for_command(command_name(argv, argc)),
         Some(WaitResult::TimedOut) | None => Reply::Nil,
     };
     reply.send(ctx);
     raw::REDISMODULE_OK as c_int
+}
+
+/// The name of the command a blocked client called (its argv[0]), empty
+/// when Redis gives none.
+fn command_name<'a>(argv: RawArgv, argc: c_int) -> &'a [u8] {
+    if argv.is_null() || argc < 1 {
+        return &[];
+    }
+    // SAFETY: Redis passes the blocked client's `argc` arguments, valid for
+    // the duration of the reply callback.
+    string_bytes(unsafe { *argv })
 }
 
 /// Clients are blocked without a Redis timeout, so Redis calls this only

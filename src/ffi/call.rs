@@ -55,8 +55,9 @@ pub fn dispatch(
         catch_unwind(AssertUnwindSafe(|| handler(&call, args)))
             .unwrap_or_else(|_| Reply::Error(errors::internal()))
     };
+    let name = string_bytes(argv.first().copied().unwrap_or(ptr::null_mut()));
     let reply = if argv.len() > ARGS_MAX {
-        Reply::Error(errors::arity(string_bytes(argv.first().copied().unwrap_or(ptr::null_mut()))))
+        Reply::Error(errors::arity(name))
     } else if argv.len() > ARGS_INLINE {
         let args: Vec<&[u8]> = argv.iter().map(|&arg| string_bytes(arg)).collect();
         run(&args)
@@ -67,7 +68,7 @@ pub fn dispatch(
         }
         run(bytes.get(..argv.len()).unwrap_or(&[]))
     };
-    reply.send(ctx);
+    reply.for_command(name).send(ctx);
     raw::REDISMODULE_OK as c_int
 }
 
@@ -204,6 +205,42 @@ impl<'a> Call<'a> {
         self.flags() & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
     }
 
+    /// Who may see which key names in this call's reply (LOCK.CONTENDED
+    /// names keys that no key spec guards): the calling client's ACL user.
+    pub fn key_reader(&self) -> KeyReader {
+        // SAFETY: the API table is written once by Redis before OnLoad runs
+        // and only read afterwards.
+        let entries = unsafe {
+            (
+                raw::RedisModule_GetClientId,
+                raw::RedisModule_GetClientUserNameById,
+                raw::RedisModule_GetModuleUserFromUserName,
+                raw::RedisModule_ACLCheckKeyPermissions,
+                raw::RedisModule_FreeModuleUser,
+            )
+        };
+        let (Some(client_id), Some(user_name), Some(user_from_name), Some(_), Some(_)) = entries else {
+            return KeyReader(None);
+        };
+        // The user is read through the client's id, never from the context
+        // (RedisModule_GetCurrentUserName reads a NULL user of a client the
+        // server runs itself, or of another module's call, and crashes).
+        // A client that is not in the server's index (a script's client,
+        // another module's call) has no name here: nothing is shown then.
+        // SAFETY: ctx is the live context of this call; the name string is
+        // freed once, with the same context (also where Redis' automatic
+        // memory holds it); the user is freed by `KeyReader`'s drop.
+        unsafe {
+            let name = user_name(self.ctx, client_id(self.ctx));
+            if name.is_null() {
+                return KeyReader(None);
+            }
+            let user = user_from_name(name);
+            api(raw::RedisModule_FreeString)(self.ctx, name);
+            KeyReader((!user.is_null()).then_some(user))
+        }
+    }
+
     /// True when the server runs in cluster mode.
     pub fn in_cluster(&self) -> bool {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
@@ -287,5 +324,39 @@ impl<'a> Call<'a> {
                 api(raw::RedisModule_FreeString)(self.ctx, channel);
             }
         });
+    }
+}
+
+/// The ACL user of a call's client, to ask which key names it may read
+/// ([`Call::key_reader`]); freed on drop. `None`: the user could not be
+/// read (a script, another module's call, a server without the API), and
+/// no key may be shown.
+pub struct KeyReader(Option<*mut raw::RedisModuleUser>);
+
+impl KeyReader {
+    /// Whether the user may read `key` (its ACL key patterns, `%R~` or
+    /// `~`).
+    pub fn may_read(&self, key: &[u8]) -> bool {
+        let Some(user) = self.0 else { return false };
+        let key = OwnedString::new(key);
+        // SAFETY: `user` is a live module user (freed only in drop), the key
+        // a live string; the flag is a key-spec access flag the API takes.
+        let checked = unsafe {
+            api(raw::RedisModule_ACLCheckKeyPermissions)(
+                user,
+                key.ptr(),
+                raw::REDISMODULE_CMD_KEY_ACCESS as c_int,
+            )
+        };
+        checked == raw::REDISMODULE_OK as c_int
+    }
+}
+
+impl Drop for KeyReader {
+    fn drop(&mut self) {
+        if let Some(user) = self.0.take() {
+            // SAFETY: obtained from GetModuleUserFromUserName, freed once.
+            unsafe { api(raw::RedisModule_FreeModuleUser)(user) };
+        }
     }
 }

@@ -29,9 +29,11 @@ mod reply;
 
 pub use api::{server_wall_ms, RawArgv, RawCtx, TimerId, WaiterHandle};
 pub use block::{unblock, WaitResult};
-pub use call::{dispatch, dispatch_counted_keys, Call, Freed};
+pub use call::{dispatch, dispatch_counted_keys, Call, Freed, KeyReader};
 pub use events::{declare_atomic_slot_migration, subscribe_server_events, watch_keys};
 pub use handlers::{set_handlers, Handlers};
 pub use key::{Key, KeyKind};
-pub use register::{missing_api, register_command, register_info, CommandDef, InfoValue, Keys};
+pub use register::{
+    add_acl_category, missing_api, register_command, register_info, CommandDef, InfoValue, Keys,
+};
 pub use reply::{Field, Reply};

@@ -14,6 +14,9 @@ pub struct CommandDef {
     pub name: &'static std::ffi::CStr,
     pub entry: extern "C" fn(RawCtx, RawArgv, c_int) -> c_int,
     pub flags: &'static std::ffi::CStr,
+    /// ACL categories, space-separated (set where the server can: Redis
+    /// 7.2+ and Valkey).
+    pub acl: &'static std::ffi::CStr,
     /// Redis arity: positive = exact, negative = at least.
     pub arity: c_int,
     /// REDISMODULE_CMD_KEY_* flags of the keys.
@@ -34,12 +37,36 @@ pub enum Keys {
     None,
 }
 
-/// Registers a command with its keys at `def.keys`, for `COMMAND GETKEYS`
-/// and Cluster routing (which answers CROSSSLOT when the keys of one call
-/// are in different slots), with its arity and a key spec.
+/// Creates the module's own ACL category `name` (so that `+@name` and
+/// `-@name` rules work), where the server lets a module add one (Redis
+/// 7.4+, Valkey): true if it now exists, false if this server has no such
+/// API. Only while the module loads.
 // Raw pointers come from Redis itself and are only passed back to it.
 #[allow(clippy::not_unsafe_ptr_arg_deref)]
-pub fn register_command(ctx: RawCtx, def: &CommandDef) -> Result<(), String> {
+pub fn add_acl_category(ctx: RawCtx, name: &std::ffi::CStr) -> Result<bool, String> {
+    // SAFETY: the API table is written once by Redis before OnLoad runs and
+    // only read afterwards.
+    let Some(add) = (unsafe { raw::RedisModule_AddACLCategory }) else { return Ok(false) };
+    // SAFETY: called from OnLoad with its live context; the name is a static
+    // C string that Redis copies.
+    if unsafe { add(ctx, name.as_ptr()) } != raw::REDISMODULE_OK as c_int {
+        return Err(format!("cannot add the ACL category {name:?}"));
+    }
+    Ok(true)
+}
+
+/// Registers a command with its keys at `def.keys`, for `COMMAND GETKEYS`
+/// and Cluster routing (which answers CROSSSLOT when the keys of one call
+/// are in different slots), with its arity and a key spec, and its ACL
+/// categories (`def.acl`, plus `category` when the module added one) where
+/// the server can set them.
+// Raw pointers come from Redis itself and are only passed back to it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn register_command(
+    ctx: RawCtx,
+    def: &CommandDef,
+    category: Option<&std::ffi::CStr>,
+) -> Result<(), String> {
     // SAFETY: called from RedisModule_OnLoad with its live context; names and
     // flags are static C strings.
     // The legacy (first, last, step) triple; the key spec below is what
@@ -117,6 +144,29 @@ pub fn register_command(ctx: RawCtx, def: &CommandDef) -> Result<(), String> {
         if command.is_null() || set_info(command, info) != raw::REDISMODULE_OK as c_int {
             return Err(format!("cannot set command info of {:?}", def.name));
         }
+        set_acl_categories(command, def, category)
+    }
+}
+
+/// Puts the command in its ACL categories, where the server has the API
+/// (Redis 7.2+, Valkey); on Redis 7.0 it is in none (ACL rules name it).
+///
+/// # Safety
+/// `command` is the command just created, during OnLoad.
+unsafe fn set_acl_categories(
+    command: *mut raw::RedisModuleCommand,
+    def: &CommandDef,
+    category: Option<&std::ffi::CStr>,
+) -> Result<(), String> {
+    let Some(set_categories) = raw::RedisModule_SetCommandACLCategories else { return Ok(()) };
+    let mut categories = def.acl.to_bytes().to_vec();
+    if let Some(category) = category {
+        categories.push(b' ');
+        categories.extend_from_slice(category.to_bytes());
+    }
+    let categories = std::ffi::CString::new(categories).unwrap_or_default();
+    if set_categories(command, categories.as_ptr()) != raw::REDISMODULE_OK as c_int {
+        return Err(format!("cannot put {:?} in the ACL categories {categories:?}", def.name));
     }
     Ok(())
 }
@@ -184,7 +234,7 @@ pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
 pub fn missing_api() -> Option<&'static str> {
     // SAFETY: the API table is written once by Redis before OnLoad runs and
     // only read afterwards.
-    let checks: [(&str, bool); 24] = unsafe {
+    let checks: [(&str, bool); 25] = unsafe {
         [
             ("IsKeysPositionRequest", { raw::RedisModule_IsKeysPositionRequest }.is_some()),
             ("KeyAtPos", { raw::RedisModule_KeyAtPos }.is_some()),
@@ -206,6 +256,7 @@ pub fn missing_api() -> Option<&'static str> {
             ("RegisterInfoFunc", { raw::RedisModule_RegisterInfoFunc }.is_some()),
             ("InfoAddFieldULongLong", { raw::RedisModule_InfoAddFieldULongLong }.is_some()),
             ("ReplyWithStringBuffer", { raw::RedisModule_ReplyWithStringBuffer }.is_some()),
+            ("ReplyWithMap", { raw::RedisModule_ReplyWithMap }.is_some()),
             ("BlockClient", { raw::RedisModule_BlockClient }.is_some()),
             ("SetDisconnectCallback", { raw::RedisModule_SetDisconnectCallback }.is_some()),
             ("PublishMessage", { raw::RedisModule_PublishMessage }.is_some()),

@@ -5,6 +5,7 @@ use std::ffi::{c_char, c_long};
 use redis_module::raw;
 
 use super::api::{api, c_string, RawCtx};
+use crate::errors;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -12,13 +13,14 @@ pub enum Reply {
     Nil,
     /// The whole error line without the leading `-`: `CODE message`.
     Error(String),
-    /// A flat array of alternating field names and values (like XINFO).
+    /// Field names and their values: a map to a RESP3 client, a flat
+    /// array of alternating names and values (like XINFO) to a RESP2 one.
     Fields(Vec<(&'static str, Field)>),
     /// The client was blocked; the reply comes when it is unblocked.
     Blocked,
     /// An array of integers (one per key of a multi-key command).
     Ints(Vec<i64>),
-    /// An array of field/value arrays (one per waiter, per key listed).
+    /// An array of field/value maps (one per waiter, per key listed).
     List(Vec<Vec<(&'static str, Field)>>),
 }
 
@@ -27,11 +29,22 @@ pub enum Field {
     Int(i64),
     Text(&'static str),
     Bytes(Vec<u8>),
-    /// An array of field/value arrays (the holders of a lock).
+    /// An array of field/value maps (the holders of a lock).
     List(Vec<Vec<(&'static str, Field)>>),
 }
 
 impl Reply {
+    /// The reply to a call of the command the client named `name` (any
+    /// case): an `ERR` line names the command (see `errors::of_command`).
+    pub(super) fn for_command(self, name: &[u8]) -> Reply {
+        match self {
+            Reply::Error(line) if !name.is_empty() => {
+                Reply::Error(errors::of_command(&String::from_utf8_lossy(name).to_ascii_lowercase(), line))
+            }
+            other => other,
+        }
+    }
+
     /// Writes the reply to the client of `ctx`.
     pub(super) fn send(&self, ctx: RawCtx) {
         // SAFETY: ctx is the live context of the call being answered; the
@@ -67,10 +80,14 @@ impl Reply {
     }
 }
 
+/// Field/value pairs as a map: a RESP3 map to a client that said `HELLO
+/// 3`, the flat array of names and values (as XINFO answers) to a RESP2
+/// one; Redis writes whichever the client speaks.
+///
 /// # Safety
 /// `ctx` must be the live context of the current call.
 unsafe fn reply_fields(ctx: RawCtx, fields: &[(&'static str, Field)]) {
-    api(raw::RedisModule_ReplyWithArray)(ctx, (fields.len() * 2) as c_long);
+    api(raw::RedisModule_ReplyWithMap)(ctx, fields.len() as c_long);
     for (name, value) in fields {
         reply_bytes(ctx, name.as_bytes());
         match value {

@@ -1,23 +1,8 @@
-//! Helpers shared by the client's integration tests (on top of the module's
-//! harness, `tests/common/mod.rs`, which each test file includes as
-//! `common`).
-#![allow(dead_code)]
+//! Several servers, and what one node holds, seen from outside (the
+//! client's tests and the fault suite look at each node by itself).
 
-use std::time::Duration;
-
-use redlock_client::{Config, Redlock};
-
-use crate::common::{lock_info, Opts, Server};
-
-/// Timeouts for tests: short enough that a dead node costs little, long
-/// enough for a loaded 2-core machine running five servers.
-pub fn test_config() -> Config {
-    Config {
-        connect_timeout: Duration::from_millis(300),
-        command_timeout: Duration::from_millis(200),
-        reconnect_backoff: Duration::from_millis(50),
-    }
-}
+use crate::replies::{holders_in, lock_info};
+use crate::server::{Opts, Server};
 
 /// Starts `opts.len()` servers in parallel (each start waits for PING).
 pub fn start_all(opts: Vec<Opts>) -> Vec<Server> {
@@ -34,10 +19,6 @@ pub fn cluster(n: usize) -> Vec<Server> {
 
 pub fn urls(servers: &[Server]) -> Vec<String> {
     servers.iter().map(|s| s.url()).collect()
-}
-
-pub async fn redlock(servers: &[Server]) -> Redlock {
-    Redlock::connect(urls(servers), test_config()).await.expect("connect")
 }
 
 /// The holder of `key` on `server`, or None when it holds no lock.
@@ -78,30 +59,6 @@ pub fn seed() -> u64 {
 pub fn holders(server: &Server, key: &str) -> Vec<(String, i64)> {
     let reply: redis::Value = redis::cmd("LOCK.INFO").arg(key).query(&mut server.conn()).expect("LOCK.INFO");
     holders_in(&reply)
-}
-
-/// The holders in one `LOCK.INFO` reply (see [`holders`]).
-pub fn holders_in(reply: &redis::Value) -> Vec<(String, i64)> {
-    fn fields(items: &[redis::Value]) -> Vec<(String, redis::Value)> {
-        items.chunks(2).map(|p| (redis::from_redis_value(&p[0]).unwrap(), p[1].clone())).collect()
-    }
-    fn holder(fields: &[(String, redis::Value)]) -> Option<(String, i64)> {
-        let get = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
-        let who: String = redis::from_redis_value(&get("holder")?).unwrap();
-        Some((who, redis::from_redis_value(&get("fence")?).unwrap()))
-    }
-    let redis::Value::Array(items) = reply else { return Vec::new() };
-    let top = fields(items);
-    match top.iter().find(|(name, _)| name == "holders") {
-        Some((_, redis::Value::Array(entries))) => entries
-            .iter()
-            .filter_map(|e| match e {
-                redis::Value::Array(items) => holder(&fields(items)),
-                _ => None,
-            })
-            .collect(),
-        _ => holder(&top).into_iter().collect(),
-    }
 }
 
 /// `LOCK.CHECK key fence` on one node: is `fence` the key's live grant.

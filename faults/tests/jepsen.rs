@@ -16,11 +16,11 @@
 //! the classic recipe has no token, so its register accepts everything).
 //! Everything goes into one history on one monotonic clock. A nemesis runs
 //! the scenario's probes (deterministic arrangements of a known failure,
-//! see `support/jepsen/nemesis.rs`), then injects the scenario's faults
+//! see `src/nemesis.rs`), then injects the scenario's faults
 //! (seeded: the same seed gives the same choices of fault, node, duration
 //! and gap; the interleaving with the clients still depends on timing). A
 //! misuse client may run alongside. The checker
-//! (`support/jepsen/checker.rs`) then counts violations.
+//! (`src/checker.rs`) then counts violations.
 //!
 //! - `jepsen_short` (CI, about 2 minutes on 2 cores): every scenario, a few
 //!   seconds of faults each after its probes; asserts 0 violations for this
@@ -35,12 +35,6 @@
 //! starting runs and injecting faults once a run failed, and
 //! `JEPSEN_VERDICT_FILE` gets one line per finished run.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-#[path = "support/jepsen/mod.rs"]
-mod suite;
-mod support;
-
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -49,18 +43,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lock_faults::checker::{check, Rules, Violations};
+use lock_faults::cluster::{Cluster, Spec};
+use lock_faults::conn::Conn;
+use lock_faults::history::{Access, Outcome};
+use lock_faults::misuse::Misuse;
+use lock_faults::nemesis::Run;
+use lock_faults::onenode::{OneNode, Role};
+use lock_faults::scenario::{Fault, Probe, Scenario, Workload, VICTIM};
+use lock_faults::worker::{Ctx, Impl, Kind, Locker, Resource, Work, Worker};
+use lock_testkit_client::test_config;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use suite::checker::{check, Rules, Violations};
-use suite::cluster::{Cluster, Spec};
-use suite::conn::Conn;
-use suite::history::{Access, Outcome};
-use suite::misuse::Misuse;
-use suite::nemesis::Run;
-use suite::onenode::{OneNode, Role};
-use suite::scenario::{Fault, Probe, Scenario, Workload, VICTIM};
-use suite::worker::{Ctx, Impl, Kind, Locker, Resource, Work, Worker};
-use support::test_config;
 use tokio::sync::Semaphore;
 
 /// The CI run's seed: the same fault schedule on every CI run (a failure
@@ -683,7 +677,7 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
     for note in ctx.rec.notes() {
         eprintln!("{}: {note}", scenario.name);
     }
-    let count = |f: &dyn Fn(&suite::history::Op) -> bool| ops.iter().filter(|op| f(op)).count();
+    let count = |f: &dyn Fn(&lock_faults::history::Op) -> bool| ops.iter().filter(|op| f(op)).count();
     Report {
         scenario,
         imp,
@@ -709,7 +703,7 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"))
+        .unwrap_or_else(|| lock_testkit::repo_dir().join("target"))
 }
 
 fn skipped(scenario: &'static Scenario, imp: Impl) -> Report {

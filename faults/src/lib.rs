@@ -1,9 +1,8 @@
-//! The Jepsen-style safety suite's parts (used by `tests/jepsen.rs`): the
+//! The Jepsen-style safety suite's parts (the suite is `tests/jepsen.rs`): the
 //! nodes and their faults (`cluster`, `proxy`), the scenarios and the
 //! nemesis with its probes (`scenario`, `nemesis`), the clients (`worker`
 //! for the quorum client and the contrast recipes in `classic`, `onenode`
 //! for one node spoken to directly, `misuse`), the history and its checker.
-#![allow(dead_code)]
 
 pub mod checker;
 pub mod classic;

@@ -254,6 +254,12 @@ pub struct Recorder {
     found: Mutex<Vec<(Found, Duration, String)>>,
 }
 
+impl Default for Recorder {
+    fn default() -> Recorder {
+        Recorder::new()
+    }
+}
+
 impl Recorder {
     pub fn new() -> Recorder {
         Recorder {

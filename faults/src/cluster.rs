@@ -4,62 +4,11 @@
 //! Every action on a process (start, kill, signal, admin commands) runs on
 //! a blocking thread.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::proxy::{Mode, Proxy};
-use crate::common::{cmd, lock_info, replicate, Opts, Server};
-use crate::support::start_all;
-
-/// The shim's clock file for one server: an offset in ms from real time,
-/// and the rate (ppm) at which its monotonic clock runs fast, fixed when
-/// the server starts (see tests/shim/clockshim.c).
-pub struct ClockFile {
-    dir: PathBuf,
-    path: PathBuf,
-    offset: AtomicI64,
-    rate_ppm: u32,
-}
-
-impl ClockFile {
-    pub fn new(offset_ms: i64, rate_ppm: u32) -> ClockFile {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "redis-lock-jepsen-clock-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create clock dir");
-        let file = ClockFile { path: dir.join("offset"), dir, offset: AtomicI64::new(0), rate_ppm };
-        file.set(offset_ms);
-        file
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn offset(&self) -> i64 {
-        self.offset.load(Ordering::SeqCst)
-    }
-
-    /// Written to a side file and renamed: the shim never reads half a number.
-    pub fn set(&self, offset_ms: i64) {
-        let tmp = self.dir.join("offset.tmp");
-        std::fs::write(&tmp, format!("{offset_ms} {}", self.rate_ppm)).expect("write clock offset");
-        std::fs::rename(&tmp, &self.path).expect("rename clock offset");
-        self.offset.store(offset_ms, Ordering::SeqCst);
-    }
-}
-
-impl Drop for ClockFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use lock_testkit::{cmd, lock_info, replicate, start_all, ClockFile, Opts, Server};
 
 #[derive(Clone, Debug)]
 pub struct Spec {
@@ -163,7 +112,7 @@ impl Cluster {
         let slots = tokio::task::spawn_blocking(move || {
             let spec = for_start;
             let clocks: Vec<Option<ClockFile>> = (0..spec.nodes)
-                .map(|i| spec.clock.then(|| ClockFile::new(spec.offset(i), spec.rate_ppm)))
+                .map(|i| spec.clock.then(|| ClockFile::starting_at(spec.offset(i), spec.rate_ppm)))
                 .collect();
             let servers = start_all(clocks.iter().map(|c| opts(&spec, c.as_ref(), false)).collect());
             let mut slots: Vec<Slot> = servers
@@ -214,7 +163,7 @@ impl Cluster {
     fn new_replica(spec: &Spec, node: usize, master: &Server) -> Member {
         // The replica runs on its master's clock: after a promotion the
         // clients' node keeps its place in the spread.
-        let clock = spec.clock.then(|| ClockFile::new(spec.offset(node), spec.rate_ppm));
+        let clock = spec.clock.then(|| ClockFile::starting_at(spec.offset(node), spec.rate_ppm));
         let server = Server::with(opts(spec, clock.as_ref(), true));
         replicate(&server, master);
         Member { server, clock, aof: true }

@@ -1,24 +1,19 @@
-//! Test harness: real `redis-server` processes with the module loaded.
-//!
-//! Every server gets a free loopback port, its own temporary directory and a
-//! log file there; every wait has a deadline; every process is killed by PID
-//! when its [`Server`] is dropped, also when the test panics.
-//!
-//! The server binary is `$LOCK_SERVER_BIN` (default `redis-server` on the
-//! PATH), so the same tests run on Redis 7.0, Redis 8.2 and Valkey 9.1
-//! (`scripts/test` runs them on each). A failing test names the server it
-//! ran against.
-#![allow(dead_code)]
+//! A real `redis-server` (or any binary of the matrix) with the module
+//! loaded: its start-up with retries, its process, its log; and the server
+//! under test's name, for failure messages.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, Once, OnceLock};
+use std::sync::{Once, OnceLock};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-pub use redis::{cmd, Connection, Value};
+use redis::{cmd, Connection};
+
+use crate::built::{clock_shim_path, module_path};
+use crate::dirs::fresh_dir;
+use crate::ports::{free_port, give_back};
+use crate::wait::wait_until;
 
 /// How long a server may take to answer PING after it is spawned.
 const START_DEADLINE: Duration = Duration::from_secs(20);
@@ -80,95 +75,9 @@ fn name_server_in_panics() {
     });
 }
 
-/// The repository root (the module crate), also when this harness is used
-/// by a workspace member such as `client/`.
-fn repo_dir() -> PathBuf {
-    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    if here.join("tests/shim/clockshim.c").exists() {
-        here
-    } else {
-        here.parent().map(PathBuf::from).unwrap_or(here)
-    }
-}
-
-/// The module `.so`, built once per test binary (release, as users run it).
-pub fn module_path() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            if let Ok(path) = std::env::var("LOCK_MODULE_SO") {
-                return PathBuf::from(path);
-            }
-            let status = Command::new(env!("CARGO"))
-                .args(["build", "--release", "--lib", "--quiet"])
-                .current_dir(repo_dir())
-                .status()
-                .expect("run cargo build for the module");
-            assert!(status.success(), "building the module failed");
-            let path = repo_dir().join("target/release/libredis_lock.so");
-            assert!(path.exists(), "{} missing after build", path.display());
-            path
-        })
-        .clone()
-}
-
-/// The LD_PRELOAD clock shim (tests/shim/clockshim.c), compiled once.
-pub fn clock_shim_path() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let out = repo_dir().join("target/clockshim.so");
-            let src = repo_dir().join("tests/shim/clockshim.c");
-            let status = Command::new("cc")
-                .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
-                .arg(&out)
-                .arg(&src)
-                .status()
-                .expect("run cc for the clock shim");
-            assert!(status.success(), "compiling the clock shim failed");
-            out
-        })
-        .clone()
-}
-
-/// Ports handed out by this process, so parallel tests never pick the same
-/// one between "found free" and "bound by redis-server".
-fn taken_ports() -> &'static Mutex<Vec<u16>> {
-    static TAKEN: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
-    TAKEN.get_or_init(|| Mutex::new(Vec::new()))
-}
-
-pub fn free_port() -> u16 {
-    for _ in 0..100 {
-        let port = TcpListener::bind("127.0.0.1:0").expect("bind port 0").local_addr().unwrap().port();
-        // Cluster mode also binds port + 10000.
-        if port > 55_000 {
-            continue;
-        }
-        let mut taken = taken_ports().lock().unwrap();
-        if !taken.contains(&port) && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            taken.push(port);
-            return port;
-        }
-    }
-    panic!("no free loopback port found");
-}
-
-fn fresh_dir() -> PathBuf {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "redis-lock-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create test dir");
-    dir
-}
-
 /// The `process_id` the server at the other end of `c` reports.
 fn process_id(c: &mut Connection) -> Option<u32> {
-    let text: String = redis::cmd("INFO").arg("server").query(c).ok()?;
+    let text: String = cmd("INFO").arg("server").query(c).ok()?;
     text.lines().find_map(|line| line.strip_prefix("process_id:")).and_then(|pid| pid.trim().parse().ok())
 }
 
@@ -179,7 +88,8 @@ pub struct Opts {
     pub module_args: Vec<String>,
     /// Extra `--name value` server options, e.g. `("appendonly", "yes")`.
     pub config: Vec<(String, String)>,
-    /// Start under the clock shim, reading its offset from this file.
+    /// Start under the clock shim, reading its offset from this file (a
+    /// [`ClockFile`](crate::ClockFile)'s path).
     pub clock_file: Option<PathBuf>,
     /// Do not load the module (for the "plain Redis" baselines).
     pub without_module: bool,
@@ -234,7 +144,7 @@ impl Server {
         // gone for the next attempt, which then cannot start at all).
         let mut failures = Vec::new();
         for _ in 0..5 {
-            let dir = opts.dir.clone().unwrap_or_else(fresh_dir);
+            let dir = opts.dir.clone().unwrap_or_else(|| fresh_dir("test"));
             let mut server = Server { port: free_port(), dir, opts: opts.clone(), child: None };
             if server.spawn() {
                 return server;
@@ -290,9 +200,7 @@ impl Server {
                 // PING also waits out the loading of the dataset (it
                 // answers LOADING until then; INFO does not).
                 let ours = self.child.as_ref().map(|child| child.id());
-                if ours.is_some()
-                    && process_id(&mut c) == ours
-                    && redis::cmd("PING").query::<String>(&mut c).is_ok()
+                if ours.is_some() && process_id(&mut c) == ours && cmd("PING").query::<String>(&mut c).is_ok()
                 {
                     return true;
                 }
@@ -391,175 +299,8 @@ impl Drop for Server {
         } else {
             eprintln!("server {} kept its dir for inspection: {}", self.port, self.dir.display());
         }
-        if let Ok(mut taken) = taken_ports().lock() {
-            taken.retain(|&p| p != self.port);
-        }
+        give_back(self.port);
     }
-}
-
-/// Polls `check` every 10 ms until it returns true or `within` passes.
-pub fn wait_until(within: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if check() {
-            return;
-        }
-        sleep(Duration::from_millis(10));
-    }
-    panic!("timed out after {within:?} waiting for {what}");
-}
-
-/// Runs a command given as words that must answer an integer.
-pub fn int(c: &mut Connection, words: &[&str]) -> i64 {
-    let mut command = redis::cmd(words[0]);
-    for w in &words[1..] {
-        command.arg(*w);
-    }
-    command.query(c).unwrap_or_else(|e| panic!("{words:?}: {e}"))
-}
-
-/// Runs a command given as words; returns the raw reply or the error.
-pub fn run(c: &mut Connection, words: &[&[u8]]) -> redis::RedisResult<Value> {
-    let mut command = redis::cmd(std::str::from_utf8(words[0]).unwrap());
-    for w in &words[1..] {
-        command.arg(*w);
-    }
-    command.query(c)
-}
-
-/// `LOCK.INFO key` as (field, value) pairs; None when nil.
-pub fn lock_info(c: &mut Connection, key: &str) -> Option<Vec<(String, Value)>> {
-    let reply: Value = redis::cmd("LOCK.INFO").arg(key).query(c).expect("LOCK.INFO");
-    match reply {
-        Value::Nil => None,
-        Value::Array(items) => Some(
-            items
-                .chunks(2)
-                .map(|pair| (redis::from_redis_value::<String>(&pair[0]).unwrap(), pair[1].clone()))
-                .collect(),
-        ),
-        other => panic!("unexpected LOCK.INFO reply {other:?}"),
-    }
-}
-
-/// One integer field of `LOCK.INFO key`.
-pub fn info_int(c: &mut Connection, key: &str, field: &str) -> Option<i64> {
-    let fields = lock_info(c, key)?;
-    fields.iter().find(|(name, _)| name == field).map(|(_, v)| redis::from_redis_value(v).unwrap())
-}
-
-/// Whether anyone holds the lock at `key` now (`LOCK.INFO` counts live
-/// holds; a key that is free but refused to newcomers counts 0).
-pub fn is_held(c: &mut Connection, key: &str) -> bool {
-    info_int(c, key, "holds").unwrap_or(0) > 0
-}
-
-/// Why `LOCK.INFO` says a free key is refused to newcomers now: its
-/// `refused` code and `refused-ms`; None when it is held, or grantable.
-pub fn refusal(c: &mut Connection, key: &str) -> Option<(String, i64)> {
-    let fields = lock_info(c, key)?;
-    let code = fields.iter().find(|(name, _)| name == "refused")?;
-    let code: String = redis::from_redis_value(&code.1).unwrap();
-    let left = fields
-        .iter()
-        .find(|(name, _)| name == "refused-ms")
-        .map(|(_, v)| redis::from_redis_value(v).unwrap());
-    Some((code, left.expect("refused-ms with refused")))
-}
-
-/// The `refused` code of a free key's `LOCK.INFO` (see [`refusal`]).
-pub fn refused_code(c: &mut Connection, key: &str) -> Option<String> {
-    refusal(c, key).map(|(code, _)| code)
-}
-
-/// One field of `INFO lock` as an integer.
-pub fn info_stat(c: &mut Connection, field: &str) -> i64 {
-    let text: String = redis::cmd("INFO").arg("lock").query(c).unwrap();
-    let prefix = format!("lock_{field}:");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .unwrap_or_else(|| panic!("INFO lock has no {field}: {text}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// The error text of a reply that must be an error.
-pub fn err_text(result: redis::RedisResult<Value>) -> String {
-    match result {
-        Err(e) => {
-            let code = e.code().unwrap_or("").to_string();
-            let detail = e.detail().unwrap_or("").to_string();
-            format!("{code} {detail}").trim().to_string()
-        }
-        Ok(v) => panic!("expected an error reply, got {v:?}"),
-    }
-}
-
-/// What must survive a restart, or reach a replica, exactly, for one lock.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LockSnapshot {
-    /// `LOCK.INFO` without `ttl-ms` (relative, so it shrinks between reads).
-    pub info: Vec<(String, Value)>,
-    /// The stored value ([`stored_bytes`]).
-    pub raw: Vec<u8>,
-    /// The key's native absolute expiry (`PEXPIRETIME key`, epoch ms).
-    pub pexpiretime: i64,
-}
-
-impl LockSnapshot {
-    fn field(&self, field: &str) -> &Value {
-        let (_, v) = self
-            .info
-            .iter()
-            .find(|(name, _)| name == field)
-            .unwrap_or_else(|| panic!("LOCK.INFO has no {field}: {:?}", self.info));
-        v
-    }
-
-    pub fn int(&self, field: &str) -> i64 {
-        redis::from_redis_value(self.field(field)).unwrap()
-    }
-
-    pub fn text(&self, field: &str) -> String {
-        redis::from_redis_value(self.field(field)).unwrap()
-    }
-}
-
-/// What a lock key stores, as bytes to compare: a plain or reentrant lock's
-/// string, or a group's hash fields (sorted: a hash's field order is not
-/// part of what it stores), each `field=value` on its own line.
-/// None when the key does not exist.
-pub fn stored_bytes(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
-    let kind: String = cmd("TYPE").arg(key).query(c).unwrap();
-    match kind.as_str() {
-        "none" => return None,
-        "hash" => {}
-        _ => return Some(cmd("GET").arg(key).query(c).unwrap()),
-    }
-    let mut fields: Vec<(Vec<u8>, Vec<u8>)> = cmd("HGETALL").arg(key).query(c).unwrap();
-    fields.sort();
-    let mut out = Vec::new();
-    for (field, value) in fields {
-        out.extend_from_slice(&field);
-        out.push(b'=');
-        out.extend_from_slice(&value);
-        out.push(b'\n');
-    }
-    Some(out)
-}
-
-/// LOCK.INFO, the stored bytes and PEXPIRETIME of a held lock; panics if it
-/// is not held.
-pub fn lock_snapshot(c: &mut Connection, key: &str) -> LockSnapshot {
-    let info: Vec<(String, Value)> = lock_info(c, key)
-        .unwrap_or_else(|| panic!("{key} is not held"))
-        .into_iter()
-        .filter(|(name, _)| name != "ttl-ms")
-        .collect();
-    let raw = stored_bytes(c, key).unwrap_or_else(|| panic!("{key} is gone"));
-    let pexpiretime: i64 = cmd("PEXPIRETIME").arg(key).query(c).unwrap();
-    LockSnapshot { info, raw, pexpiretime }
 }
 
 /// Options for a master that starts a full sync at once (the diskless-sync

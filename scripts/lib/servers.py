@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Local servers for the scripts: a free loopback port, and a server (with
+the module, usually) started on one.
+
+A start is retried on another port when the one found free was taken before
+the server bound it, each attempt in a directory of its own (unless the
+caller gives one); the server must answer PING as itself (its
+``process_id``) within a deadline before it is used; it is stopped by PID.
+The Rust tests have the same in the test kit (``testkit/``).
+
+From Python (the scripts add ``scripts/lib`` to ``sys.path``)::
+
+    from servers import start_server
+    server = start_server("redis-server", module=so, module_args=["quarantine-ms", "0"],
+                          args=["--save", ""], prefix=["taskset", "-c", "0"])
+    ...  server.port, server.pid, server.dir, server.call("PING")
+    server.close()          # SIGKILL by PID, and its own directory removed
+
+From bash, the server keeps running after the command (in a session of its
+own) and is the caller's to stop, by PID::
+
+    read -r port pid < <(python3 scripts/lib/servers.py start --bin "$bin" --dir "$dir" \\
+        --prefix "taskset -c 0" -- --save "" --loadmodule "$so" quarantine-ms 0)
+
+Every server gets ``--port``, ``--bind 127.0.0.1``, ``--daemonize no``,
+``--dir`` and ``--logfile DIR/redis.log``; anything else (persistence, the
+module and its arguments) is the caller's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+START_DEADLINE = 20.0
+
+
+def free_port() -> int:
+    """A loopback port that is free now (the server may still lose it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def encode(*words: object) -> bytes:
+    """One command in RESP."""
+    out = [b"*%d\r\n" % len(words)]
+    for word in words:
+        data = word if isinstance(word, bytes) else str(word).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+class ReplyError(Exception):
+    pass
+
+
+class _Reader:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def exactly(self, n: int) -> bytes:
+        while len(self.buf) < n + 2:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            self.buf += chunk
+        data, self.buf = self.buf[:n], self.buf[n + 2 :]
+        return data
+
+    def reply(self) -> object:
+        line = self.line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            return ReplyError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.exactly(n).decode(errors="replace")
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.reply() for _ in range(n)]
+        raise ConnectionError(f"unexpected reply line {line!r}")
+
+
+def call(port: int, *words: object, timeout: float = 5.0) -> object:
+    """One command on a new connection to ``port``; an error reply is
+    returned as a :class:`ReplyError`."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(encode(*words))
+        return _Reader(sock).reply()
+
+
+def server_name(binary: str) -> str:
+    """"Valkey 9.1.2 (path)", from the binary's --version line."""
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    words = out.split()
+    version = next((w[2:] for w in words if w.startswith("v=")), "?")
+    return f"{words[0] if words else '?'} {version} ({binary})"
+
+
+class Server:
+    """A started server; :meth:`close` (or :meth:`stop`) ends it."""
+
+    def __init__(self, binary: str, port: int, directory: str, own_dir: bool, process: subprocess.Popen) -> None:
+        self.binary = binary
+        self.port = port
+        self.dir = directory
+        self.own_dir = own_dir
+        self.process: Optional[subprocess.Popen] = process
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/"
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "the server is not running"
+        return self.process.pid
+
+    def call(self, *words: object, timeout: float = 5.0) -> object:
+        return call(self.port, *words, timeout=timeout)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            text = Path(self.dir, "redis.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL by PID (which also ends a SIGSTOPped server), reaped."""
+        if self.process is not None:
+            try:
+                os.kill(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def stop(self, within: float = 30.0) -> None:
+        """SIGTERM (a clean shutdown), then SIGKILL after ``within`` s."""
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=within)
+            except subprocess.TimeoutExpired:
+                pass
+            self.kill()
+
+    def close(self) -> None:
+        """Kills it and removes its directory if it made one."""
+        self.kill()
+        if self.own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _answers_as(port: int, pid: int) -> bool:
+    try:
+        info = call(port, "INFO", "server", timeout=1.0)
+        # PING also waits out the loading of a dataset (LOADING until then).
+        return isinstance(info, str) and f"process_id:{pid}\r\n" in info and call(port, "PING", timeout=1.0) == "PONG"
+    except OSError:
+        return False
+
+
+def start_server(
+    binary: Optional[str] = None,
+    *,
+    module: Optional[str] = None,
+    module_args: Sequence[str] = (),
+    args: Sequence[str] = (),
+    conf: Optional[str] = None,
+    prefix: Sequence[str] = (),
+    directory: Optional[str] = None,
+    dir_prefix: str = "redis-lock-",
+    deadline: float = START_DEADLINE,
+    attempts: int = 5,
+    detach: bool = False,
+) -> Server:
+    """Starts ``binary`` (default ``$LOCK_SERVER_BIN`` or ``redis-server``)
+    on a free loopback port and waits until it answers as itself.
+
+    ``conf`` is a config file (the first argument); ``args`` more server
+    options; ``module`` is loaded with ``module_args``; ``prefix`` is a
+    command that execs the server (taskset, valgrind), so that the PID is the
+    server's; ``detach`` puts it in a session of its own (it outlives the
+    caller's process group). Raises RuntimeError, with the server's log, if
+    no attempt started.
+    """
+    binary = binary or os.environ.get("LOCK_SERVER_BIN") or "redis-server"
+    failures = []
+    for _ in range(attempts):
+        port = free_port()
+        own_dir = directory is None
+        where = tempfile.mkdtemp(prefix=dir_prefix) if own_dir else str(directory)
+        command = [*prefix, binary, *([conf] if conf else []), "--port", str(port), "--bind", "127.0.0.1",
+                   "--daemonize", "no", "--dir", where, "--logfile", os.path.join(where, "redis.log"), *args]
+        if module:
+            command += ["--loadmodule", module, *module_args]
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, start_new_session=detach)
+        server = Server(binary, port, where, own_dir, process)
+        until = time.monotonic() + deadline
+        while time.monotonic() < until:
+            if process.poll() is not None:
+                break  # e.g. the port was taken meanwhile
+            if _answers_as(port, process.pid):
+                return server
+            time.sleep(0.02)
+        else:
+            tail = server.log_tail()
+            server.close()
+            raise RuntimeError(f"{server_name(binary)} on port {port} did not answer in {deadline} s: {tail}")
+        failures.append(f"port {port}: {server.log_tail()}")
+        server.close()
+    raise RuntimeError(f"could not start {server_name(binary)}:\n" + "\n".join(failures))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description="Starts a server on a free loopback port; prints 'PORT PID'. The server keeps running.")
+    sub = parser.add_subparsers(dest="what", required=True)
+    start = sub.add_parser("start", help="start a server (arguments after -- go to the server)")
+    start.add_argument("--bin", default=None, help="the server binary (default $LOCK_SERVER_BIN or redis-server)")
+    start.add_argument("--dir", required=True, help="its directory (made if missing; kept)")
+    start.add_argument("--conf", default=None, help="a config file, given first")
+    start.add_argument("--prefix", default="", help='a command that execs the server, e.g. "taskset -c 0"')
+    start.add_argument("--deadline", type=float, default=START_DEADLINE)
+    start.add_argument("args", nargs=argparse.REMAINDER)
+    ns = parser.parse_args()
+    extra = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+    os.makedirs(ns.dir, exist_ok=True)
+    try:
+        server = start_server(ns.bin, args=extra, conf=ns.conf, prefix=shlex.split(ns.prefix), directory=ns.dir,
+                              deadline=ns.deadline, detach=True)
+    except RuntimeError as e:
+        print(f"servers.py: {e}", file=sys.stderr)
+        return 1
+    print(server.port, server.pid, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

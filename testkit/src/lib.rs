@@ -1,0 +1,42 @@
+//! The test kit: real `redis-server` processes with the module loaded, for
+//! the module's tests (`tests/`), the client's tests (`client/tests/`), the
+//! fault suite (`faults/`) and the benchmarks (`examples/`,
+//! `client/examples/`).
+//!
+//! Every server gets a free loopback port, its own temporary directory and a
+//! log file there; every wait has a deadline; every process is killed by PID
+//! when its [`Server`] is dropped, also when the test panics.
+//!
+//! The server binary is `$LOCK_SERVER_BIN` (default `redis-server` on the
+//! PATH), so the same tests run on Redis 7.0, Redis 8.2 and Valkey 9.1
+//! (`scripts/test` runs them on each). A failing test names the server it
+//! ran against. The module is `$LOCK_MODULE_SO`, or else built once per
+//! test binary.
+//!
+//! Everything is exported at the top: a test says `use lock_testkit::*;`.
+//! The quorum client over these servers is in `lock-testkit-client`
+//! (`testkit-client/`), so that the module's tests do not depend on it.
+
+mod built;
+mod clock;
+mod dirs;
+mod nodes;
+mod ports;
+mod replies;
+mod server;
+mod wait;
+
+pub use built::{clock_shim_path, module_path, repo_dir};
+pub use clock::ClockFile;
+pub use dirs::{fresh_dir, TempDir};
+pub use nodes::{
+    all, assert_free, calls, checks, cluster, fence_calls, holder, holders, seed, start_all, urls,
+};
+pub use ports::free_port;
+pub use redis::{cmd, Connection, Value};
+pub use replies::{
+    err_text, holders_in, info_int, info_stat, int, is_held, lock_info, lock_snapshot, refusal, refused_code,
+    run, stored_bytes, LockSnapshot,
+};
+pub use server::{fast_sync, replicate, server_bin, server_name, server_version, Opts, Server};
+pub use wait::wait_until;
