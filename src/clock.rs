@@ -3,7 +3,7 @@
 //!
 //! Lock deadlines are instants on this clock. While the server runs, a step of
 //! the wall clock (NTP, an operator, a VM resume) moves neither a deadline
-//! nor "now", so it cannot shorten or lengthen a held lock (SPEC property 8).
+//! nor "now", so it cannot shorten or lengthen a held lock (safety property 8).
 //! The values are still epoch milliseconds, so they mean the same thing on a
 //! replica, after an AOF replay or an RDB load (property 6).
 //!
@@ -93,7 +93,7 @@ mod tests {
 
     #[test]
     fn module_clock_reads_epoch_milliseconds() {
-        // Deadlines are absolute epoch ms (SPEC property 6: a replica or an
+        // Deadlines are absolute epoch ms (safety property 6: a replica or an
         // AOF replay reads the same instant), so without a clock step the
         // module clock agrees with the system's.
         let system = || SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap();

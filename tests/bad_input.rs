@@ -1,4 +1,4 @@
-//! SPEC property 7: bad input never crashes or corrupts the server.
+//! Safety property 7 (docs/safety.md): bad input never crashes or corrupts the server.
 //!
 //! A server is given a few plain and reentrant locks and some keys that are
 //! not locks; then thousands of malformed LOCK.* calls (seeded, replayable

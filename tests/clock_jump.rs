@@ -1,4 +1,4 @@
-//! SPEC property 8: a jump of the server's wall clock neither shortens nor
+//! Safety property 8 (docs/safety.md): a jump of the server's wall clock neither shortens nor
 //! lengthens a held lock. The server runs under the LD_PRELOAD clock shim
 //! (testkit/shim/clockshim.c); writing a number of milliseconds into its file
 //! moves the server's CLOCK_REALTIME, gettimeofday and time at run time,

@@ -352,7 +352,7 @@ fn command_metadata_declares_the_key() {
     assert_eq!(getkeys(&mut c, &["LOCK.FENCE", "k5", "t", "7"]), ["k5"]);
     assert_eq!(getkeys(&mut c, &["LOCK.INFO", "k6"]), ["k6"]);
 
-    // (name, arity from the SPEC syntax, writes?)
+    // (name, arity from the command's syntax, writes?)
     let commands = [
         ("lock.acquire", -4, true),
         ("lock.release", 3, true),

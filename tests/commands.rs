@@ -1,4 +1,4 @@
-//! Every row of the README command table against a real server, including
+//! Every command of docs/commands.md against a real server, including
 //! every misuse: each bad call gets a clear error and changes nothing.
 
 use lock_testkit::*;

@@ -1,4 +1,4 @@
-//! Cost that stays flat as a lock gets busy (SPEC "Cost"): the bytes a
+//! Cost that stays flat as a lock gets busy (docs/evidence.md): the bytes a
 //! grant, renewal or release replicates (and appends to the AOF) do not grow
 //! with the number of holders. Bytes, unlike time, are exact: measured as the
 //! growth of `master_repl_offset` on a master with a replica attached.

@@ -1,6 +1,6 @@
-//! The lock family beyond the exclusive lock (issue: part 4): shared/
+//! The lock family beyond the exclusive lock: shared/
 //! exclusive (read-write) locks and semaphores with expiring permits, on a
-//! real redis-server with the module loaded. Every row of the README table
+//! real redis-server with the module loaded. Every line of docs/commands.md
 //! for LOCK.SHARED, LOCK.EXCLUSIVE and LOCK.SEMAPHORE, the misuse, FIFO
 //! across modes, the semaphore bound under 50 clients, lock-delay,
 //! sequencer checks, replication and AOF restart.

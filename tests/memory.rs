@@ -1,4 +1,4 @@
-//! SPEC "Memory": a freed lock leaves nothing behind, and a held lock costs
+//! Memory: a freed lock leaves nothing behind, and a held lock costs
 //! little more than the same lock done with `SET key token NX PX`.
 
 use lock_testkit::*;
@@ -6,7 +6,7 @@ use lock_testkit::*;
 use std::time::Instant;
 
 /// Acquire/release cycles over distinct keys (override with
-/// `LOCK_MEMORY_CYCLES`, e.g. 1000000 for the SPEC's million).
+/// `LOCK_MEMORY_CYCLES`, e.g. 1000000 for a million).
 const CYCLES: usize = 200_000;
 /// Cycles per pipelined batch: all acquires, then all releases.
 const BATCH: usize = 1_000;
@@ -215,7 +215,7 @@ fn a_held_lock_costs_about_as_much_as_set_nx_px() {
          100 readers: {hundred_cost} bytes ({per_holder} bytes per further reader with a {}-byte token)",
         TOKEN.len() + 4
     );
-    // A group is a small hash (see README "Storage layout"): the owner is
+    // A group is a small hash (see docs/design.md, "Storage"): the owner is
     // stored twice (its record's field name and its token's index entry),
     // plus the header field, three field names and the record. The bound is
     // a fixed allowance over SET NX PX, not a ratio: servers differ a lot in

@@ -1,4 +1,4 @@
-//! SPEC property 6 (exact persistence): an AOF replay and an RDB load
+//! Safety property 6 (docs/safety.md, exact persistence): an AOF replay and an RDB load
 //! reproduce the same holders, hold counts, fencing tokens and absolute
 //! expiry instants. Nothing time-relative is persisted: a lock replayed after
 //! its deadline must not come back with a fresh TTL.

@@ -1,4 +1,4 @@
-//! Part 3: restart-proof fencing tokens, the delayed-restart and failover
+//! Restart-proof fencing tokens (safety properties 4 and 9), the delayed-restart and failover
 //! quarantine, and LOCK.FENCE replication and persistence.
 
 use lock_testkit::*;

@@ -1,4 +1,4 @@
-//! SPEC property 6 (exact replication): a replica reproduces the same
+//! Safety property 6 (docs/safety.md, exact replication): a replica reproduces the same
 //! holders, hold counts, fencing tokens, absolute deadlines and native
 //! expiry instants as its master, both through the full sync (RDB) and the
 //! command stream. Writes are replicated as core commands (`SET .. PXAT`,

@@ -257,7 +257,7 @@ fn newcomer_cannot_take_an_expired_lock_from_the_queue() {
 
 const REPS: usize = 20;
 
-/// Hand-off bounds: the median must be under 50 ms (the bound; a few
+/// Hand-off bounds: the median must be under 50 ms (a generous bound; a few
 /// ms is typical), and no single hand-off may take longer than 500 ms, which
 /// only a machine starved of CPU by other work comes near.
 const HANDOFF_P50_MS_MAX: f64 = 50.0;

@@ -29,7 +29,7 @@
 //! delays the node-redlock driver uses). tokio current-thread runtime (as
 //! node is one thread).
 //!
-//! `--set K` takes K resources per cycle (issue 15): as one set
+//! `--set K` takes K resources per cycle: as one set
 //! (`try_acquire_many`: one LOCK.MACQUIRE round, one LOCK.MRELEASE round),
 //! or with `--separate` as K acquires one after another (in name order,
 //! as a caller without sets must, to avoid deadlock), each guard then

@@ -1,4 +1,4 @@
-//! Sets of resources taken all or nothing over N real servers (issue 15):
+//! Sets of resources taken all or nothing over N real servers:
 //! one `LOCK.MACQUIRE` per node, the majority rule over the whole set, the
 //! set's fencing token above every earlier holder's of any of its keys,
 //! release and renewal of the whole set, two clients taking overlapping

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Formats scripts/bench-client's results (one JSON object a line, from the
-drivers) as one markdown table plus the ratios of the targets of issues 5
-and 14.
+drivers) as one markdown table plus the ratios of the client's
+performance goals.
 
     python3 scripts/bench-peers/report.py RESULTS.jsonl [--delay-ms 20]
 """
@@ -11,7 +11,7 @@ import json
 import statistics
 
 OURS, OURS_FENCED, NODE, PY = "redlock-client", "redlock-client, fenced", "node-redlock", "pottery"
-# Three resources per cycle (issue 15): one set, or three separate acquires.
+# Three resources per cycle: one set, or three separate acquires.
 OURS_SET, OURS_SINGLES = "redlock-client, set of 3", "redlock-client, 3 separate"
 ORDER = [OURS, OURS_FENCED, NODE, PY, OURS_SET, OURS_SINGLES]
 
@@ -112,7 +112,7 @@ def main():
         return "met" if ok else "NOT met"
 
     print()
-    print("Targets (issue 14):")
+    print("Goals:")
     for fam, target in ((OURS, 2.0), (OURS_FENCED, 1.5)):
         r = ratio(get("uncontended", 5, fam, "ops_per_s"), get("uncontended", 5, NODE, "ops_per_s"))
         if r is not None:
@@ -131,10 +131,10 @@ def main():
     r = ratio(get("set3", 5, OURS_SET, "ops_per_s"), get("set3", 5, OURS_SINGLES, "ops_per_s"))
     if r is not None:
         p_set, p_singles = get("set3", 5, OURS_SET, "acquire_p50_ms"), get("set3", 5, OURS_SINGLES, "acquire_p50_ms")
-        print(f"- 3 resources, N=5 (issue 15): one set vs 3 separate acquires: {r:.2f}x cycles/s; acquire p50 "
+        print(f"- 3 resources, N=5: one set vs 3 separate acquires: {r:.2f}x cycles/s; acquire p50 "
               f"{fmt(p_set)} vs {fmt(p_singles)} ms")
     print()
-    print("Earlier targets (issue 5):")
+    print("Earlier goals:")
     p5, p1 = get("uncontended", 5, OURS_FENCED, "acquire_p50_ms"), get("uncontended", 1, OURS_FENCED, "acquire_p50_ms")
     r = ratio(p5, p1)
     if r is not None:

@@ -30,7 +30,7 @@ server_bin() {
       ;;
   esac
   if [ -z "$bin" ] || [ ! -x "$bin" ]; then
-    echo "server $1: binary ${bin:-redis-server} not found or not executable (run scripts/install-deps)" >&2
+    echo "server $1: binary ${bin:-redis-server} not found or not executable (run scripts/install-deps --servers)" >&2
     return 1
   fi
   printf '%s\n' "$bin"

@@ -4,7 +4,7 @@
 //! module clock. Read as a number it is "microsecond-ish epoch time", so a
 //! node that restarts and forgets its counter still starts above every token
 //! it issued before, provided its wall clock did not step back across the
-//! restart (the assumption SPEC.md allows; the restart quarantine covers a
+//! restart (assumption 1 of docs/safety.md; the restart quarantine covers a
 //! step back of up to its own length). Up to 1000 grants per millisecond stay
 //! on the clock; a faster burst runs ahead and the clock catches up.
 
@@ -86,7 +86,7 @@ mod tests {
 
     #[test]
     fn replies_carry_the_token_and_saturate_rather_than_wrap() {
-        // Every grant replies its token as an integer (SPEC property 4): a
+        // Every grant replies its token as an integer (safety property 4): a
         // token past i64::MAX must not come out negative, below earlier ones.
         assert_eq!(to_reply(1_795_312_345_678_001), 1_795_312_345_678_001);
         assert_eq!(to_reply(i64::MAX as u64), i64::MAX);

@@ -975,7 +975,7 @@ mod tests {
 
     #[test]
     fn a_grant_over_a_stored_lock_rises_above_its_token() {
-        // SPEC property 4: a token read back from stored state is never
+        // Safety property 4: a token read back from stored state is never
         // issued again, whatever this node's counter says.
         let s = stored();
         let mut fencer = Fencer::new(0);

@@ -1,6 +1,6 @@
 //! Property tests: random operation sequences on one key, of every kind,
 //! against the pure state machine with a fake clock, checked against a
-//! small reference model and the safety invariants of SPEC.md (a writer is
+//! small reference model and the safety invariants of docs/safety.md (a writer is
 //! alone, at most `limit` permits, only a holder acts, an expired hold is
 //! gone, fencing tokens strictly increase).
 //!

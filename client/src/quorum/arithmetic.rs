@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The fixed part of the clock-drift allowance (SPEC: ttl * 1% + 2 ms).
+/// The fixed part of the clock-drift allowance (docs/safety.md: ttl * 1% + 2 ms).
 pub const DRIFT_FIXED: Duration = Duration::from_millis(2);
 
 /// The proportional part of the drift allowance, in percent of the TTL.
