@@ -1113,7 +1113,7 @@ fn malformed_calls_inside_multi_and_lua_change_nothing() {
 }
 
 // ---------------------------------------------------------------------------
-// Every error reply of the README's command reference, word for word.
+// Every error reply of docs/commands.md, word for word.
 
 /// `expected` with `<n>` standing for a run of digits (a time left, a
 /// bound that follows the clock).
