@@ -58,7 +58,7 @@ pub fn limit_mismatch(limit: u32, asked: u32) -> String {
     format!("ERR this semaphore has {limit} permits, not {asked} (the count is fixed while it has holders)")
 }
 
-/// A token asked for one mode of a shared/exclusive lock while it holds the
+/// A token asked for one mode of a read-write lock while it holds the
 /// other.
 pub fn mode_mismatch(held: Mode) -> String {
     format!("ERR this token already holds the lock in {} mode; release it first", held.name())

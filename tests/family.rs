@@ -1,5 +1,5 @@
-//! The lock family beyond the exclusive lock: shared/
-//! exclusive (read-write) locks and semaphores with expiring permits, on a
+//! The lock family beyond the plain lock: read-write locks (LOCK.SHARED /
+//! LOCK.EXCLUSIVE) and semaphores with expiring permits, on a
 //! real redis-server with the module loaded. Every line of docs/commands.md
 //! for LOCK.SHARED, LOCK.EXCLUSIVE and LOCK.SEMAPHORE, the misuse, FIFO
 //! across modes, the semaphore bound under 50 clients, lock-delay,

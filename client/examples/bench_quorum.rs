@@ -149,7 +149,7 @@ async fn cycles(
         }
         let resource = &resources[i % resources.len()];
         let t0 = Instant::now();
-        let guard = match redlock.acquire(resource, Mode::Exclusive, ttl, &policy).await {
+        let guard = match redlock.acquire(resource, Mode::Plain, ttl, &policy).await {
             Ok(guard) => guard,
             Err(e) => {
                 out.failures += 1;
@@ -181,7 +181,7 @@ async fn set_cycle(redlock: &Redlock, args: &Args, resources: &[String], ttl: Du
     let taken = if args.separate {
         let mut guards = Vec::with_capacity(resources.len());
         for resource in resources {
-            match redlock.try_acquire(resource, Mode::Exclusive, ttl).await {
+            match redlock.try_acquire(resource, Mode::Plain, ttl).await {
                 Ok(guard) => guards.push(guard),
                 Err(e) => {
                     out.failures += 1;
@@ -192,7 +192,7 @@ async fn set_cycle(redlock: &Redlock, args: &Args, resources: &[String], ttl: Du
         }
         guards
     } else {
-        let set: Vec<(&str, Mode)> = resources.iter().map(|r| (r.as_str(), Mode::Exclusive)).collect();
+        let set: Vec<(&str, Mode)> = resources.iter().map(|r| (r.as_str(), Mode::Plain)).collect();
         match redlock.try_acquire_many(&set, ttl).await {
             Ok(guard) => vec![guard],
             Err(e) => {

@@ -16,7 +16,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let redlock = Redlock::connect(nodes.split(','), Config::default()).await?;
     let policy = RetryPolicy::within(Duration::from_secs(5));
     let ttl = Duration::from_secs(10);
-    let guard = redlock.acquire("orders:42", Mode::Exclusive, ttl, &policy).await?;
+    let guard = redlock.acquire("orders:42", Mode::Plain, ttl, &policy).await?;
     // The fencing round: one token for the whole quorum, higher than any
     // earlier holder's. Pass it to whatever the lock protects.
     let fence = guard.fencing_token().await?;

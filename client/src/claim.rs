@@ -71,7 +71,7 @@ impl Claim {
             check_name("resource", resource)?;
             if let Mode::Permit { .. } = mode {
                 return Err(Error::InvalidArgument(format!(
-                    "'{resource}': a semaphore permit cannot be taken in a set (exclusive, read or \
+                    "'{resource}': a semaphore permit cannot be taken in a set (plain, read or \
                      write only; take it on its own with try_acquire)"
                 )));
             }
@@ -97,7 +97,7 @@ impl Claim {
 
     /// The first resource and its mode (the only one, unless a set).
     pub fn first(&self) -> (&str, Mode) {
-        self.keys.first().map_or(("", Mode::Exclusive), |(resource, mode)| (resource.as_str(), *mode))
+        self.keys.first().map_or(("", Mode::Plain), |(resource, mode)| (resource.as_str(), *mode))
     }
 
     /// Two or more resources: the multi-key commands.
@@ -127,7 +127,7 @@ impl Claim {
         let (resource, mode) = self.first();
         if !self.is_set() {
             return match mode {
-                Mode::Exclusive => command(names::text(names::ACQUIRE), resource, token, &[ttl]),
+                Mode::Plain => command(names::text(names::ACQUIRE), resource, token, &[ttl]),
                 Mode::Read => command(names::text(names::SHARED), resource, token, &[ttl]),
                 Mode::Write => command(names::text(names::EXCLUSIVE), resource, token, &[ttl]),
                 Mode::Permit { permits } => {
@@ -148,7 +148,7 @@ impl Claim {
             for (_, mode) in &self.keys {
                 cmd.arg(mode_word(*mode));
             }
-        } else if mode != Mode::Exclusive {
+        } else if mode != Mode::Plain {
             cmd.arg("MODES").arg(mode_word(mode));
         }
         cmd.into()
@@ -203,7 +203,7 @@ impl Claim {
 /// `LOCK.MACQUIRE`'s name for a mode.
 fn mode_word(mode: Mode) -> &'static str {
     match mode {
-        Mode::Exclusive => "PLAIN",
+        Mode::Plain => "PLAIN",
         Mode::Read => "SHARED",
         Mode::Write => "EXCLUSIVE",
         // Refused by `Claim::set` before any command is built.
@@ -300,17 +300,17 @@ mod tests {
         assert_eq!(words(&permit.grant("t", TTL)), [line("LOCK.SEMAPHORE backups t 2 5000")]);
         assert_eq!(permit.quorum(), Quorum::Permits(2));
         assert!(Claim::one("backups", Mode::Permit { permits: 0 }).is_err());
-        assert!(Claim::one("", Mode::Exclusive).is_err());
+        assert!(Claim::one("", Mode::Plain).is_err());
     }
 
     #[test]
     fn a_set_uses_the_multi_key_commands() {
-        let plain = Claim::set(&[("a", Mode::Exclusive), ("b", Mode::Exclusive)]).unwrap();
+        let plain = Claim::set(&[("a", Mode::Plain), ("b", Mode::Plain)]).unwrap();
         assert_eq!(plain.label(), "{a, b}");
         assert_eq!(words(&plain.grant("t", TTL)), [line("LOCK.MACQUIRE t 5000 2 a b")], "plain: no MODES");
         let reads = Claim::set(&[("a", Mode::Read), ("b", Mode::Read), ("c", Mode::Read)]).unwrap();
         assert_eq!(words(&reads.grant("t", TTL)), [line("LOCK.MACQUIRE t 5000 3 a b c MODES SHARED")]);
-        let mixed = Claim::set(&[("c", Mode::Write), ("a", Mode::Exclusive), ("b", Mode::Read)]).unwrap();
+        let mixed = Claim::set(&[("c", Mode::Write), ("a", Mode::Plain), ("b", Mode::Read)]).unwrap();
         assert_eq!(
             words(&mixed.grant("t", TTL)),
             [line("LOCK.MACQUIRE t 5000 3 c a b MODES EXCLUSIVE PLAIN SHARED")],
@@ -342,18 +342,18 @@ mod tests {
         };
         assert_eq!(refused(&[]), "no resources given");
         assert_eq!(
-            refused(&[("a", Mode::Exclusive), ("b", Mode::Read), ("a", Mode::Read)]),
+            refused(&[("a", Mode::Plain), ("b", Mode::Read), ("a", Mode::Read)]),
             "resource 'a' is listed twice"
         );
-        assert!(refused(&[("a", Mode::Exclusive), ("s", Mode::Permit { permits: 2 })])
+        assert!(refused(&[("a", Mode::Plain), ("s", Mode::Permit { permits: 2 })])
             .starts_with("'s': a semaphore permit cannot be taken in a set"));
         assert!(
             refused(&[("s", Mode::Permit { permits: 1 })]).contains("semaphore permit"),
             "not even alone: take it with try_acquire"
         );
-        assert!(refused(&[("a", Mode::Exclusive), ("", Mode::Exclusive)]).contains("resource must be"));
+        assert!(refused(&[("a", Mode::Plain), ("", Mode::Plain)]).contains("resource must be"));
         let too_many: Vec<(String, Mode)> =
-            (0..=quorum::SET_KEYS_MAX).map(|i| (format!("k{i}"), Mode::Exclusive)).collect();
+            (0..=quorum::SET_KEYS_MAX).map(|i| (format!("k{i}"), Mode::Plain)).collect();
         assert!(matches!(Claim::set(&too_many), Err(Error::InvalidArgument(_))));
         assert!(Claim::set(&too_many[..quorum::SET_KEYS_MAX]).is_ok(), "the bound itself is allowed");
     }

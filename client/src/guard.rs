@@ -51,7 +51,7 @@ pub(crate) struct Shared {
 /// # What a guard gives, with and without its fencing token
 ///
 /// Every guard gives mutual exclusion within its validity: while it is
-/// held, no other exclusive holder (or writer, or permit beyond the
+/// held, no other holder of a plain lock (or writer, or permit beyond the
 /// count) holds the lock on a quorum. Each node's own tokens increase
 /// from one holder to the next on that node. What only
 /// [`Guard::fencing_token`] gives is one token for the whole quorum that
@@ -217,7 +217,7 @@ impl Guard {
     /// [`crate::Redlock::settle`] before the process exits so that they all get
     /// there). `Err(NoQuorum)` when fewer confirmed (after waiting for
     /// every node): the lock had expired or been taken on them, so the work
-    /// done under it may not have been exclusive.
+    /// done under it may have overlapped another holder's.
     pub async fn release(mut self) -> Result<Tally> {
         self.finished = true;
         if let Some(watchdog) = self.watchdog.take() {

@@ -14,7 +14,7 @@
 //! let nodes = ["redis://127.0.0.1:7000/", "redis://127.0.0.1:7001/", "redis://127.0.0.1:7002/"];
 //! let redlock = Redlock::connect(nodes, Config::default()).await?;
 //! let ttl = Duration::from_secs(10);
-//! let mut guard = redlock.acquire("nightly-report", Mode::Exclusive, ttl, &RetryPolicy::default()).await?;
+//! let mut guard = redlock.acquire("nightly-report", Mode::Plain, ttl, &RetryPolicy::default()).await?;
 //! guard.start_watchdog(Watchdog::default());
 //! let fence = guard.fencing_token().await?; // the fencing round runs here, only if asked for
 //! tokio::select! {
@@ -28,8 +28,9 @@
 //!
 //! The API, in the spirit of etcd's `Mutex`: [`Redlock::try_acquire`] (one
 //! attempt) and [`Redlock::acquire`] (retried within a [`RetryPolicy`]),
-//! both taking a [`Mode`] (exclusive, read, write, or one of a semaphore's
-//! permits) and returning a [`Guard`]; [`Redlock::try_acquire_many`] and
+//! both taking a [`Mode`] (plain, read, write, or one of a semaphore's
+//! permits; `write` sends the module's `LOCK.EXCLUSIVE`) and returning a
+//! [`Guard`]; [`Redlock::try_acquire_many`] and
 //! [`Redlock::acquire_many`] for a set of resources taken all or nothing
 //! (one `LOCK.MACQUIRE` per node, the same [`Guard`] for the whole set);
 //! reentrant [`Redlock::enter`] and

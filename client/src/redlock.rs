@@ -119,7 +119,7 @@ impl Redlock {
     }
 
     /// One attempt to take `resource` in `mode` for `ttl`: the grant
-    /// command of that mode (`LOCK.ACQUIRE` for [`Mode::Exclusive`],
+    /// command of that mode (`LOCK.ACQUIRE` for [`Mode::Plain`],
     /// `LOCK.SHARED` for [`Mode::Read`], `LOCK.EXCLUSIVE` for
     /// [`Mode::Write`], `LOCK.SEMAPHORE` for [`Mode::Permit`]) on every node
     /// in parallel, needing the mode's quorum ([`Redlock::quorum`]), within
@@ -132,7 +132,7 @@ impl Redlock {
     /// A read, write or permit guard extends and releases like a plain one,
     /// with its mode's quorum. A fenced holder's token is above the token of
     /// every fenced holder whose hold ended before its own began: from one
-    /// exclusive holder (or writer) to the next, tokens strictly increase.
+    /// plain holder (or writer) to the next, tokens strictly increase.
     /// Readers and permit holders hold at the same time; one that asks for
     /// its token before the next is granted gets a lower token than that
     /// one, but two granted before either asked may get the same token.
@@ -155,7 +155,7 @@ impl Redlock {
     }
 
     /// One attempt to take every resource of a set, each in its mode
-    /// ([`Mode::Exclusive`], [`Mode::Read`] or [`Mode::Write`]), all or
+    /// ([`Mode::Plain`], [`Mode::Read`] or [`Mode::Write`]), all or
     /// nothing, with one token, one TTL and one fencing token: one
     /// `LOCK.MACQUIRE` per node, in parallel. A node grants the whole set
     /// or nothing; the set is held when a majority of nodes granted it
@@ -307,7 +307,7 @@ impl Redlock {
 /// The set a by-token release or extension names: the modes do not change
 /// its commands, and a set of two or more needs a majority.
 fn by_token<R: AsRef<str>>(resources: &[R]) -> Result<Claim> {
-    let keys: Vec<(&str, Mode)> = resources.iter().map(|r| (r.as_ref(), Mode::Exclusive)).collect();
+    let keys: Vec<(&str, Mode)> = resources.iter().map(|r| (r.as_ref(), Mode::Plain)).collect();
     Claim::set(&keys)
 }
 

@@ -345,6 +345,30 @@ fn bad_node_urls_say_what_to_write() {
     }
 }
 
+/// `--mode exclusive` is a usage error that says to write plain or write
+/// (the word could mean either), before any node is contacted.
+#[test]
+fn the_mode_exclusive_is_a_usage_error() {
+    for words in [
+        &["acquire", "deploy", "--mode", "exclusive"][..],
+        &["exec", "deploy", "--mode", "exclusive", "--", "true"],
+        &["release", "a", "b", "--mode", "read,exclusive", "--token", "t"],
+    ] {
+        let mut cmd = Command::new(BIN);
+        cmd.env("REDLOCK_NODES", "redis://127.0.0.1:1").args(words);
+        let out = run_bounded(cmd, Duration::from_secs(10));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(USAGE), "{words:?}: {stderr}");
+        assert!(
+            stderr.contains(
+                "mode 'exclusive' is ambiguous: use 'plain' (LOCK.ACQUIRE, one holder) or 'write' (the write \
+                 side of a read-write lock)"
+            ),
+            "{words:?}: {stderr}"
+        );
+    }
+}
+
 /// An argument every node refuses (`ERR ... out of range`) is a usage
 /// error, not "no quorum", and `--wait` does not retry it.
 #[test]
@@ -573,18 +597,7 @@ fn exec_holds_three_resources_as_one_set() {
         go.display()
     );
     let mut exec = redlock(&servers);
-    exec.args([
-        "exec",
-        "--mode",
-        "exclusive",
-        "acct:1",
-        "acct:2",
-        "--mode",
-        "write",
-        "ledger",
-        "--mode",
-        "read",
-    ]);
+    exec.args(["exec", "--mode", "plain", "acct:1", "acct:2", "--mode", "write", "ledger", "--mode", "read"]);
     exec.args(["--ttl", "3000", "--", "sh", "-c", &script]);
     let child = exec.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     wait_until(Duration::from_secs(10), "the command to start", || env_file.exists());

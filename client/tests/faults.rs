@@ -129,7 +129,7 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
     // acquire returns at the majority: node 4's grant has landed by the time
     // the other calls of the round have ended.
     proxies[2].drop_next_reply.store(true, Ordering::SeqCst);
-    let guard = rl.try_acquire("lost-reply", Mode::Exclusive, ms(3_000)).await.expect("4 of 5 grant");
+    let guard = rl.try_acquire("lost-reply", Mode::Plain, ms(3_000)).await.expect("4 of 5 grant");
     rl.settle().await;
     assert_eq!(holder(&servers[4], "lost-reply").as_deref(), Some(guard.token()), "node 4 did grant");
     // The guard's release returns at the majority; the rest land in the
@@ -144,13 +144,13 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
     for proxy in &proxies {
         proxy.drop_next_reply.store(true, Ordering::SeqCst);
     }
-    let error = rl.try_acquire("lost-reply", Mode::Exclusive, ms(3_000)).await.expect_err("3 replies lost");
+    let error = rl.try_acquire("lost-reply", Mode::Plain, ms(3_000)).await.expect_err("3 replies lost");
     assert_eq!(error.to_string(), "no quorum for 'lost-reply': 2 of 5 granted (need 3); 3 unreachable");
     for (i, before) in before.iter().enumerate() {
         assert_eq!(grants(i), before + 1, "node {i} granted");
     }
     assert_free(&all(&servers), "lost-reply");
-    let guard = rl.try_acquire("lost-reply", Mode::Exclusive, ms(3_000)).await.expect("the retry succeeds");
+    let guard = rl.try_acquire("lost-reply", Mode::Plain, ms(3_000)).await.expect("the retry succeeds");
     assert!(guard.release().await.expect("release").yes >= 3);
     rl.settle().await;
     assert_free(&all(&servers), "lost-reply");
@@ -162,7 +162,7 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
         proxy.request_delay_ms.store(500, Ordering::SeqCst);
     }
     let started = Instant::now();
-    let error = rl.try_acquire("late", Mode::Exclusive, ms(3_000)).await.expect_err("3 nodes late");
+    let error = rl.try_acquire("late", Mode::Plain, ms(3_000)).await.expect_err("3 nodes late");
     assert!(started.elapsed() < ms(1_000), "bounded by the timeouts: {:?}", started.elapsed());
     assert!(
         matches!(&error, Error::NoQuorum { tally, .. } if tally.timed_out == 3 && tally.yes == 2),
@@ -177,7 +177,7 @@ async fn lost_and_late_replies_leave_no_lock_behind() {
     });
     assert_free(&all(&servers), "late");
     let guard = rl
-        .acquire("late", Mode::Exclusive, ms(3_000), &RetryPolicy::within(Duration::from_secs(3)))
+        .acquire("late", Mode::Plain, ms(3_000), &RetryPolicy::within(Duration::from_secs(3)))
         .await
         .expect("acquire once the late replies are in");
     assert!(guard.release().await.expect("release").yes >= 3);
@@ -229,7 +229,7 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     let fences = || fence_calls(&servers[4]);
     let fences_before = fences();
     let started = Instant::now();
-    let guard = rl.try_acquire("early", Mode::Exclusive, ms(10_000)).await.expect("4 fast nodes grant");
+    let guard = rl.try_acquire("early", Mode::Plain, ms(10_000)).await.expect("4 fast nodes grant");
     guard.fencing_token().await.expect("the fencing round on the fast nodes");
     let acquired = started.elapsed();
     assert!(acquired < ms(1_000), "acquire waited for the slow node: {acquired:?}");
@@ -258,10 +258,9 @@ async fn rounds_return_at_the_majority_and_the_slow_node_is_released_after() {
     assert_free(&all(&servers), "early");
 
     // A failing round waits for the slow node's answer: exact counts.
-    let holder_guard = rl.try_acquire("held", Mode::Exclusive, ms(10_000)).await.expect("acquire");
+    let holder_guard = rl.try_acquire("held", Mode::Plain, ms(10_000)).await.expect("acquire");
     let started = Instant::now();
-    let error =
-        rl.try_acquire("held", Mode::Exclusive, ms(10_000)).await.expect_err("held by the first guard");
+    let error = rl.try_acquire("held", Mode::Plain, ms(10_000)).await.expect_err("held by the first guard");
     let took = started.elapsed();
     assert_eq!(
         error.to_string(),
@@ -300,7 +299,7 @@ async fn the_quorum_token_checks_on_every_node_also_a_late_one() {
     assert_eq!(int(&mut direct, &["LOCK.RELEASE", "bump", "b"]), 1);
 
     late.request_delay_ms.store(300, Ordering::SeqCst);
-    let guard = rl.try_acquire("res", Mode::Exclusive, ms(10_000)).await.expect("2 of 3 grant");
+    let guard = rl.try_acquire("res", Mode::Plain, ms(10_000)).await.expect("2 of 3 grant");
     let token = guard.fencing_token().await.expect("fenced at the two fast nodes");
     assert!(token < bump as u64 + 600_000_000, "T came from the fast nodes: {token}");
     rl.settle().await;
@@ -340,7 +339,7 @@ async fn many_tasks_on_one_connection_leave_nothing_locked_behind_a_slow_node() 
         tasks.push(tokio::spawn(async move {
             for cycle in 0..CYCLES {
                 let resource = format!("many-{task}");
-                let guard = rl.try_acquire(&resource, Mode::Exclusive, ms(10_000)).await.expect("acquire");
+                let guard = rl.try_acquire(&resource, Mode::Plain, ms(10_000)).await.expect("acquire");
                 if cycle % 2 == 0 {
                     guard.fencing_token().await.expect("fence");
                 }
@@ -371,7 +370,7 @@ async fn quarantined_nodes_are_counted_then_serve_after_the_period() {
         server.kill_and_restart();
     }
     let rl = redlock(&servers).await;
-    let error = rl.try_acquire("q", Mode::Exclusive, ms(1_000)).await.expect_err("3 quarantined");
+    let error = rl.try_acquire("q", Mode::Plain, ms(1_000)).await.expect_err("3 quarantined");
     let text = error.to_string();
     assert!(text.starts_with("no quorum for 'q': 2 of 5 granted (need 3); 3 quarantined (up to "), "{text}");
     match &error {
@@ -384,8 +383,7 @@ async fn quarantined_nodes_are_counted_then_serve_after_the_period() {
     assert_free(&all(&servers), "q");
 
     let policy = RetryPolicy::within(Duration::from_secs(6)).with_delays(ms(50), ms(100));
-    let guard =
-        rl.acquire("q", Mode::Exclusive, ms(1_000), &policy).await.expect("granted after the quarantine");
+    let guard = rl.acquire("q", Mode::Plain, ms(1_000), &policy).await.expect("granted after the quarantine");
     let after = restarting.elapsed();
     // The first restarted node leaves quarantine 2 s after it started, which
     // was after `restarting`.
@@ -404,7 +402,7 @@ async fn the_watchdog_renews_then_reports_a_lost_majority_before_the_validity_en
     let mut servers = cluster(5);
     let rl = redlock(&servers).await;
     let ttl = ms(900);
-    let mut guard = rl.try_acquire("wd", Mode::Exclusive, ttl).await.expect("acquire");
+    let mut guard = rl.try_acquire("wd", Mode::Plain, ttl).await.expect("acquire");
     guard.start_watchdog(Watchdog::default());
     let mut status = guard.subscribe();
     // Past the TTL: still held, because it was renewed.
@@ -464,7 +462,7 @@ async fn the_watchdog_renews_then_reports_a_lost_majority_before_the_validity_en
 async fn bounded_watchdog_and_plain_expiry_are_reported() {
     let servers = cluster(3);
     let rl = redlock(&servers).await;
-    let mut guard = rl.try_acquire("bounded", Mode::Exclusive, ms(300)).await.expect("acquire");
+    let mut guard = rl.try_acquire("bounded", Mode::Plain, ms(300)).await.expect("acquire");
     let first_deadline = guard.lease().deadline;
     guard.start_watchdog(Watchdog { renewals_max: 2, duration_max: Duration::from_secs(60) });
     let reason = tokio::time::timeout(Duration::from_secs(5), guard.lost()).await.expect("reported");
@@ -477,7 +475,7 @@ async fn bounded_watchdog_and_plain_expiry_are_reported() {
     assert_eq!(info_stat(&mut servers[0].conn(), "extensions"), 2);
     drop(guard);
 
-    let plain = rl.try_acquire("plain-expiry", Mode::Exclusive, ms(400)).await.expect("acquire");
+    let plain = rl.try_acquire("plain-expiry", Mode::Plain, ms(400)).await.expect("acquire");
     let deadline = plain.lease().deadline;
     let reason = tokio::time::timeout(Duration::from_secs(5), plain.lost()).await.expect("reported");
     assert_eq!(reason, Lost::Expired);

@@ -96,10 +96,8 @@ async fn readers_share_writers_are_alone_and_tokens_increase() {
     // named in the error.
     let reader = rl.try_acquire("catalog", Mode::Read, 2 * SECOND).await.expect("a reader");
     rl.settle().await;
-    let wrong = rl
-        .try_acquire("catalog", Mode::Exclusive, SECOND)
-        .await
-        .expect_err("plain lock on a read-write lock");
+    let wrong =
+        rl.try_acquire("catalog", Mode::Plain, SECOND).await.expect_err("plain lock on a read-write lock");
     assert!(wrong.to_string().contains("WRONGTYPE"), "{wrong}");
     reader.release().await.expect("release");
     rl.settle().await;

@@ -24,7 +24,7 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
     assert_eq!(rl.majority(), 3);
 
     // All five up.
-    let guard = rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect("acquire with 5 up");
+    let guard = rl.try_acquire("basic", Mode::Plain, 2 * SECOND).await.expect("acquire with 5 up");
     assert_eq!(guard.token().len(), 32);
     assert!(guard.token().bytes().all(|b| b.is_ascii_hexdigit()));
     assert!(guard.fencing_token().await.expect("the fencing round") > 0);
@@ -36,7 +36,7 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
         assert_eq!(holder(server, "basic").as_deref(), Some(guard.token()), "port {}", server.port);
     }
     // Held: a second client gets Contended, with the counts.
-    let other = rl.try_acquire("basic", Mode::Exclusive, SECOND).await.expect_err("held");
+    let other = rl.try_acquire("basic", Mode::Plain, SECOND).await.expect_err("held");
     assert!(matches!(other, Error::Contended { .. }), "{other:?}");
     assert_eq!(
         other.to_string(),
@@ -55,7 +55,7 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
     // Two down: still a majority.
     servers[0].kill();
     servers[3].kill();
-    let guard = rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect("acquire with 3 up");
+    let guard = rl.try_acquire("basic", Mode::Plain, 2 * SECOND).await.expect("acquire with 3 up");
     for i in [1, 2, 4] {
         assert_eq!(holder(&servers[i], "basic").as_deref(), Some(guard.token()));
     }
@@ -63,9 +63,8 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
     let tally = guard.release().await.expect("release with 3 up");
     assert_eq!((tally.yes, tally.unreachable + tally.pending()), (3, 2), "{tally:?}");
     // By token: every answer waited for, exact counts.
-    let guard = rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect("acquire with 3 up");
-    let tally =
-        rl.release("basic", guard.token(), Mode::Exclusive).await.expect("release by token with 3 up");
+    let guard = rl.try_acquire("basic", Mode::Plain, 2 * SECOND).await.expect("acquire with 3 up");
+    let tally = rl.release("basic", guard.token(), Mode::Plain).await.expect("release by token with 3 up");
     assert_eq!((tally.yes, tally.unreachable, tally.pending()), (3, 2, 0), "{tally:?}");
     guard.detach();
     assert_free(&[&servers[1], &servers[2], &servers[4]], "basic");
@@ -73,7 +72,7 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
     // Three down: fails fast, says why, leaves nothing locked.
     servers[1].kill();
     let started = Instant::now();
-    let error = rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect_err("no quorum with 2 up");
+    let error = rl.try_acquire("basic", Mode::Plain, 2 * SECOND).await.expect_err("no quorum with 2 up");
     let took = started.elapsed();
     assert!(took < ms(500), "failing took {took:?}");
     match &error {
@@ -90,16 +89,15 @@ async fn acquire_extend_release_with_five_then_three_then_two_nodes_up() {
         servers[i].restart();
     }
     tokio::time::sleep(ms(60)).await; // past the reconnect backoff
-    let guard =
-        rl.try_acquire("basic", Mode::Exclusive, 2 * SECOND).await.expect("acquire after the restarts");
+    let guard = rl.try_acquire("basic", Mode::Plain, 2 * SECOND).await.expect("acquire after the restarts");
     assert!(guard.release().await.expect("release").yes >= 3);
     rl.settle().await;
     assert_free(&all(&servers), "basic");
 
     // Caller mistakes are named, not retried.
-    let bad = rl.try_acquire("basic", Mode::Exclusive, ms(2)).await.expect_err("ttl below drift");
+    let bad = rl.try_acquire("basic", Mode::Plain, ms(2)).await.expect_err("ttl below drift");
     assert!(matches!(bad, Error::InvalidArgument(_)) && !bad.is_retryable(), "{bad:?}");
-    assert!(matches!(rl.try_acquire("", Mode::Exclusive, SECOND).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(rl.try_acquire("", Mode::Plain, SECOND).await, Err(Error::InvalidArgument(_))));
 }
 
 /// Nodes that are down when the client starts are not an error: they count
@@ -110,14 +108,13 @@ async fn nodes_down_at_connect_are_tried_again_later() {
     servers[1].kill();
     servers[4].kill();
     let rl = redlock(&servers).await;
-    let guard =
-        rl.try_acquire("late-nodes", Mode::Exclusive, 2 * SECOND).await.expect("3 of 5 up at connect");
+    let guard = rl.try_acquire("late-nodes", Mode::Plain, 2 * SECOND).await.expect("3 of 5 up at connect");
     let tally = guard.release().await.expect("release");
     assert_eq!((tally.yes, tally.unreachable + tally.pending()), (3, 2), "{tally:?}");
     servers[1].restart();
     servers[4].restart();
     tokio::time::sleep(ms(60)).await; // past the reconnect backoff
-    let guard = rl.try_acquire("late-nodes", Mode::Exclusive, 2 * SECOND).await.expect("all up");
+    let guard = rl.try_acquire("late-nodes", Mode::Plain, 2 * SECOND).await.expect("all up");
     // The acquire returned at the majority; the other grants land in the
     // background.
     rl.settle().await;
@@ -136,8 +133,7 @@ async fn a_node_error_is_counted_and_shown() {
     let servers = cluster(3);
     let rl = redlock(&servers).await;
     // A TTL above the nodes' lock.max-ttl-ms is refused by every node.
-    let error =
-        rl.try_acquire("big", Mode::Exclusive, Duration::from_secs(60)).await.expect_err("ttl above max");
+    let error = rl.try_acquire("big", Mode::Plain, Duration::from_secs(60)).await.expect_err("ttl above max");
     let text = error.to_string();
     assert!(
         text.starts_with("no quorum for 'big': 0 of 3 granted (need 2); 3 other errors (first: ERR"),
@@ -145,10 +141,10 @@ async fn a_node_error_is_counted_and_shown() {
     );
     // A key that is not a lock: WRONGTYPE from the node that has it.
     let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut servers[0].conn()).unwrap();
-    let guard = rl.try_acquire("plain", Mode::Exclusive, SECOND).await.expect("2 of 3 grant");
+    let guard = rl.try_acquire("plain", Mode::Plain, SECOND).await.expect("2 of 3 grant");
     guard.release().await.unwrap();
     let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut servers[1].conn()).unwrap();
-    let error = rl.try_acquire("plain", Mode::Exclusive, SECOND).await.expect_err("2 of 3 refuse");
+    let error = rl.try_acquire("plain", Mode::Plain, SECOND).await.expect_err("2 of 3 refuse");
     assert!(error.to_string().contains("2 other errors (first: WRONGTYPE"), "{error}");
     assert_free(&[&servers[2]], "plain");
 }
@@ -207,7 +203,7 @@ async fn fencing_tokens_strictly_increase_across_holders_and_node_subsets() {
         }
         let policy = RetryPolicy::attempts(10).with_delays(ms(10), ms(60));
         let guard = rl
-            .acquire("fenced", Mode::Exclusive, 2 * SECOND, &policy)
+            .acquire("fenced", Mode::Plain, 2 * SECOND, &policy)
             .await
             .unwrap_or_else(|e| panic!("round {round} (down {down:?}): {e}"));
         // Every third holder never asks for its token (no fencing round):
@@ -228,18 +224,18 @@ async fn fencing_tokens_strictly_increase_across_holders_and_node_subsets() {
 
     // A holder that stalls past its validity: the next holder's token is
     // above it, and the stalled one learns it lost the lock.
-    let stalled = rl.try_acquire("paused", Mode::Exclusive, ms(300)).await.expect("stalled holder");
+    let stalled = rl.try_acquire("paused", Mode::Plain, ms(300)).await.expect("stalled holder");
     let stalled_token = stalled.fencing_token().await.expect("fenced before the stall");
     tokio::time::sleep(ms(350)).await;
     assert!(!stalled.is_held());
     let reason = tokio::time::timeout(ms(10), stalled.lost()).await.expect("lost() fires at once");
     assert_eq!(reason, Lost::Expired);
     assert_eq!(stalled.fencing_token().await, Ok(stalled_token), "the token stays known");
-    let next = rl.try_acquire("paused", Mode::Exclusive, SECOND).await.expect("next holder after the expiry");
+    let next = rl.try_acquire("paused", Mode::Plain, SECOND).await.expect("next holder after the expiry");
     assert!(next.fencing_token().await.unwrap() > stalled_token);
     // A holder that asks for its token only after its validity ran out
     // gets none: the fencing round would not count.
-    let late = rl.try_acquire("late-ask", Mode::Exclusive, ms(300)).await.expect("acquire");
+    let late = rl.try_acquire("late-ask", Mode::Plain, ms(300)).await.expect("acquire");
     tokio::time::sleep(ms(350)).await;
     let refused = late.fencing_token().await.expect_err("asked after the validity");
     assert!(matches!(refused, Error::Lost { reason: Lost::Expired, .. }), "{refused:?}");
@@ -282,7 +278,7 @@ async fn contending_clients_never_overlap() {
             let policy = RetryPolicy::within(Duration::from_secs(20)).with_delays(ms(5), ms(40));
             for hold in 0..4 {
                 let guard = rl
-                    .acquire("contended", Mode::Exclusive, ms(400), &policy)
+                    .acquire("contended", Mode::Plain, ms(400), &policy)
                     .await
                     .expect("acquire under contention");
                 let fence = match client % 2 {
@@ -353,7 +349,7 @@ async fn reentrant_enter_and_exit_over_the_quorum() {
     assert!(matches!(other, Error::Contended { .. }), "{other:?}");
     assert_eq!(info_int(&mut servers[0].conn(), "re", "holds"), Some(3), "owner-b's attempt left no hold");
     // A plain acquire on a reentrant key is a node error, not "held".
-    let wrong = rl.try_acquire("re", Mode::Exclusive, SECOND).await.expect_err("wrong kind");
+    let wrong = rl.try_acquire("re", Mode::Plain, SECOND).await.expect_err("wrong kind");
     assert!(wrong.to_string().contains("WRONGTYPE"), "{wrong}");
     assert_eq!(rl.exit("re", "owner-a").await.expect("exit"), 2);
     assert_eq!(rl.exit("re", "owner-a").await.expect("exit"), 1);
@@ -375,7 +371,7 @@ async fn the_fencing_round_runs_only_when_asked_and_skips_nodes_at_t() {
     let rl = redlock(&single).await;
     let mut last = 0;
     for _ in 0..5 {
-        let guard = rl.try_acquire("one", Mode::Exclusive, SECOND).await.expect("acquire");
+        let guard = rl.try_acquire("one", Mode::Plain, SECOND).await.expect("acquire");
         let token = guard.fencing_token().await.expect("fenced without a command");
         assert!(token > last);
         last = token;
@@ -387,14 +383,14 @@ async fn the_fencing_round_runs_only_when_asked_and_skips_nodes_at_t() {
     let servers = cluster(5);
     let rl = redlock(&servers).await;
     for i in 0..10 {
-        let guard = rl.try_acquire(&format!("unfenced-{i}"), Mode::Exclusive, SECOND).await.expect("acquire");
+        let guard = rl.try_acquire(&format!("unfenced-{i}"), Mode::Plain, SECOND).await.expect("acquire");
         guard.release().await.expect("release");
     }
     rl.settle().await;
     assert_eq!(servers.iter().map(fence_calls).sum::<i64>(), 0, "an unfenced holder pays no fencing round");
     // Asked for (twice): one round; at most the nodes below the quorum
     // token are fenced, and the token is on a majority either way.
-    let guard = rl.try_acquire("five", Mode::Exclusive, SECOND).await.expect("acquire");
+    let guard = rl.try_acquire("five", Mode::Plain, SECOND).await.expect("acquire");
     let t = guard.fencing_token().await.expect("the fencing round") as i64;
     assert_eq!(guard.fencing_token().await, Ok(t as u64), "the same token, without a round");
     rl.settle().await;
@@ -425,7 +421,7 @@ async fn urls_with_a_user_a_password_and_a_database() {
         |server: &Server, password: &str| format!("redis://locker:{password}@127.0.0.1:{}/3", server.port);
     let good: Vec<String> = servers.iter().map(|s| url(s, "secret")).collect();
     let rl = Redlock::connect(&good, test_config()).await.expect("connect");
-    let guard = rl.try_acquire("in-db-3", Mode::Exclusive, SECOND).await.expect("acquire");
+    let guard = rl.try_acquire("in-db-3", Mode::Plain, SECOND).await.expect("acquire");
     rl.settle().await;
     for server in &servers {
         assert_eq!(holder(server, "in-db-3"), None, "the lock is not in db 0");
@@ -442,7 +438,7 @@ async fn urls_with_a_user_a_password_and_a_database() {
     let wrong: Vec<String> = servers.iter().map(|s| url(s, "wrong")).collect();
     let rl =
         Redlock::connect(&wrong, test_config()).await.expect("a node that refuses is not a connect error");
-    let error = rl.try_acquire("in-db-3", Mode::Exclusive, SECOND).await.expect_err("AUTH refused");
+    let error = rl.try_acquire("in-db-3", Mode::Plain, SECOND).await.expect_err("AUTH refused");
     let text = error.to_string();
     assert!(
         text.starts_with(

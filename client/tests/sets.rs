@@ -58,12 +58,12 @@ async fn a_set_is_taken_fenced_extended_and_released_on_three_and_five_nodes() {
         let servers = cluster(n);
         let rl = redlock(&servers).await;
         let majority = n / 2 + 1;
-        let set = [("acct:1", Mode::Exclusive), ("acct:2", Mode::Write), ("rates", Mode::Read)];
+        let set = [("acct:1", Mode::Plain), ("acct:2", Mode::Write), ("rates", Mode::Read)];
         let keys = set.map(|(k, _)| k);
 
         let guard = rl.try_acquire_many(&set, 5 * SECOND).await.expect("the set");
         assert_eq!(guard.resources(), owned(&set).as_slice());
-        assert_eq!((guard.resource(), guard.mode()), ("acct:1", Mode::Exclusive), "the first of the set");
+        assert_eq!((guard.resource(), guard.mode()), ("acct:1", Mode::Plain), "the first of the set");
         let left = guard.validity_remaining();
         assert!(left > ms(4_000) && left <= ms(5_000 - 52), "validity {left:?}");
         rl.settle().await;
@@ -81,11 +81,11 @@ async fn a_set_is_taken_fenced_extended_and_released_on_three_and_five_nodes() {
         // Another client: each key is refused in a conflicting mode, a
         // reader joins the set's read hold, and an overlapping set is
         // refused without taking its free key anywhere.
-        contended(rl.try_acquire("acct:1", Mode::Exclusive, SECOND).await, "a key of the set");
+        contended(rl.try_acquire("acct:1", Mode::Plain, SECOND).await, "a key of the set");
         contended(rl.try_acquire("acct:2", Mode::Read, SECOND).await, "a reader of the set's write hold");
         let reader = rl.try_acquire("rates", Mode::Read, SECOND).await.expect("readers share 'rates'");
         reader.release().await.expect("the reader releases");
-        let overlap = [("free-key", Mode::Exclusive), ("rates", Mode::Write)];
+        let overlap = [("free-key", Mode::Plain), ("rates", Mode::Write)];
         let error = contended(rl.try_acquire_many(&overlap, SECOND).await, "an overlapping set");
         assert_eq!(
             error.to_string(),
@@ -116,7 +116,7 @@ async fn a_set_is_taken_fenced_extended_and_released_on_three_and_five_nodes() {
         assert_all_free(&servers, &keys);
 
         // Tokens increase across holders of the set's keys, sets or not.
-        let single = rl.try_acquire("acct:1", Mode::Exclusive, 2 * SECOND).await.expect("one key alone");
+        let single = rl.try_acquire("acct:1", Mode::Plain, 2 * SECOND).await.expect("one key alone");
         let single_fence = single.fencing_token().await.expect("fence");
         assert!(single_fence > fence, "{single_fence} after the set's {fence}");
         single.release().await.expect("release");
@@ -137,7 +137,7 @@ async fn a_node_that_holds_a_key_refuses_the_set_and_the_majority_decides() {
     let servers = cluster(3);
     let rl = redlock(&servers).await;
     let keys = ["a", "b", "c"];
-    let set = keys.map(|k| (k, Mode::Exclusive));
+    let set = keys.map(|k| (k, Mode::Plain));
     assert!(int(&mut servers[0].conn(), &["LOCK.ACQUIRE", "b", "other", "30000"]) > 0);
 
     let guard = rl.try_acquire_many(&set, 5 * SECOND).await.expect("2 of 3 grant the set");
@@ -183,7 +183,7 @@ async fn overlapping_sets_in_opposite_orders_never_both_hold_and_never_deadlock(
         let inside = inside.clone();
         clients.push(tokio::spawn(async move {
             let policy = RetryPolicy::within(20 * SECOND).with_delays(ms(2), ms(20));
-            let set = keys.map(|k| (k, Mode::Exclusive));
+            let set = keys.map(|k| (k, Mode::Plain));
             let mut refused = 0;
             for _ in 0..ROUNDS {
                 let guard = loop {
@@ -238,7 +238,7 @@ async fn the_watchdog_keeps_a_set_alive_until_a_majority_lacks_a_key() {
     let servers = cluster(3);
     let rl = redlock(&servers).await;
     let keys = ["w1", "w2", "w3"];
-    let set = [("w1", Mode::Exclusive), ("w2", Mode::Read), ("w3", Mode::Write)];
+    let set = [("w1", Mode::Plain), ("w2", Mode::Read), ("w3", Mode::Write)];
     let mut guard = rl.try_acquire_many(&set, ms(600)).await.expect("the set");
     guard.start_watchdog(Watchdog::default());
     let lost = guard.lost();
@@ -246,7 +246,7 @@ async fn the_watchdog_keeps_a_set_alive_until_a_majority_lacks_a_key() {
     assert!(guard.is_held(), "{:?}", guard.status());
     rl.settle().await;
     assert_eq!(nodes_holding_all(&servers, &keys, guard.token()), 3);
-    contended(rl.try_acquire("w1", Mode::Exclusive, SECOND).await, "a key of the renewed set");
+    contended(rl.try_acquire("w1", Mode::Plain, SECOND).await, "a key of the renewed set");
 
     // One key of the set is taken from it on two nodes (released by its
     // token, by hand): the others still hold there, but a node counts only
@@ -283,21 +283,21 @@ async fn a_bad_set_is_refused_and_changes_nothing() {
     };
     let none: [(&str, Mode); 0] = [];
     assert_eq!(refused(rl.try_acquire_many(&none, SECOND).await), "invalid argument: no resources given");
-    let twice = [("a", Mode::Exclusive), ("b", Mode::Exclusive), ("a", Mode::Read)];
+    let twice = [("a", Mode::Plain), ("b", Mode::Plain), ("a", Mode::Read)];
     assert_eq!(
         refused(rl.acquire_many(&twice, SECOND, &RetryPolicy::attempts(5)).await),
         "invalid argument: resource 'a' is listed twice"
     );
-    let permit = [("a", Mode::Exclusive), ("s", Mode::Permit { permits: 2 })];
+    let permit = [("a", Mode::Plain), ("s", Mode::Permit { permits: 2 })];
     assert!(refused(rl.try_acquire_many(&permit, SECOND).await)
         .contains("semaphore permit cannot be taken in a set"));
-    let empty_name = [("a", Mode::Exclusive), ("", Mode::Exclusive)];
+    let empty_name = [("a", Mode::Plain), ("", Mode::Plain)];
     assert!(
         refused(rl.try_acquire_many(&empty_name, SECOND).await).contains("resource must be 1 to 256 bytes")
     );
-    let too_many: Vec<(String, Mode)> = (0..101).map(|i| (format!("k{i}"), Mode::Exclusive)).collect();
+    let too_many: Vec<(String, Mode)> = (0..101).map(|i| (format!("k{i}"), Mode::Plain)).collect();
     assert!(refused(rl.try_acquire_many(&too_many, SECOND).await).contains("at most 100"));
-    let good = [("a", Mode::Exclusive), ("b", Mode::Exclusive)];
+    let good = [("a", Mode::Plain), ("b", Mode::Plain)];
     assert!(refused(rl.try_acquire_many(&good, ms(2)).await).contains("drift"), "a ttl below the drift");
     assert!(matches!(rl.release_many(&["a", "a"], "t").await, Err(Error::InvalidArgument(_))));
     assert!(matches!(rl.extend_many::<&str>(&[], "t", SECOND).await, Err(Error::InvalidArgument(_))));
@@ -312,7 +312,7 @@ async fn a_bad_set_is_refused_and_changes_nothing() {
     // WRONGTYPE, named in the error, and the set's other key stays free.
     let permit = rl.try_acquire("sem", Mode::Permit { permits: 2 }, 5 * SECOND).await.expect("a permit");
     let error = rl
-        .try_acquire_many(&[("free", Mode::Exclusive), ("sem", Mode::Exclusive)], SECOND)
+        .try_acquire_many(&[("free", Mode::Plain), ("sem", Mode::Plain)], SECOND)
         .await
         .expect_err("a semaphore in a set");
     assert!(matches!(error, Error::NoQuorum { phase: Phase::Acquire, .. }), "{error:?}");
@@ -347,7 +347,7 @@ async fn a_set_needs_a_majority_of_nodes_up() {
     let mut servers = cluster(5);
     let rl: Redlock = redlock(&servers).await;
     let keys = ["d1", "d2"];
-    let set = keys.map(|k| (k, Mode::Exclusive));
+    let set = keys.map(|k| (k, Mode::Plain));
     servers[0].kill();
     servers[1].kill();
     let guard = rl.try_acquire_many(&set, 5 * SECOND).await.expect("3 of 5 up");

@@ -39,7 +39,7 @@ pub enum Access {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Want {
     /// The plain lock (`try_acquire`, `LOCK.ACQUIRE`): alone.
-    Exclusive,
+    Plain,
     /// `LOCK.ENTER` (one op is one owner's whole session, from its first
     /// entry to its last exit): alone between owners.
     Reentrant,
@@ -54,7 +54,7 @@ pub enum Want {
 impl Want {
     /// Holds the resource alone (no other holder of any mode at once).
     pub fn alone(self) -> bool {
-        matches!(self, Want::Exclusive | Want::Reentrant | Want::Write)
+        matches!(self, Want::Plain | Want::Reentrant | Want::Write)
     }
 
     /// Increments the resource's register (readers and permit holders,
@@ -65,7 +65,7 @@ impl Want {
 
     pub fn name(self) -> String {
         match self {
-            Want::Exclusive => "exclusive".into(),
+            Want::Plain => "plain".into(),
             Want::Reentrant => "reentrant".into(),
             Want::Read => "read".into(),
             Want::Write => "write".into(),

@@ -427,14 +427,12 @@ impl Run<'_> {
     /// meanwhile), then write the stale increment without checking.
     async fn probe_holder_pause(&self, resource: &str, rng: &mut StdRng) -> Result<String, String> {
         let [p1, p2, _] = self.probers;
-        let mut h1 = p1
-            .acquire_within(resource, Want::Exclusive, self.bound, rng)
-            .await
-            .ok_or("P1 was not granted")?;
+        let mut h1 =
+            p1.acquire_within(resource, Want::Plain, self.bound, rng).await.ok_or("P1 was not granted")?;
         let base1 = p1.read(&mut h1);
         let start = self.now();
         h1.op.paused = true;
-        let h2 = p2.acquire_within(resource, Want::Exclusive, self.ttl() + self.bound, rng).await;
+        let h2 = p2.acquire_within(resource, Want::Plain, self.ttl() + self.bound, rng).await;
         if h2.is_none() {
             // P1's lock must run out by itself while P1 is paused.
             self.ctx.rec.found(
@@ -513,7 +511,7 @@ impl Run<'_> {
     ) -> Result<String, String> {
         let [p1, p2, _] = self.probers;
         let cluster = self.cluster;
-        let want = if probe == Probe::RestartShared { Want::Write } else { Want::Exclusive };
+        let want = if probe == Probe::RestartShared { Want::Write } else { Want::Plain };
         if probe == Probe::Promotion {
             if !cluster.has_replica(VICTIM) {
                 cluster.add_replica(VICTIM).await;
@@ -717,7 +715,7 @@ impl Run<'_> {
         restart: bool,
     ) -> Result<String, String> {
         let ttl = ms(400);
-        let h1 = self.acquire_with_down(p1, resource, Want::Exclusive, ttl, &[0, 1], self.bound).await;
+        let h1 = self.acquire_with_down(p1, resource, Want::Plain, ttl, &[0, 1], self.bound).await;
         let h1 = h1.map_err(|why| format!("fencing probe: P1 not granted on nodes 2-4: {why}"))?;
         let (p1_at, t1) = (h1.op.complete, h1.held.fence);
         // Ran out on every node, and the key is gone: a node's deadline is
@@ -729,7 +727,7 @@ impl Run<'_> {
         if restart {
             self.cluster.kill_restart(VICTIM, Duration::ZERO).await;
         }
-        let h2 = self.acquire_with_down(p2, resource, Want::Exclusive, self.ttl(), &[3, 4], self.bound).await;
+        let h2 = self.acquire_with_down(p2, resource, Want::Plain, self.ttl(), &[3, 4], self.bound).await;
         let h2 = h2.map_err(|why| format!("fencing probe: P2 not granted on nodes 0-2: {why}"))?;
         let (p2_at, t2) = (h2.op.complete, h2.held.fence);
         p2.finish(h2).await;
@@ -765,7 +763,7 @@ impl Run<'_> {
         if probe == Probe::SlowReply {
             self.cluster.set_mode(&slow, Mode::DelayReplies { ms: 150 });
         }
-        let h1 = p1.acquire_within(resource, Want::Exclusive, self.bound, rng).await;
+        let h1 = p1.acquire_within(resource, Want::Plain, self.bound, rng).await;
         if probe == Probe::SlowReply {
             self.cluster.heal(&slow, false);
         }
@@ -776,8 +774,7 @@ impl Run<'_> {
         }
         let validity_end = h1.op.validity_end.unwrap_or_default();
         tokio::time::sleep(validity_end.saturating_sub(self.now()).saturating_sub(ms(150))).await;
-        let (attempts, granted, first) =
-            self.keep_trying(p2, resource, Want::Exclusive, validity_end, rng).await;
+        let (attempts, granted, first) = self.keep_trying(p2, resource, Want::Plain, validity_end, rng).await;
         p1.finish(h1).await;
         let what = match probe {
             Probe::Drift => format!("nodes' clocks {} ppm fast", self.scenario.rate_ppm),
@@ -811,7 +808,7 @@ impl Run<'_> {
         let start = self.now();
         self.cluster.set_mode(&[4], Mode::DelayAcquires { ms: delay });
         let sent = Instant::now();
-        let h1 = p1.acquire_within(resource, Want::Exclusive, self.bound, rng).await;
+        let h1 = p1.acquire_within(resource, Want::Plain, self.bound, rng).await;
         self.cluster.heal(&[4], false);
         let h1 = h1.ok_or("ordering probe: P1 not granted")?;
         if h1.op.complete.saturating_sub(h1.op.invoke) > ms(delay / 2) {
@@ -897,7 +894,7 @@ impl Run<'_> {
         let (mut p, mut q) = (self.one_node(902), self.one_node(903));
         let start = self.now();
         let s = p
-            .grant(resource, Want::Exclusive, false)
+            .grant(resource, Want::Plain, false)
             .await
             .map_err(|()| "abandon probe: P not granted".to_string())?;
         let mut abandoned = s.op;
@@ -916,7 +913,7 @@ impl Run<'_> {
         let at = self.now();
         let note = match reply {
             Reply::Int(fence) if fence > 0 => {
-                let mut op = super::history::Op::new(903, resource, Want::Exclusive, invoke);
+                let mut op = super::history::Op::new(903, resource, Want::Plain, invoke);
                 op.complete = at;
                 op.token = Some(owner.clone());
                 op.fence = Some(fence as u64);

@@ -86,7 +86,7 @@ impl OneNode {
         let ttl = ms(self.ctx.ttl);
         let permits = PERMITS.to_string();
         let mut words: Vec<&str> = match want {
-            Want::Exclusive => vec!["LOCK.ACQUIRE", resource, &owner, &ttl],
+            Want::Plain => vec!["LOCK.ACQUIRE", resource, &owner, &ttl],
             Want::Reentrant => vec!["LOCK.ENTER", resource, &owner, &ttl],
             Want::Read => vec!["LOCK.SHARED", resource, &owner, &ttl],
             Want::Write => vec!["LOCK.EXCLUSIVE", resource, &owner, &ttl],
@@ -231,7 +231,7 @@ impl OneNode {
                         Role::Permit => Want::Permit(PERMITS),
                         Role::ReadWrite if rng.gen_range(0..3) == 0 => Want::Write,
                         Role::ReadWrite => Want::Read,
-                        _ => Want::Exclusive,
+                        _ => Want::Plain,
                     };
                     let wait = role != Role::Plain || rng.gen_range(0..3) > 0;
                     if let Ok(s) = self.grant(resource, want, wait).await {

@@ -92,7 +92,7 @@ pub enum Standing {
 
 fn mode(want: Want) -> Mode {
     match want {
-        Want::Exclusive | Want::Reentrant => Mode::Exclusive,
+        Want::Plain | Want::Reentrant => Mode::Plain,
         Want::Read => Mode::Read,
         Want::Write => Mode::Write,
         Want::Permit(permits) => Mode::Permit { permits },
@@ -226,7 +226,7 @@ impl Locker {
                 classic.release_all(resource, &held.token).await;
             }
             (Locker::Module(redlock), None) => {
-                let _ = redlock.release(resource, &held.token, Mode::Exclusive).await;
+                let _ = redlock.release(resource, &held.token, Mode::Plain).await;
             }
         }
     }
@@ -392,13 +392,13 @@ impl Holding {
 /// What a workload resource is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    Exclusive,
+    Plain,
     /// A read-write lock: a third of the attempts write, the rest read.
     ReadWrite,
     Semaphore(u32),
     /// A key of the set pool (every `Set` resource of the workload): an
     /// attempt takes 2 or 3 of the pool's keys, in random order, as one set
-    /// (`try_acquire_many`, exclusive), so that sets overlap on some keys.
+    /// (`try_acquire_many`, plain), so that sets overlap on some keys.
     Set,
 }
 
@@ -653,7 +653,7 @@ impl Worker {
         let resource = &resources[rng.gen_range(0..resources.len())];
         let mut keys = vec![resource.name.as_str()];
         let want = match resource.kind {
-            Kind::Exclusive => Want::Exclusive,
+            Kind::Plain => Want::Plain,
             Kind::ReadWrite if rng.gen_range(0..3) == 0 => Want::Write,
             Kind::ReadWrite => Want::Read,
             Kind::Semaphore(permits) => Want::Permit(permits),
@@ -661,7 +661,7 @@ impl Worker {
                 keys = resources.iter().filter(|r| r.kind == Kind::Set).map(|r| r.name.as_str()).collect();
                 keys.shuffle(rng);
                 keys.truncate(rng.gen_range(2..=3));
-                Want::Exclusive
+                Want::Plain
             }
         };
         let Ok(mut h) = self.try_acquire_keys(&keys, want, self.ctx.ttl).await else {

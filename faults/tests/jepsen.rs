@@ -80,7 +80,7 @@ fn mix(seed: u64, salt: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-const TWO_LOCKS: &[(&str, Kind)] = &[("r0", Kind::Exclusive), ("r1", Kind::Exclusive)];
+const TWO_LOCKS: &[(&str, Kind)] = &[("r0", Kind::Plain), ("r1", Kind::Plain)];
 /// The set workload's pool: each attempt takes 2 or 3 of these four keys as
 /// one set, so that sets overlap often.
 const SET_POOL: &[(&str, Kind)] =

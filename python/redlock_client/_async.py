@@ -146,7 +146,7 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
         resource: str,
         *,
         ttl: Seconds,
-        mode: ModeLike = "exclusive",
+        mode: ModeLike = "plain",
         permits: Optional[int] = None,
         fence: bool = False,
     ) -> "AsyncLock":
@@ -159,7 +159,7 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
         resource: str,
         *,
         ttl: Seconds,
-        mode: ModeLike = "exclusive",
+        mode: ModeLike = "plain",
         permits: Optional[int] = None,
         wait: Optional[Seconds] = None,
         attempts: Optional[int] = None,
@@ -193,7 +193,7 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
         return AsyncLock(held, self)
 
     async def release(
-        self, resource: str, token: str, *, mode: ModeLike = "exclusive", permits: Optional[int] = None
+        self, resource: str, token: str, *, mode: ModeLike = "plain", permits: Optional[int] = None
     ) -> Tally:
         """Release by token; see :meth:`Redlock.release`."""
         args = ([name(resource, "resource")], False, name(token, "token"), mode_name(mode), permit_count(permits))
@@ -201,7 +201,7 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
 
     async def release_many(self, resources: Sequence[str], token: str) -> Tally:
         """Release of a set by token; see :meth:`Redlock.release_many`."""
-        return tally(await _run(self._core.release, resource_names(resources), True, name(token, "token"), "exclusive", None))
+        return tally(await _run(self._core.release, resource_names(resources), True, name(token, "token"), "plain", None))
 
     async def extend(
         self,
@@ -209,7 +209,7 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
         token: str,
         *,
         ttl: Seconds,
-        mode: ModeLike = "exclusive",
+        mode: ModeLike = "plain",
         permits: Optional[int] = None,
     ) -> float:
         """Extend by token; see :meth:`Redlock.extend`."""
@@ -219,7 +219,7 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
 
     async def extend_many(self, resources: Sequence[str], token: str, *, ttl: Seconds) -> float:
         """Extend a set by token; see :meth:`Redlock.extend_many`."""
-        args = (resource_names(resources), True, name(token, "token"), seconds(ttl, "ttl"), "exclusive", None)
+        args = (resource_names(resources), True, name(token, "token"), seconds(ttl, "ttl"), "plain", None)
         return await _run(self._core.extend, *args)
 
     async def enter(self, resource: str, owner: str, *, ttl: Seconds) -> Entered:

@@ -47,10 +47,10 @@ class ClientBase(Generic[ContextT]):
 
     @property
     def majority(self) -> int:
-        """N/2 + 1: the grants an exclusive, read or write lock needs."""
+        """N/2 + 1: the grants a plain, read or write lock needs."""
         return self._core.majority
 
-    def quorum(self, mode: ModeLike = "exclusive", permits: Optional[int] = None) -> int:
+    def quorum(self, mode: ModeLike = "plain", permits: Optional[int] = None) -> int:
         """The grants a lock taken in ``mode`` needs among this client's N
         nodes: a majority, except a semaphore with 2 or more permits
         (``floor(L*N/(L+1)) + 1``: 4 of 5 nodes for 2 permits)."""
@@ -65,7 +65,7 @@ class ClientBase(Generic[ContextT]):
         *,
         ttl: Seconds,
         wait: Optional[Seconds] = None,
-        mode: ModeLike = "exclusive",
+        mode: ModeLike = "plain",
         permits: Optional[int] = None,
         fence: bool = False,
         watchdog: "bool | Watchdog" = False,
@@ -95,7 +95,7 @@ class ClientBase(Generic[ContextT]):
         retry_delay: Optional[Tuple[Seconds, Seconds]] = None,
     ) -> ContextT:
         """:meth:`lock` for a set of resources, all or nothing (each a name
-        or (name, mode), mode "exclusive", "read" or "write")."""
+        or (name, mode), mode "plain", "read" or "write")."""
         args = (set_claims(resources), True, seconds(ttl, "ttl"), fence, retry(wait, attempts, retry_delay))
         return self._context(args, watchdog_args(watchdog), on_lost)
 
@@ -168,7 +168,7 @@ class LockBase:
 
     @property
     def mode(self) -> str:
-        """"exclusive", "read", "write" or "permit" (a set: its first)."""
+        """"plain", "read", "write" or "permit" (a set: its first)."""
         return self._held.resources[0][1]
 
     @property

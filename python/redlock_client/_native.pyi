@@ -64,7 +64,7 @@ class Client:
         resources: List[str],
         many: bool,
         token: str,
-        mode_name: str = "exclusive",
+        mode_name: str = "plain",
         permits: Optional[int] = None,
         waiter: Optional[_Waiter] = None,
     ) -> Any: ...
@@ -74,7 +74,7 @@ class Client:
         many: bool,
         token: str,
         ttl: float,
-        mode_name: str = "exclusive",
+        mode_name: str = "plain",
         permits: Optional[int] = None,
         waiter: Optional[_Waiter] = None,
     ) -> Any: ...

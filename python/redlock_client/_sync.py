@@ -91,7 +91,7 @@ class Redlock(ClientBase["LockContext"]):
         resource: str,
         *,
         ttl: Seconds,
-        mode: ModeLike = "exclusive",
+        mode: ModeLike = "plain",
         permits: Optional[int] = None,
         fence: bool = False,
     ) -> "Lock":
@@ -110,7 +110,7 @@ class Redlock(ClientBase["LockContext"]):
         resource: str,
         *,
         ttl: Seconds,
-        mode: ModeLike = "exclusive",
+        mode: ModeLike = "plain",
         permits: Optional[int] = None,
         wait: Optional[Seconds] = None,
         attempts: Optional[int] = None,
@@ -128,7 +128,7 @@ class Redlock(ClientBase["LockContext"]):
 
     def try_acquire_many(self, resources: Sequence[SetMember], *, ttl: Seconds, fence: bool = False) -> "Lock":
         """One attempt to take a set of resources, all or nothing, each a
-        name (exclusive) or (name, mode) with mode "exclusive", "read" or
+        name (plain) or (name, mode) with mode "plain", "read" or
         "write": one ``LOCK.MACQUIRE`` per node, one token and one fencing
         token for the whole set."""
         return Lock(self._core.acquire(set_claims(resources), True, seconds(ttl, "ttl"), fence), self)
@@ -147,7 +147,7 @@ class Redlock(ClientBase["LockContext"]):
         policy = retry(wait, attempts, retry_delay)
         return Lock(self._core.acquire(set_claims(resources), True, seconds(ttl, "ttl"), fence, policy), self)
 
-    def release(self, resource: str, token: str, *, mode: ModeLike = "exclusive", permits: Optional[int] = None) -> Tally:
+    def release(self, resource: str, token: str, *, mode: ModeLike = "plain", permits: Optional[int] = None) -> Tally:
         """Releases the lock held with ``token`` (taken in ``mode``) on every
         node, from any process; waits for every node's answer. Raises
         :class:`NoQuorumError` when fewer than the quorum released."""
@@ -164,7 +164,7 @@ class Redlock(ClientBase["LockContext"]):
         token: str,
         *,
         ttl: Seconds,
-        mode: ModeLike = "exclusive",
+        mode: ModeLike = "plain",
         permits: Optional[int] = None,
     ) -> float:
         """Extends the lock held with ``token`` for ``ttl`` from now, from
@@ -271,7 +271,8 @@ class Lock(LockBase):
         """Releases on every node; returns once the quorum confirmed (the
         other nodes' releases go on in the background). Raises
         :class:`NoQuorumError` when fewer confirmed: the lock had expired or
-        been taken, so the work done under it may not have been exclusive."""
+        been taken, so the work done under it may have overlapped another
+        holder's."""
         return tally(self._held.release())
 
     def detach(self) -> Detached:

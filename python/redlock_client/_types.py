@@ -17,10 +17,12 @@ except ImportError:  # pragma: no cover
 
 
 class Mode(str, enum.Enum):
-    """What a grant asks the nodes for. Plain strings work too."""
+    """What a grant asks the nodes for. Plain strings work too: "plain",
+    "read", "write" or "permit" ("write" sends the module's
+    ``LOCK.EXCLUSIVE``)."""
 
     #: The plain lock (``LOCK.ACQUIRE``): one holder.
-    EXCLUSIVE = "exclusive"
+    PLAIN = "plain"
     #: A read hold of a read-write lock (``LOCK.SHARED``): many readers.
     READ = "read"
     #: A write hold of a read-write lock (``LOCK.EXCLUSIVE``): alone.
@@ -32,12 +34,12 @@ class Mode(str, enum.Enum):
         return self.value
 
 
-ModeName = Literal["exclusive", "read", "write", "permit"]
+ModeName = Literal["plain", "read", "write", "permit"]
 #: A mode as a :class:`Mode` or its name.
 ModeLike = Union[Mode, ModeName]
 #: A duration: seconds (int or float) or a ``datetime.timedelta``.
 Seconds = Union[float, int, datetime.timedelta]
-#: One member of a set: a resource (exclusive) or (resource, mode).
+#: One member of a set: a resource (plain) or (resource, mode).
 SetMember = Union[str, Tuple[str, ModeLike]]
 
 
@@ -134,7 +136,7 @@ def mode_name(mode: ModeLike) -> str:
         return mode.value
     if isinstance(mode, str):
         return mode
-    raise TypeError(f"mode must be a Mode or one of 'exclusive', 'read', 'write', 'permit', not {type(mode).__name__}")
+    raise TypeError(f"mode must be a Mode or one of 'plain', 'read', 'write', 'permit', not {type(mode).__name__}")
 
 
 def permit_count(permits: Optional[int]) -> Optional[int]:
@@ -165,7 +167,7 @@ def set_claims(resources: Sequence[SetMember]) -> List[Tuple[str, str, Optional[
     claims: List[Tuple[str, str, Optional[int]]] = []
     for member in resources:
         if isinstance(member, str):
-            claims.append((member, "exclusive", None))
+            claims.append((member, "plain", None))
         elif isinstance(member, tuple) and len(member) == 2:
             claims.append((name(member[0], "resource"), mode_name(member[1]), None))
         else:

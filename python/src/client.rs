@@ -159,7 +159,7 @@ impl Client {
     /// Releases by token: one resource (`many` false, in `mode`) or a set;
     /// returns the round's tally (every node answered).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (resources, many, token, mode_name="exclusive", permits=None, waiter=None))]
+    #[pyo3(signature = (resources, many, token, mode_name="plain", permits=None, waiter=None))]
     fn release(
         &self,
         py: Python<'_>,
@@ -184,7 +184,7 @@ impl Client {
 
     /// Extends by token for `ttl`; returns the validity left in seconds.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (resources, many, token, ttl, mode_name="exclusive", permits=None, waiter=None))]
+    #[pyo3(signature = (resources, many, token, ttl, mode_name="plain", permits=None, waiter=None))]
     fn extend(
         &self,
         py: Python<'_>,

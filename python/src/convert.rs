@@ -25,20 +25,22 @@ pub(crate) fn shut_down() -> bool {
     SHUT_DOWN.load(Ordering::SeqCst)
 }
 
-/// A mode from its Python spelling: "exclusive", "read", "write", or
-/// "permit" with `permits`.
+/// A mode from its Python spelling: "plain", "read", "write", or
+/// "permit" with `permits`. "exclusive" is refused as ambiguous (the plain
+/// lock, or the write side of a read-write lock?).
 pub(crate) fn mode(name: &str, permits: Option<u32>) -> Result<Mode, Error> {
     match (name, permits) {
-        ("exclusive", None) => Ok(Mode::Exclusive),
+        ("plain", None) => Ok(Mode::Plain),
         ("read", None) => Ok(Mode::Read),
         ("write", None) => Ok(Mode::Write),
         ("permit", Some(permits)) => Ok(Mode::Permit { permits }),
         ("permit", None) => Err(Error::InvalidArgument("mode 'permit' needs permits=N".into())),
-        ("exclusive" | "read" | "write", Some(_)) => {
+        ("exclusive", _) => Err(Error::InvalidArgument(Mode::EXCLUSIVE_IS_AMBIGUOUS.into())),
+        ("plain" | "read" | "write", Some(_)) => {
             Err(Error::InvalidArgument(format!("permits is only for mode 'permit', not '{name}'")))
         }
         _ => Err(Error::InvalidArgument(format!(
-            "unknown mode {name:?} (one of 'exclusive', 'read', 'write', 'permit')"
+            "unknown mode {name:?} (one of 'plain', 'read', 'write', 'permit')"
         ))),
     }
 }

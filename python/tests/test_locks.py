@@ -25,7 +25,7 @@ def test_with_block_takes_the_lock_on_a_quorum_and_releases_it_everywhere(
 ) -> None:
     with locks.lock(resource, ttl=10.0, wait=2.0) as lock:
         assert lock.is_held and lock.status == "held"
-        assert lock.resource == resource and lock.mode == "exclusive" and lock.permits is None
+        assert lock.resource == resource and lock.mode == "plain" and lock.permits is None
         assert len(lock.token) == 32 and int(lock.token, 16) >= 0
         assert 9.0 < lock.validity <= 10.0
         # The round returns at its majority; the other grants land just after.
@@ -36,7 +36,7 @@ def test_with_block_takes_the_lock_on_a_quorum_and_releases_it_everywhere(
         holders = [dict(zip(i[::2], i[1::2]))["holder"] for i in infos if i is not None]
         assert holders.count(lock.token) >= 3
         text = repr(lock)
-        assert resource in text and "exclusive" in text and lock.token in text
+        assert resource in text and "plain" in text and lock.token in text
         assert f"fencing_token={token}" in text and "validity=" in text
         with pytest.raises(LockHeldError, match=r"held by another owner: 0 of 5 granted \(need 3\)"):
             locks.try_acquire(resource, ttl=10.0)
@@ -129,7 +129,7 @@ def test_a_set_is_taken_all_or_nothing_with_one_fencing_token(
     assert cluster.keys_left(a) == 0 and cluster.keys_left(c) == 0, "a refused set takes nothing"
     blocker.release()
     with locks.lock_many([a, (b, "write"), (c, Mode.READ)], ttl=10.0, wait=2.0, fence=True) as held:
-        assert held.resources == [(a, "exclusive"), (b, "write"), (c, "read")]
+        assert held.resources == [(a, "plain"), (b, "write"), (c, "read")]
         set_token = held.fencing_token
         assert set_token > 0
         for key in (a, b, c):

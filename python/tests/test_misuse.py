@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 
 import pytest
 from nodes import Cluster, run_python
@@ -46,6 +47,35 @@ def test_bad_arguments_are_refused_before_any_round(
         asyncio.run(AsyncRedlock(cluster.urls).try_acquire(resource, **kwargs))
     after = sum(s.command_calls("lock.acquire") + s.command_calls("lock.semaphore") for s in cluster.servers)
     assert after == before, "a refused call reached the nodes"
+
+
+def test_the_mode_exclusive_is_refused_as_ambiguous(cluster: Cluster, locks: Redlock, resource: str) -> None:
+    """"exclusive" could mean the plain lock or the write side of a
+    read-write lock: every call that takes a mode refuses it, saying which
+    to write, and nothing reaches the nodes."""
+    says = re.escape(
+        "mode 'exclusive' is ambiguous: use 'plain' (LOCK.ACQUIRE, one holder) or 'write' "
+        "(the write side of a read-write lock)"
+    )
+    before = sum(s.command_calls("lock.acquire") + s.command_calls("lock.macquire") for s in cluster.servers)
+    calls = [
+        lambda: locks.try_acquire(resource, ttl=5.0, mode="exclusive"),
+        lambda: locks.try_acquire_many([(resource, "exclusive")], ttl=5.0),
+        lambda: locks.release(resource, "some-token", mode="exclusive"),
+        lambda: locks.quorum("exclusive"),
+        lambda: asyncio.run(AsyncRedlock(cluster.urls).try_acquire(resource, ttl=5.0, mode="exclusive")),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidArgumentError, match=says):
+            call()
+    after = sum(s.command_calls("lock.acquire") + s.command_calls("lock.macquire") for s in cluster.servers)
+    assert after == before, "a refused call reached the nodes"
+    # The plain lock is "plain" (and the default).
+    with locks.lock(resource, ttl=5.0, mode="plain") as lock:
+        assert lock.mode == "plain"
+    lock = locks.try_acquire(resource, ttl=5.0)
+    assert lock.mode == "plain"
+    lock.release()
 
 
 def test_bad_names_and_sets(locks: Redlock, resource: str) -> None:

@@ -78,8 +78,8 @@ impl Kind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Mode {
     Read,
-    /// Exclusive: the holder of a plain or reentrant lock, or the writer of
-    /// a shared lock.
+    /// Alone: the holder of a plain or reentrant lock, or the writer of a
+    /// shared lock.
     Write,
     Permit,
 }

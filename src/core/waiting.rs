@@ -9,7 +9,7 @@
 //!   it ([`admission`]): a free key belongs to the head of its queue.
 //! - **FIFO per key, across modes.** A key serves its queue from the head:
 //!   a run of waiters for this key alone, for as long as the head can be
-//!   granted (one exclusive holder, a run of readers, as many permits as are
+//!   granted (one holder alone, a run of readers, as many permits as are
 //!   free), and stops at the first head that cannot be granted yet, so that
 //!   nobody behind it is served first ([`serve_run`]).
 //! - **Sets all or nothing, without deadlock.** A waiter for a set of keys

@@ -5,8 +5,10 @@
 //! in one breath); `redlock COMMAND --help` is the long help of one
 //! command, with its examples and the whole exit-code table.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 
+use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use redlock_client::Mode;
 
@@ -43,12 +45,12 @@ macro_rules! modes {
 Modes (--mode; release and extend take the same --mode/--permits so that
 they count the right quorum; with several resources, give it once for all
 or once per resource, and never permit):
-  exclusive  the plain lock (LOCK.ACQUIRE), the default: one holder
+  plain      the plain lock (LOCK.ACQUIRE), the default: one holder
   read       a read hold (LOCK.SHARED): shared with readers, never a writer
   write      a write hold (LOCK.EXCLUSIVE): no reader, no other writer
   permit     one of --permits permits (LOCK.SEMAPHORE); every client must
              give the same count
-exclusive, read and write need a majority (N/2+1) of grants (a set too: a
+plain, read and write need a majority (N/2+1) of grants (a set too: a
 node counts only if it granted, extended or released the whole set). A
 semaphore with L permits needs floor(L*N/(L+1))+1, more than a majority
 from L=2 on: for 5 nodes, L=1 -> 3, L=2 or 3 -> 4, L>=4 -> 5.
@@ -127,8 +129,8 @@ const RELEASE_HELP: &str = concat!(
     "\
 Releasing a lock this token no longer holds (already released, expired, or
 taken by another owner) is not an error that a retry fixes: it exits 3 and
-says so. For a lock held to protect work, it means the work may not have
-been exclusive.
+says so. For a lock held to protect work, it means another holder may have
+done work at the same time.
 
 Examples:
   redlock release deploy --token \"$REDLOCK_TOKEN\"
@@ -191,13 +193,40 @@ pub struct Cli {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ModeName {
     /// The plain lock: one holder.
-    Exclusive,
+    Plain,
     /// A read hold of a read-write lock.
     Read,
     /// The write hold of a read-write lock.
     Write,
     /// One of --permits permits of a semaphore.
     Permit,
+}
+
+/// Reads a `--mode` value as `ModeName` does, except that "exclusive"
+/// (which could mean `plain` or `write`) is a usage error that says which
+/// to write.
+#[derive(Clone, Copy, Debug)]
+struct ModeParser;
+
+impl TypedValueParser for ModeParser {
+    type Value = ModeName;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<ModeName, clap::Error> {
+        if value.to_str().is_some_and(|v| v.eq_ignore_ascii_case("exclusive")) {
+            let message = format!("{}\n", Mode::EXCLUSIVE_IS_AMBIGUOUS);
+            return Err(clap::Error::raw(ErrorKind::InvalidValue, message).with_cmd(cmd));
+        }
+        EnumValueParser::<ModeName>::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = PossibleValue> + '_>> {
+        Some(Box::new(ModeName::value_variants().iter().filter_map(ValueEnum::to_possible_value)))
+    }
 }
 
 /// Whether to run the fencing round after the grant.
@@ -217,7 +246,7 @@ pub struct ModeArgs {
     /// read-write lock, or a semaphore permit. With several resources:
     /// once for all, or once per resource in their order (repeated, or
     /// comma-separated); permit takes one resource only.
-    #[arg(long, value_enum, value_delimiter = ',', verbatim_doc_comment)]
+    #[arg(long, value_parser = ModeParser, value_delimiter = ',', verbatim_doc_comment)]
     pub mode: Vec<ModeName>,
     /// The semaphore's permit count (with --mode permit, and required by it).
     #[arg(long, value_name = "N", required_if_eq("mode", "permit"))]
@@ -228,7 +257,7 @@ impl ModeArgs {
     /// The mode of each of `resources` resources.
     pub fn modes(&self, resources: usize) -> Result<Vec<Mode>, String> {
         let names = match self.mode.as_slice() {
-            [] => vec![ModeName::Exclusive; resources],
+            [] => vec![ModeName::Plain; resources],
             [one] => vec![*one; resources],
             each if each.len() == resources => each.to_vec(),
             each => {
@@ -251,7 +280,7 @@ impl ModeArgs {
         Ok(names
             .into_iter()
             .map(|name| match name {
-                ModeName::Exclusive => Mode::Exclusive,
+                ModeName::Plain => Mode::Plain,
                 ModeName::Read => Mode::Read,
                 ModeName::Write => Mode::Write,
                 ModeName::Permit => Mode::Permit { permits: self.permits.unwrap_or(0) },
@@ -405,8 +434,8 @@ mod tests {
     fn modes_from_flags() {
         use ModeName::*;
         let one = |mode, permits| ModeArgs { mode: vec![mode], permits }.modes(1);
-        assert_eq!(ModeArgs { mode: vec![], permits: None }.modes(1), Ok(vec![Mode::Exclusive]));
-        assert_eq!(one(Exclusive, None), Ok(vec![Mode::Exclusive]));
+        assert_eq!(ModeArgs { mode: vec![], permits: None }.modes(1), Ok(vec![Mode::Plain]));
+        assert_eq!(one(Plain, None), Ok(vec![Mode::Plain]));
         assert_eq!(one(Read, None), Ok(vec![Mode::Read]));
         assert_eq!(one(Write, None), Ok(vec![Mode::Write]));
         assert_eq!(one(Permit, Some(2)), Ok(vec![Mode::Permit { permits: 2 }]));
@@ -414,9 +443,9 @@ mod tests {
         assert!(one(Read, Some(2)).is_err());
         // Several resources: none or one --mode for all, or one each.
         let many = |mode: Vec<ModeName>, n| ModeArgs { mode, permits: None }.modes(n);
-        assert_eq!(many(vec![], 3), Ok(vec![Mode::Exclusive; 3]));
+        assert_eq!(many(vec![], 3), Ok(vec![Mode::Plain; 3]));
         assert_eq!(many(vec![Read], 2), Ok(vec![Mode::Read; 2]));
-        assert_eq!(many(vec![Read, Write, Exclusive], 3), Ok(vec![Mode::Read, Mode::Write, Mode::Exclusive]));
+        assert_eq!(many(vec![Read, Write, Plain], 3), Ok(vec![Mode::Read, Mode::Write, Mode::Plain]));
         assert!(many(vec![Read, Write], 3).unwrap_err().contains("--mode given 2 times for 3 resources"));
         let permit = ModeArgs { mode: vec![Permit], permits: Some(2) }.modes(2);
         assert!(permit.unwrap_err().contains("cannot be part of a set"));
@@ -435,7 +464,7 @@ mod tests {
             "read,write",
             "c",
             "--mode",
-            "exclusive",
+            "plain",
             "--ttl",
             "900",
             "--",
@@ -445,15 +474,32 @@ mod tests {
         ])
         .unwrap();
         let resources = cli.command.resources().unwrap();
-        let expected = [("a", Mode::Read), ("b", Mode::Write), ("c", Mode::Exclusive)];
+        let expected = [("a", Mode::Read), ("b", Mode::Write), ("c", Mode::Plain)];
         assert_eq!(resources, expected.map(|(r, m)| (r.to_string(), m)));
         let Command::Exec { command, take, .. } = cli.command else { panic!("exec") };
         assert_eq!((command.len(), take.ttl), (3, 900));
         // One resource, as before.
         let cli =
             Cli::try_parse_from(["redlock", "--nodes", "n", "release", "deploy", "--token", "t"]).unwrap();
-        assert_eq!(cli.command.resources().unwrap(), [("deploy".to_string(), Mode::Exclusive)]);
+        assert_eq!(cli.command.resources().unwrap(), [("deploy".to_string(), Mode::Plain)]);
         assert!(Cli::try_parse_from(["redlock", "--nodes", "n", "acquire", "--ttl", "5"]).is_err(), "none");
+    }
+
+    #[test]
+    fn the_mode_exclusive_is_refused_as_ambiguous() {
+        for value in ["exclusive", "EXCLUSIVE", "read,exclusive"] {
+            let words = ["redlock", "--nodes", "n", "acquire", "a", "b", "--mode", value];
+            let error = Cli::try_parse_from(words).unwrap_err();
+            assert_eq!(error.kind(), clap::error::ErrorKind::InvalidValue, "{value}");
+            assert!(error.to_string().contains(Mode::EXCLUSIVE_IS_AMBIGUOUS), "{value}: {error}");
+        }
+        // The other names still parse, and the help still lists them.
+        let cli =
+            Cli::try_parse_from(["redlock", "--nodes", "n", "acquire", "a", "--mode", "plain"]).unwrap();
+        assert_eq!(cli.command.resources().unwrap(), [("a".to_string(), Mode::Plain)]);
+        let mut command = Cli::command();
+        let help = command.find_subcommand_mut("acquire").unwrap().render_long_help().to_string();
+        assert!(help.contains("Possible values:") && help.contains("- plain:"), "{help}");
     }
 
     #[test]

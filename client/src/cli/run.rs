@@ -85,7 +85,7 @@ async fn acquire(redlock: &Redlock, resources: &[(String, Mode)], ttl: u64, wait
             // `release`/`extend` need them back as --mode/--permits (not for
             // a set, which always needs a majority).
             if let [(_, mode)] = resources {
-                if *mode != Mode::Exclusive {
+                if *mode != Mode::Plain {
                     println!("REDLOCK_MODE={}", mode.name());
                 }
                 if let Mode::Permit { permits } = mode {

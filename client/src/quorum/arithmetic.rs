@@ -84,12 +84,13 @@ pub fn semaphore_quorum(nodes: usize, permits: u32) -> usize {
     usize::try_from(q).unwrap_or(nodes).min(nodes.max(1))
 }
 
-/// What a grant asks the nodes for.
+/// What a grant asks the nodes for: `plain`, `read`, `write` or `permit`
+/// by [`Mode::name`] (`write` sends the module's `LOCK.EXCLUSIVE`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Mode {
     /// The plain lock (`LOCK.ACQUIRE`): one holder.
     #[default]
-    Exclusive,
+    Plain,
     /// A read hold of a read-write lock (`LOCK.SHARED`): many readers.
     Read,
     /// A write hold of a read-write lock (`LOCK.EXCLUSIVE`): alone, no
@@ -100,9 +101,17 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// What the CLI and the Python package answer to the mode name
+    /// "exclusive", which they do not take: it could mean the plain lock
+    /// or the write side of a read-write lock (the module's
+    /// `LOCK.EXCLUSIVE`).
+    pub const EXCLUSIVE_IS_AMBIGUOUS: &'static str =
+        "mode 'exclusive' is ambiguous: use 'plain' (LOCK.ACQUIRE, \
+         one holder) or 'write' (the write side of a read-write lock)";
+
     pub fn name(self) -> &'static str {
         match self {
-            Mode::Exclusive => "exclusive",
+            Mode::Plain => "plain",
             Mode::Read => "read",
             Mode::Write => "write",
             Mode::Permit { .. } => "permit",
@@ -118,7 +127,7 @@ impl Mode {
     /// [`semaphore_quorum`].
     pub fn quorum(self) -> Quorum {
         match self {
-            Mode::Exclusive | Mode::Read | Mode::Write => Quorum::Majority,
+            Mode::Plain | Mode::Read | Mode::Write => Quorum::Majority,
             Mode::Permit { permits } => Quorum::Permits(permits),
         }
     }
@@ -233,7 +242,7 @@ mod tests {
             }
         }
         assert_eq!(Mode::Permit { permits: 2 }.quorum().need(5), 4);
-        for mode in [Mode::Exclusive, Mode::Read, Mode::Write, Mode::Permit { permits: 1 }] {
+        for mode in [Mode::Plain, Mode::Read, Mode::Write, Mode::Permit { permits: 1 }] {
             assert_eq!(mode.quorum().need(5), 3, "{mode:?}");
         }
     }
@@ -300,9 +309,9 @@ mod tests {
     fn modes_have_the_cli_names() {
         // The CLI prints them (REDLOCK_MODE) and reads them back (--mode).
         let names: Vec<&str> =
-            [Mode::Exclusive, Mode::Read, Mode::Write, Mode::Permit { permits: 3 }].map(Mode::name).to_vec();
-        assert_eq!(names, ["exclusive", "read", "write", "permit"]);
-        assert_eq!(Mode::default(), Mode::Exclusive);
+            [Mode::Plain, Mode::Read, Mode::Write, Mode::Permit { permits: 3 }].map(Mode::name).to_vec();
+        assert_eq!(names, ["plain", "read", "write", "permit"]);
+        assert_eq!(Mode::default(), Mode::Plain);
     }
 
     #[test]
