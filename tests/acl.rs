@@ -401,6 +401,19 @@ fn docs_recipes_are_the_ones_tested() {
     assert_eq!(granted, expected);
 }
 
+/// What a lock-only user (either `locker` recipe) is refused while it
+/// holds `lock:x`: a stray DEL or SET would make the module quarantine the
+/// key, GET reads the raw value, REVOKE frees without the token,
+/// CONTENDED lists keys, and `other:x` is outside its pattern.
+const LOCKER_REFUSED: [&[&str]; 6] = [
+    &["GET", "lock:x"],
+    &["DEL", "lock:x"],
+    &["SET", "lock:x", "v"],
+    &["LOCK.REVOKE", "lock:x"],
+    &["LOCK.CONTENDED"],
+    &["LOCK.ACQUIRE", "other:x", "t", "20000"],
+];
+
 #[test]
 fn locker_takes_and_releases_locks_and_nothing_else() {
     let server = Server::start();
@@ -413,17 +426,9 @@ fn locker_takes_and_releases_locks_and_nothing_else() {
     let fence = ok(&mut c, &["LOCK.ACQUIRE", "lock:x", "t", "20000"]);
     assert!(matches!(fence, Value::Int(_)), "granted: {fence:?}");
     let before = lock_snapshot(&mut admin, "lock:x");
-    // A stray DEL or SET would make the module quarantine the key; GET
-    // reads the raw value; REVOKE frees without the token: all refused.
-    for words in [
-        &["GET", "lock:x"][..],
-        &["DEL", "lock:x"],
-        &["SET", "lock:x", "v"],
-        &["LOCK.REVOKE", "lock:x"],
-        &["LOCK.ACQUIRE", "other:x", "t", "20000"],
-        &["LOCK.MACQUIRE", "t", "20000", "2", "lock:y", "other:y"],
-        &["LOCK.CONTENDED"],
-    ] {
+    for words in
+        LOCKER_REFUSED.iter().chain(&[&["LOCK.MACQUIRE", "t", "20000", "2", "lock:y", "other:y"][..]])
+    {
         assert_noperm(&mut c, words);
     }
     assert_eq!(lock_snapshot(&mut admin, "lock:x"), before, "refused calls changed the lock");
@@ -563,15 +568,7 @@ fn category_recipe_works_where_the_module_has_its_category() {
     let mut c = login(&server, "locker", PASSWORD);
     assert!(matches!(ok(&mut c, &["LOCK.ACQUIRE", "lock:x", "t", "20000"]), Value::Int(_)));
     let before = lock_snapshot(&mut admin, "lock:x");
-    for words in [
-        &["GET", "lock:x"][..],
-        &["DEL", "lock:x"],
-        &["SET", "lock:x", "v"],
-        &["LOCK.REVOKE", "lock:x"],
-        &["LOCK.CONTENDED"],
-        &["LOCK.ACQUIRE", "other:x", "t", "20000"],
-        &["SELECT", "1"],
-    ] {
+    for words in LOCKER_REFUSED.iter().chain(&[&["SELECT", "1"][..]]) {
         assert_noperm(&mut c, words);
     }
     assert_eq!(lock_snapshot(&mut admin, "lock:x"), before, "refused calls changed the lock");
