@@ -806,11 +806,19 @@ impl Run<'_> {
         let [p1, _, _] = self.probers;
         let delay = 400;
         let start = self.now();
+        let delayed_before = self.cluster.proxies[4].delayed();
         self.cluster.set_mode(&[4], Mode::DelayAcquires { ms: delay });
         let sent = Instant::now();
         let h1 = p1.acquire_within(resource, Want::Plain, self.bound, rng).await;
         self.cluster.heal(&[4], false);
+        // The probe proves nothing unless node 4's ACQUIRE was held back
+        // (the proxy once matched the command's letter case only).
+        let held_back = self.cluster.proxies[4].delayed() > delayed_before;
         let h1 = h1.ok_or("ordering probe: P1 not granted")?;
+        if !held_back {
+            p1.finish(h1).await;
+            return Err("ordering probe: node 4's ACQUIRE was not held back by its proxy".into());
+        }
         if h1.op.complete.saturating_sub(h1.op.invoke) > ms(delay / 2) {
             p1.finish(h1).await;
             return Err("ordering probe: P1's round waited for node 4".into());

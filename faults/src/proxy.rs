@@ -43,8 +43,9 @@ pub enum Mode {
     DelayRequests {
         ms: u64,
     },
-    /// Only request chunks that carry a `LOCK.ACQUIRE` are held back (and
-    /// what follows them on the same connection): a new connection's
+    /// Only request chunks that carry a `LOCK.ACQUIRE` (in any letter case,
+    /// as Redis reads command names) are held back (and what follows them
+    /// on the same connection): a new connection's
     /// handshake is not, so that a client that opens one per call is not
     /// simply cut off.
     DelayAcquires {
@@ -60,7 +61,9 @@ impl Mode {
     fn request_delay(self, chunk: &[u8]) -> Option<Duration> {
         match self {
             Mode::DelayRequests { ms } => Some(Duration::from_millis(ms)),
-            Mode::DelayAcquires { ms } if chunk.windows(12).any(|w| w == b"LOCK.ACQUIRE") => {
+            Mode::DelayAcquires { ms }
+                if chunk.windows(12).any(|w| w.eq_ignore_ascii_case(b"LOCK.ACQUIRE")) =>
+            {
                 Some(Duration::from_millis(ms))
             }
             _ => None,
@@ -82,6 +85,9 @@ struct Shared {
     cuts: watch::Sender<u64>,
     rng: Mutex<StdRng>,
     dropped: AtomicU64,
+    /// Request chunks held back (`DelayRequests`, `DelayAcquires`): a
+    /// probe checks that its fault took effect.
+    delayed: AtomicU64,
 }
 
 pub struct Proxy {
@@ -107,6 +113,7 @@ impl Proxy {
             cuts: watch::channel(0).0,
             rng: Mutex::new(StdRng::seed_from_u64(seed)),
             dropped: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
         });
         let for_accept = shared.clone();
         let accept = tokio::spawn(async move {
@@ -155,6 +162,11 @@ impl Proxy {
     /// Replies dropped so far.
     pub fn dropped(&self) -> u64 {
         self.shared.dropped.load(Ordering::SeqCst)
+    }
+
+    /// Request chunks held back so far.
+    pub fn delayed(&self) -> u64 {
+        self.shared.delayed.load(Ordering::SeqCst)
     }
 }
 
@@ -242,6 +254,7 @@ async fn serve(client: TcpStream, shared: Arc<Shared>) {
                 }
                 let delay = mode.borrow().request_delay(&buf[..n]);
                 if let Some(delay) = delay {
+                    for_delay.delayed.fetch_add(1, Ordering::SeqCst);
                     if !wait_uncut(delay, &for_delay, generation).await {
                         return;
                     }
