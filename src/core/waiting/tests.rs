@@ -378,6 +378,9 @@ fn waiting_bookkeeping_arms_once_and_times_out_in_order() {
     w.timer_fired(&k, 49);
     assert_eq!(w.disarm(&k), Some(7), "a timer not yet due stays");
     assert_eq!(w.disarm(&k), None);
+    w.timer_started(k.clone(), 8, 50);
+    w.timer_fired(&k, 50);
+    assert_eq!(w.arm(&k, 60), Arm::Start { stop: None }, "a timer that fired is gone");
     let waiter = |h: u32, at: i64| Waiter {
         handle: h,
         keys: std::iter::once((key("k"), Want::plain())).collect(),
@@ -392,6 +395,7 @@ fn waiting_bookkeeping_arms_once_and_times_out_in_order() {
     assert_eq!(w.arm_timeouts(100), Arm::Start { stop: None });
     w.timeout_timer_started(9, 100);
     assert_eq!(w.arm_timeouts(150), Arm::Keep);
+    assert_eq!(w.arm_timeouts(50), Arm::Start { stop: Some(9) }, "a timer firing too late is replaced");
     let (first, _) = w.remove(3).unwrap();
     assert_eq!(first.handle, 3);
     assert_eq!(w.timed_out(250), (vec![2], Some(300)), "3 left before its timeout");
