@@ -610,6 +610,30 @@ mod tests {
     }
 
     #[test]
+    fn a_flush_of_one_database_leaves_the_others_and_high_numbers_share_a_slot() {
+        let mut f = Forgetting::default();
+        f.note(1, key_hash(1, b"a"), NOW + 4_000, NOW, 0);
+        let one = f.flushed(1, NOW, 0);
+        assert_eq!(one.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(), vec![(1, NOW + 4_000)]);
+        assert_eq!(f.refusal(0, b"a", NOW), None, "FLUSHDB of db 1 is not a FLUSHALL");
+        assert_eq!(f.refusal(1, b"a", NOW).map(|q| q.left_ms(NOW + 1_000)), Some(3_000));
+        assert_eq!(
+            f.refusal(1, b"a", NOW + 3_999).map(|q| q.left_ms(NOW + 4_500)),
+            Some(0),
+            "never negative"
+        );
+        // Databases past the last slot share it: a flush of one of them
+        // covers the latest lock of any (more refusals, never fewer).
+        let high = DB_SLOTS as i32 + 5;
+        f.note(high, key_hash(high, b"h"), NOW + 7_000, NOW, 0);
+        let flushed = f.flushed(high + 1, NOW, 0);
+        assert_eq!(
+            flushed.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(),
+            vec![(high + 1, NOW + 7_000)]
+        );
+    }
+
+    #[test]
     fn a_swap_quarantines_both_databases_until_the_later_lock() {
         let mut f = Forgetting::default();
         f.note(0, key_hash(0, b"a"), NOW + 4_000, NOW, 0);
