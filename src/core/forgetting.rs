@@ -281,6 +281,11 @@ impl Forgetting {
     /// or found arriving by a migration.
     pub fn note(&mut self, db: i32, hash: u64, deadline_ms: i64, now_ms: i64, cool_down_ms: i64) {
         self.sketch.get_or_insert_with(DeadlineSketch::default).note(hash, deadline_ms, now_ms, cool_down_ms);
+        self.raise_latest(db, deadline_ms);
+    }
+
+    /// The latest deadline of `db`'s locks is at least `deadline_ms`.
+    fn raise_latest(&mut self, db: i32, deadline_ms: i64) {
         let slot = db_slot(db);
         if self.latest_by_db.len() <= slot {
             self.latest_by_db.resize(slot + 1, 0);
@@ -389,13 +394,7 @@ impl Forgetting {
     pub fn swapped(&mut self, a: i32, b: i32, now_ms: i64, cool_down_ms: i64) -> Vec<Quarantined> {
         let latest = self.db_latest(a).max(self.db_latest(b));
         for db in [a, b] {
-            let slot = db_slot(db);
-            if self.latest_by_db.len() <= slot {
-                self.latest_by_db.resize(slot + 1, 0);
-            }
-            if let Some(l) = self.latest_by_db.get_mut(slot) {
-                *l = (*l).max(latest);
-            }
+            self.raise_latest(db, latest);
         }
         let Some(until) = Self::in_force(latest, now_ms, cool_down_ms) else { return Vec::new() };
         vec![self.quarantine_db(a, until, Cause::Swapped(b)), self.quarantine_db(b, until, Cause::Swapped(a))]
@@ -631,6 +630,20 @@ mod tests {
             flushed.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(),
             vec![(high + 1, NOW + 7_000)]
         );
+    }
+
+    #[test]
+    fn a_swap_keeps_every_other_database_s_latest_and_reaches_new_ones() {
+        let mut f = Forgetting::default();
+        f.note(5, key_hash(5, b"e"), NOW + 6_000, NOW, 0);
+        f.note(2, key_hash(2, b"c"), NOW + 3_000, NOW, 0);
+        f.swapped(0, 1, NOW, 0);
+        let five = f.flushed(5, NOW, 0);
+        assert_eq!(five.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(), vec![(5, NOW + 6_000)]);
+        // Database 9 never held a lock of its own: it now holds db 2's.
+        f.swapped(2, 9, NOW, 0);
+        let nine = f.flushed(9, NOW + 1_000, 0);
+        assert_eq!(nine.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(), vec![(9, NOW + 3_000)]);
     }
 
     #[test]
