@@ -647,6 +647,19 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_names_the_longest_quarantine_that_applies() {
+        let mut f = Forgetting::default();
+        f.note(0, key_hash(0, b"z"), NOW + 3_000, NOW, 0);
+        f.flushed(0, NOW, 0);
+        f.note(0, key_hash(0, b"k"), NOW + 8_000, NOW, 0);
+        f.key_changed(0, b"k", changed(), NOW, 0);
+        let found = f.refusal(0, b"k", NOW + 1_000);
+        assert_eq!(found.as_ref().map(|q| (q.key, q.until_ms)), Some((true, NOW + 8_000)), "{found:?}");
+        let other = f.refusal(0, b"other", NOW + 1_000);
+        assert_eq!(other.map(|q| (q.key, q.until_ms)), Some((false, NOW + 3_000)));
+    }
+
+    #[test]
     fn a_swap_quarantines_both_databases_until_the_later_lock() {
         let mut f = Forgetting::default();
         f.note(0, key_hash(0, b"a"), NOW + 4_000, NOW, 0);
