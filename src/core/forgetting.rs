@@ -659,6 +659,22 @@ mod tests {
         assert_eq!(other.map(|q| (q.key, q.until_ms)), Some((false, NOW + 3_000)));
     }
 
+    /// The node stops looking for quarantines once these counts are all 0:
+    /// a quarantine in force that they miss would let grants through.
+    #[test]
+    fn the_counts_cover_exactly_the_quarantines_in_force() {
+        let mut f = Forgetting::default();
+        f.note(0, key_hash(0, b"k"), NOW + 5_000, NOW, 0);
+        f.key_changed(0, b"k", changed(), NOW, 0);
+        f.note(3, key_hash(3, b"d"), NOW + 2_000, NOW, 0);
+        f.flushed(3, NOW, 0);
+        assert_eq!(f.in_force_counts(NOW), (1, 1, 5_000));
+        assert_eq!(f.in_force_counts(NOW + 1_999), (1, 1, 3_001));
+        assert_eq!(f.in_force_counts(NOW + 2_000), (1, 0, 3_000));
+        assert_eq!(f.in_force_counts(NOW + 4_999), (1, 0, 1));
+        assert_eq!(f.in_force_counts(NOW + 5_000), (0, 0, 0));
+    }
+
     #[test]
     fn a_swap_quarantines_both_databases_until_the_later_lock() {
         let mut f = Forgetting::default();
