@@ -358,7 +358,7 @@ fn fail_all(call: &Call<'_>, node: &Node, now_ms: i64, key: &KeyId, line: &str) 
         node.stats.waits_failed.bump();
         // A waiter for a set learns which of its keys failed it.
         let line = match w.keys.iter().position(|(k, _)| k == key) {
-            Some(at) if w.keys.len() > 1 => errors::in_set(line, at, &key.1),
+            Some(at) if w.is_set() => errors::in_set(line, at, &key.1),
             _ => line.to_owned(),
         };
         ffi::unblock(w.handle, WaitResult::Failed(line));
