@@ -477,6 +477,11 @@ mod tests {
         Cause::Changed("del".into())
     }
 
+    /// The database and end of each quarantine, in order.
+    fn spans(quarantines: &[Quarantined]) -> Vec<(i32, i64)> {
+        quarantines.iter().map(|q| (q.db, q.until_ms)).collect()
+    }
+
     /// The sketch's precision rests on the hash: keys that differ (in any
     /// byte, in length, in database) must get different hashes, and
     /// spread over the buckets and tags, or a grant elsewhere would keep
@@ -603,7 +608,7 @@ mod tests {
         assert_eq!(one.len(), 1);
         assert_eq!((one[0].db, one[0].until_ms), (0, NOW + 4_000));
         let all = f.flushed(ALL_DBS, NOW + 5_000, 0);
-        assert_eq!(all.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(), vec![(2, NOW + 9_000)]);
+        assert_eq!(spans(&all), vec![(2, NOW + 9_000)]);
         assert_eq!(f.refusal(2, b"any", NOW + 8_999).map(|q| q.key), Some(false));
         assert_eq!(f.refusal(2, b"any", NOW + 9_000), None);
     }
@@ -613,7 +618,7 @@ mod tests {
         let mut f = Forgetting::default();
         f.note(1, key_hash(1, b"a"), NOW + 4_000, NOW, 0);
         let one = f.flushed(1, NOW, 0);
-        assert_eq!(one.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(), vec![(1, NOW + 4_000)]);
+        assert_eq!(spans(&one), vec![(1, NOW + 4_000)]);
         assert_eq!(f.refusal(0, b"a", NOW), None, "FLUSHDB of db 1 is not a FLUSHALL");
         assert_eq!(f.refusal(1, b"a", NOW).map(|q| q.left_ms(NOW + 1_000)), Some(3_000));
         assert_eq!(
@@ -626,10 +631,7 @@ mod tests {
         let high = DB_SLOTS as i32 + 5;
         f.note(high, key_hash(high, b"h"), NOW + 7_000, NOW, 0);
         let flushed = f.flushed(high + 1, NOW, 0);
-        assert_eq!(
-            flushed.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(),
-            vec![(high + 1, NOW + 7_000)]
-        );
+        assert_eq!(spans(&flushed), vec![(high + 1, NOW + 7_000)]);
     }
 
     #[test]
@@ -639,11 +641,11 @@ mod tests {
         f.note(2, key_hash(2, b"c"), NOW + 3_000, NOW, 0);
         f.swapped(0, 1, NOW, 0);
         let five = f.flushed(5, NOW, 0);
-        assert_eq!(five.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(), vec![(5, NOW + 6_000)]);
+        assert_eq!(spans(&five), vec![(5, NOW + 6_000)]);
         // Database 9 never held a lock of its own: it now holds db 2's.
         f.swapped(2, 9, NOW, 0);
         let nine = f.flushed(9, NOW + 1_000, 0);
-        assert_eq!(nine.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(), vec![(9, NOW + 3_000)]);
+        assert_eq!(spans(&nine), vec![(9, NOW + 3_000)]);
     }
 
     #[test]
@@ -681,10 +683,7 @@ mod tests {
         f.note(0, key_hash(0, b"a"), NOW + 4_000, NOW, 0);
         f.note(1, key_hash(1, b"b"), NOW + 7_000, NOW, 0);
         let q = f.swapped(0, 1, NOW, 0);
-        assert_eq!(
-            q.iter().map(|q| (q.db, q.until_ms)).collect::<Vec<_>>(),
-            vec![(0, NOW + 7_000), (1, NOW + 7_000)]
-        );
+        assert_eq!(spans(&q), vec![(0, NOW + 7_000), (1, NOW + 7_000)]);
         assert_eq!(f.refusal(0, b"a", NOW + 6_999).map(|q| q.cause), Some(Cause::Swapped(1)));
         // Each database took on the other's latest lock: a flush now covers it.
         assert_eq!(f.flushed(0, NOW + 7_000, 0), vec![]);
