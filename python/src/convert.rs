@@ -26,23 +26,9 @@ pub(crate) fn shut_down() -> bool {
 }
 
 /// A mode from its Python spelling: "plain", "read", "write", or
-/// "permit" with `permits`. "exclusive" is refused as ambiguous (the plain
-/// lock, or the write side of a read-write lock?).
+/// "permit" with `permits` (the client's [`Mode::from_name`]).
 pub(crate) fn mode(name: &str, permits: Option<u32>) -> Result<Mode, Error> {
-    match (name, permits) {
-        ("plain", None) => Ok(Mode::Plain),
-        ("read", None) => Ok(Mode::Read),
-        ("write", None) => Ok(Mode::Write),
-        ("permit", Some(permits)) => Ok(Mode::Permit { permits }),
-        ("permit", None) => Err(Error::InvalidArgument("mode 'permit' needs permits=N".into())),
-        ("exclusive", _) => Err(Error::InvalidArgument(Mode::EXCLUSIVE_IS_AMBIGUOUS.into())),
-        ("plain" | "read" | "write", Some(_)) => {
-            Err(Error::InvalidArgument(format!("permits is only for mode 'permit', not '{name}'")))
-        }
-        _ => Err(Error::InvalidArgument(format!(
-            "unknown mode {name:?} (one of 'plain', 'read', 'write', 'permit')"
-        ))),
-    }
+    Mode::from_name(name, permits).map_err(Error::InvalidArgument)
 }
 
 /// The Python spelling of a mode: its name and, for a permit, the count.

@@ -109,6 +109,26 @@ impl Mode {
         "mode 'exclusive' is ambiguous: use 'plain' (LOCK.ACQUIRE, \
          one holder) or 'write' (the write side of a read-write lock)";
 
+    /// The mode a binding's caller names: "plain", "read", "write", or
+    /// "permit" with `permits`. "exclusive" is refused as ambiguous (the
+    /// plain lock, or the write side of a read-write lock?); so are a
+    /// permit without a count and a count without a permit. The error is
+    /// the message for the caller.
+    pub fn from_name(name: &str, permits: Option<u32>) -> Result<Mode, String> {
+        match (name, permits) {
+            ("plain", None) => Ok(Mode::Plain),
+            ("read", None) => Ok(Mode::Read),
+            ("write", None) => Ok(Mode::Write),
+            ("permit", Some(permits)) => Ok(Mode::Permit { permits }),
+            ("permit", None) => Err("mode 'permit' needs a permit count".into()),
+            ("exclusive", _) => Err(Mode::EXCLUSIVE_IS_AMBIGUOUS.into()),
+            ("plain" | "read" | "write", Some(_)) => {
+                Err(format!("a permit count is only for mode 'permit', not '{name}'"))
+            }
+            _ => Err(format!("unknown mode {name:?} (one of 'plain', 'read', 'write', 'permit')")),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Plain => "plain",
