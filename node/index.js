@@ -164,6 +164,22 @@ function ttlOf(opts) {
   return millis(opts.ttl, "ttl");
 }
 
+/** One node's LOCK.INFO, with null for what it does not have. */
+function lockInfo(info) {
+  return Object.freeze({
+    kind: info.kind,
+    holder: info.holder,
+    holds: info.holds,
+    fence: info.fence,
+    ttl: info.ttl,
+    deadline: info.deadline,
+    waiters: info.waiters,
+    permits: info.permits ?? null,
+    holders: Object.freeze(info.holders.map((h) => Object.freeze({ ...h }))),
+    refused: info.refused ? Object.freeze({ ...info.refused }) : null,
+  });
+}
+
 // --- the lock -------------------------------------------------------------
 
 /**
@@ -495,7 +511,8 @@ class Redlock {
 
   /** LOCK.INFO from every node, in node order: [{ node, info, error }]. */
   async info(resource) {
-    return this.#open().info(text(resource, "resource"));
+    const reports = await this.#open().info(text(resource, "resource"));
+    return reports.map((r) => Object.freeze({ node: r.node, info: r.info ? lockInfo(r.info) : null, error: r.error ?? null }));
   }
 
   /** Waits (bounded) for the calls that rounds left running in the background: call it before the process exits. */
