@@ -7,7 +7,7 @@
 const assert = require("node:assert/strict");
 const { test } = require("node:test");
 
-const { Cluster, resourceName } = require("./nodes");
+const { Cluster, aborted, resourceName } = require("./nodes");
 const { LockLostError, NodesUnreachableError, NoQuorumError, QuarantinedError, Redlock } = require("./package");
 
 const T = { timeout: 60_000 };
@@ -74,7 +74,7 @@ test("the AbortSignal fires when a majority of nodes is killed, before the valid
     const outcome = locks.using(resource, { ttl }, async (signal, lock) => {
       const deadline = Date.now() + lock.validity;
       for (const i of [0, 2, 4]) cluster.servers[i].kill();
-      await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+      await aborted(signal, ttl);
       assert.ok(Date.now() < deadline, "told before the validity ran out");
       assert.equal(lock.status, "lost");
       return "routine ended";
@@ -95,7 +95,7 @@ test("without a watchdog the signal fires when the validity runs out, not before
     const locks = await Redlock.connect(cluster.urls);
     const lock = await locks.acquire(resource, { ttl: 400 });
     const deadline = performance.now() + lock.validity;
-    const reason = await new Promise((resolve) => lock.signal.addEventListener("abort", () => resolve(lock.signal.reason)));
+    const reason = await aborted(lock.signal, 5_000);
     assert.ok(performance.now() >= deadline - 1, "not before the deadline");
     assert.ok(reason instanceof LockLostError);
     assert.equal(reason.reason, "expired");
@@ -111,7 +111,7 @@ test("a bounded watchdog stops, and the loss says so", T, (t) =>
     const locks = await Redlock.connect(cluster.urls);
     const lock = await locks.acquire(resource, { ttl: 300 });
     await lock.startWatchdog({ renewalsMax: 2 });
-    const reason = await new Promise((resolve) => lock.signal.addEventListener("abort", () => resolve(lock.signal.reason)));
+    const reason = await aborted(lock.signal, 5_000);
     assert.equal(reason.reason, "watchdog_limit");
     assert.match(reason.message, /stopped renewing after 2 renewals/);
     await locks.close();

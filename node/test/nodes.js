@@ -53,6 +53,18 @@ async function waitUntil(withinMs, what, check, everyMs = 10) {
   throw new Error(`timed out after ${withinMs} ms waiting for ${what}`);
 }
 
+/** Resolves with the signal's reason once it aborts; rejects after `withinMs`. */
+function aborted(signal, withinMs) {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return resolve(signal.reason);
+    const timer = setTimeout(() => reject(new Error(`the signal did not fire within ${withinMs} ms`)), withinMs);
+    signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve(signal.reason);
+    }, { once: true });
+  });
+}
+
 function freePort() {
   return new Promise((resolve, reject) => {
     const probe = net.createServer();
@@ -243,6 +255,10 @@ async function startServer(moduleArgs = []) {
        "--loadmodule", moduleSo(), ...args],
       { stdio: "ignore" },
     );
+    // The test process may end with a server still up (a test that timed
+    // out): the exit handler kills it by PID, and the handle must not keep
+    // the process waiting.
+    child.unref();
     const server = new Server(port, child, dir);
     let exited = false;
     child.once("exit", () => {
@@ -305,4 +321,4 @@ function resourceName(t) {
   return `node:${t.name.replace(/\s+/g, "-").slice(0, 40)}:${process.pid}:${counter}`;
 }
 
-module.exports = { Cluster, ReplyError, resourceName, serverName, sleep, startServer, waitUntil, REPO };
+module.exports = { Cluster, ReplyError, aborted, resourceName, serverName, sleep, startServer, waitUntil, REPO };
