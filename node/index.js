@@ -10,9 +10,19 @@
 
 const path = require("node:path");
 const util = require("node:util");
-const errors = require("./errors");
-
-const { fromFailure, invalid, tallyOf } = errors;
+const {
+  RedlockError,
+  LockHeldError,
+  NoQuorumError,
+  QuarantinedError,
+  NodesUnreachableError,
+  ExpiredBeforeUseError,
+  LockLostError,
+  InvalidArgumentError,
+  fromFailure,
+  invalid,
+  tallyOf,
+} = require("./errors");
 
 const NATIVE = path.join(__dirname, "redlock_client.node");
 
@@ -536,15 +546,17 @@ class Redlock {
   }
 }
 
+// Shorthand only: Node's ES module loader finds these names as named
+// exports (`import { Redlock } from "redlock-client"`).
 module.exports = {
   Redlock,
   Lock,
-  RedlockError: errors.RedlockError,
-  LockHeldError: errors.LockHeldError,
-  NoQuorumError: errors.NoQuorumError,
-  QuarantinedError: errors.QuarantinedError,
-  NodesUnreachableError: errors.NodesUnreachableError,
-  ExpiredBeforeUseError: errors.ExpiredBeforeUseError,
-  LockLostError: errors.LockLostError,
-  InvalidArgumentError: errors.InvalidArgumentError,
+  RedlockError,
+  LockHeldError,
+  NoQuorumError,
+  QuarantinedError,
+  NodesUnreachableError,
+  ExpiredBeforeUseError,
+  LockLostError,
+  InvalidArgumentError,
 };
