@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
+use tokio::runtime::Handle;
 use redlock_client::{Config, Error, Guard, Mode, Redlock, Result};
 
 use crate::convert::{
@@ -50,7 +51,9 @@ async fn attempt(redlock: Redlock, claims: Arc<Claims>, ttl: Duration, fence: bo
         Claims::Many(set) => redlock.try_acquire_many(set, ttl).await?,
     };
     let fenced = if fence { Some(guard.fencing_token().await?) } else { None };
-    Ok(Held::new(guard, fenced))
+    // Always there: this runs as a task of the runtime.
+    let runtime = Handle::try_current().map_err(|e| Error::InvalidArgument(format!("no runtime: {e}")))?;
+    Ok(Held::new(guard, fenced, runtime))
 }
 
 /// Connects to every node, in parallel, each within `connect_timeout` ms.

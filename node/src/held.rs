@@ -115,8 +115,8 @@ pub struct Held {
 }
 
 impl Held {
-    /// Called on the runtime (by an acquire), whose handle it keeps.
-    pub fn new(guard: Guard, fenced: Option<u64>) -> Held {
+    /// `runtime`: the one the guard's rounds run on (an acquire's).
+    pub fn new(guard: Guard, fenced: Option<u64>, runtime: Handle) -> Held {
         let fencing = OnceLock::new();
         if let Some(token) = fenced {
             let _ = fencing.set(token);
@@ -130,7 +130,7 @@ impl Held {
             fenced: fencing,
             ended: OnceLock::new(),
             watcher: Mutex::new(None),
-            runtime: Handle::current(),
+            runtime,
         };
         Held { state: Arc::new(state), token, resources }
     }

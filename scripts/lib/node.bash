@@ -8,7 +8,8 @@
 #   node_install_package DIR            makes DIR a project of its own (a
 #                                       package.json) and installs node/ into
 #                                       it with the README's own command,
-#                                       `npm install /path/to/repo/node`,
+#                                       `npm install --install-links=false
+#                                       /path/to/repo/node`,
 #                                       whose install script builds the
 #                                       native module with cargo
 #                                       (node/build.js); its node_modules is
@@ -43,7 +44,7 @@ node_install_package() {
   rm -rf "$dir" "$top/node/redlock_client.node"
   mkdir -p "$dir"
   echo '{ "name": "redlock-client-tests", "private": true }' >"$dir/package.json"
-  (cd "$dir" && timeout 1200 npm install --no-audit --no-fund --loglevel=error "$top/node") >&2
+  (cd "$dir" && timeout 1200 npm install --install-links=false --no-audit --no-fund --loglevel=error "$top/node") >&2
   # npm runs the install script of a local folder (the warning of npm 11
   # says it may not always); the tests need what it built.
   [ -f "$top/node/redlock_client.node" ] || {
