@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
-use tokio::runtime::Handle;
 use redlock_client::{Config, Error, Guard, Mode, Redlock, Result};
+use tokio::runtime::Handle;
 
 use crate::convert::{
     millis, millis_out, mode, node_report, outcome, policy, NodeReport, Outcome, Retry, TallyInfo,
