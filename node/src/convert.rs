@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use napi::bindgen_prelude::{BigInt, Either};
 use napi_derive::napi;
-use redlock_client::{Error, HolderInfo, LockInfo, Lost, Mode, NodeInfo, Phase, RetryPolicy, Tally};
+use redlock_client::{Error, HolderInfo, LockInfo, Lost, Mode, NodeInfo, RetryPolicy, Tally};
 
 /// What every fallible operation resolves to: its value, or a
 /// [`Failure`] (which JavaScript tells apart with `instanceof`).
@@ -45,7 +45,7 @@ impl Failure {
             _ => None,
         };
         let reason = match error {
-            Error::Lost { reason, .. } => Some(lost_name(reason).to_string()),
+            Error::Lost { reason, .. } => Some(reason.name().to_string()),
             _ => None,
         };
         let base = CauseInfo::of(error);
@@ -97,7 +97,7 @@ impl CauseInfo {
         let (kind, resource, phase, tally) = match error {
             Error::Contended { resource, tally } => ("held", Some(resource), None, Some(tally)),
             Error::NoQuorum { resource, phase, tally } => {
-                ("no_quorum", Some(resource), Some(phase_name(*phase)), Some(tally))
+                ("no_quorum", Some(resource), Some(phase.name()), Some(tally))
             }
             Error::ExpiredBeforeUse { resource, .. } => ("expired_before_use", Some(resource), None, None),
             Error::Lost { resource, .. } => ("lost", Some(resource), None, None),
@@ -149,25 +149,6 @@ impl TallyInfo {
             first_failure: tally.first_failure.as_deref().map(str::to_string),
             pending: count(tally.pending()),
         }
-    }
-}
-
-fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Acquire => "acquire",
-        Phase::Fence => "fence",
-        Phase::Extend => "extend",
-        Phase::Release => "release",
-        Phase::Enter => "enter",
-        Phase::Exit => "exit",
-    }
-}
-
-fn lost_name(lost: &Lost) -> &'static str {
-    match lost {
-        Lost::Expired => "expired",
-        Lost::WatchdogLimit { .. } => "watchdog_limit",
-        Lost::RenewalFailed(_) => "renewal_failed",
     }
 }
 
