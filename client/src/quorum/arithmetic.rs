@@ -239,6 +239,26 @@ mod tests {
     }
 
     #[test]
+    fn modes_by_name_round_trip_and_refuse_what_is_not_one() {
+        for mode in [Mode::Plain, Mode::Read, Mode::Write, Mode::Permit { permits: 3 }] {
+            let permits = match mode {
+                Mode::Permit { permits } => Some(permits),
+                _ => None,
+            };
+            assert_eq!(Mode::from_name(mode.name(), permits), Ok(mode));
+        }
+        assert_eq!(Mode::from_name("exclusive", None), Err(Mode::EXCLUSIVE_IS_AMBIGUOUS.to_string()));
+        let refused = |name: &str, permits: Option<u32>, says: &str| {
+            let error = Mode::from_name(name, permits).expect_err(name);
+            assert!(error.contains(says), "{name}: {error}");
+        };
+        refused("permit", None, "needs a permit count");
+        refused("read", Some(2), "only for mode 'permit', not 'read'");
+        refused("Plain", None, "unknown mode \"Plain\"");
+        refused("", None, "unknown mode");
+    }
+
+    #[test]
     fn semaphore_quorum_table() {
         // The README's table for five nodes.
         let five: Vec<usize> = (1..=6).map(|permits| semaphore_quorum(5, permits)).collect();
