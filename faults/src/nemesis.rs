@@ -819,11 +819,12 @@ impl Run<'_> {
                 }
             };
             // Every node's deadline is before the reader heard of its grant
-            // plus the TTL.
+            // plus the TTL (and the lock-delay keeps its slot after it).
             ends = ends.max(h.op.complete + short);
             p.abandon(h);
         }
-        tokio::time::sleep_until((self.ctx.rec.t0 + ends + ms(50)).into()).await;
+        let delay = self.scenario.lock_delay().unwrap_or_default();
+        tokio::time::sleep_until((self.ctx.rec.t0 + ends + delay + ms(50)).into()).await;
         let mut stored = 0;
         for i in 0..self.cluster.proxies.len() {
             if self.operator(i, &["EXISTS", resource]).await == Ok(redis::Value::Int(1)) {
