@@ -155,8 +155,10 @@ fn token(c: &mut Connection, words: &[&str]) -> i64 {
     }
 }
 
-const FIRST: &str = "300";
-const MOVED: &str = "2000";
+/// [`FIRST_TTL_MS`] and [`MOVED_TTL_MS`] as command arguments.
+fn ttls() -> (String, String) {
+    (FIRST_TTL_MS.to_string(), MOVED_TTL_MS.to_string())
+}
 
 const MOVES: [Move; 11] = [
     Move { name: "EXTEND", setup: move_by_extend },
@@ -173,40 +175,46 @@ const MOVES: [Move; 11] = [
 ];
 
 fn move_by_extend(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
-    let t = token(c, &["LOCK.ACQUIRE", k, "a", FIRST]);
-    assert_eq!(int(c, &["LOCK.EXTEND", k, "a", MOVED]), 1);
+    let (first, moved) = ttls();
+    let t = token(c, &["LOCK.ACQUIRE", k, "a", &first]);
+    assert_eq!(int(c, &["LOCK.EXTEND", k, "a", &moved]), 1);
     vec![t]
 }
 
 fn move_by_extending_a_reader(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
-    let t = token(c, &["LOCK.SHARED", k, "r1", FIRST]);
-    assert_eq!(int(c, &["LOCK.EXTEND", k, "r1", MOVED]), 1);
+    let (first, moved) = ttls();
+    let t = token(c, &["LOCK.SHARED", k, "r1", &first]);
+    assert_eq!(int(c, &["LOCK.EXTEND", k, "r1", &moved]), 1);
     vec![t]
 }
 
 fn move_by_renew(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
-    let t = token(c, &["LOCK.ACQUIRE", k, "a", FIRST]);
-    let renewed: Vec<i64> = cmd("LOCK.RENEW").arg("a").arg(MOVED).arg(k).query(c).unwrap();
+    let (first, moved) = ttls();
+    let t = token(c, &["LOCK.ACQUIRE", k, "a", &first]);
+    let renewed: Vec<i64> = cmd("LOCK.RENEW").arg("a").arg(&moved).arg(k).query(c).unwrap();
     assert_eq!(renewed, vec![1]);
     vec![t]
 }
 
 fn move_by_reacquire(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
-    let t = token(c, &["LOCK.ACQUIRE", k, "a", FIRST]);
-    assert_eq!(token(c, &["LOCK.ACQUIRE", k, "a", MOVED]), t, "the same grant");
+    let (first, moved) = ttls();
+    let t = token(c, &["LOCK.ACQUIRE", k, "a", &first]);
+    assert_eq!(token(c, &["LOCK.ACQUIRE", k, "a", &moved]), t, "the same grant");
     vec![t]
 }
 
 fn move_by_entering_again(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
-    let t = token(c, &["LOCK.ENTER", k, "o", FIRST]);
-    assert_eq!(token(c, &["LOCK.ENTER", k, "o", MOVED]), t, "the same grant, one more hold");
+    let (first, moved) = ttls();
+    let t = token(c, &["LOCK.ENTER", k, "o", &first]);
+    assert_eq!(token(c, &["LOCK.ENTER", k, "o", &moved]), t, "the same grant, one more hold");
     vec![t]
 }
 
 fn move_by_hand_off(c: &mut Connection, w: &mut Connection, k: &str) -> Vec<i64> {
-    let t = token(c, &["LOCK.ACQUIRE", k, "a", FIRST]);
+    let (first, moved) = ttls();
+    let t = token(c, &["LOCK.ACQUIRE", k, "a", &first]);
     w.send_packed_command(
-        &cmd("LOCK.ACQUIRE").arg(k).arg("b").arg(MOVED).arg("WAIT").arg(5_000).get_packed_command(),
+        &cmd("LOCK.ACQUIRE").arg(k).arg("b").arg(&moved).arg("WAIT").arg(5_000).get_packed_command(),
     )
     .unwrap();
     wait_until(Duration::from_secs(2), "the waiter queued", || info_int(c, k, "waiters") == Some(1));
@@ -218,13 +226,15 @@ fn move_by_hand_off(c: &mut Connection, w: &mut Connection, k: &str) -> Vec<i64>
 }
 
 fn move_by_a_holder_after_release(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
-    let t = token(c, &["LOCK.ACQUIRE", k, "a", FIRST]);
+    let (first, moved) = ttls();
+    let t = token(c, &["LOCK.ACQUIRE", k, "a", &first]);
     assert_eq!(int(c, &["LOCK.RELEASE", k, "a"]), 1);
-    vec![t, token(c, &["LOCK.ACQUIRE", k, "b", MOVED])]
+    vec![t, token(c, &["LOCK.ACQUIRE", k, "b", &moved])]
 }
 
 fn move_by_a_holder_after_expiry(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
-    let t = token(c, &["LOCK.ACQUIRE", k, "a", FIRST]);
+    let (first, _) = ttls();
+    let t = token(c, &["LOCK.ACQUIRE", k, "a", &first]);
     let mut later = None;
     wait_until(Duration::from_secs(2), "the first grant to expire", || {
         later = acquire(c, k, "b", MOVED_TTL_MS).unwrap();
@@ -234,10 +244,11 @@ fn move_by_a_holder_after_expiry(c: &mut Connection, _: &mut Connection, k: &str
 }
 
 fn move_by_macquire_again(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
+    let (first, moved) = ttls();
     let other = format!("{k}:other");
-    let t = token(c, &["LOCK.MACQUIRE", "a", FIRST, "2", k, &other]);
+    let t = token(c, &["LOCK.MACQUIRE", "a", &first, "2", k, &other]);
     assert_eq!(
-        token(c, &["LOCK.MACQUIRE", "a", MOVED, "2", k, &other]),
+        token(c, &["LOCK.MACQUIRE", "a", &moved, "2", k, &other]),
         t,
         "the same grant, every TTL reset"
     );
@@ -245,13 +256,15 @@ fn move_by_macquire_again(c: &mut Connection, _: &mut Connection, k: &str) -> Ve
 }
 
 fn move_by_a_second_reader(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
-    vec![token(c, &["LOCK.SHARED", k, "r1", FIRST]), token(c, &["LOCK.SHARED", k, "r2", MOVED])]
+    let (first, moved) = ttls();
+    vec![token(c, &["LOCK.SHARED", k, "r1", &first]), token(c, &["LOCK.SHARED", k, "r2", &moved])]
 }
 
 fn move_by_a_second_permit(c: &mut Connection, _: &mut Connection, k: &str) -> Vec<i64> {
+    let (first, moved) = ttls();
     vec![
-        token(c, &["LOCK.SEMAPHORE", k, "p1", "2", FIRST]),
-        token(c, &["LOCK.SEMAPHORE", k, "p2", "2", MOVED]),
+        token(c, &["LOCK.SEMAPHORE", k, "p1", "2", &first]),
+        token(c, &["LOCK.SEMAPHORE", k, "p2", "2", &moved]),
     ]
 }
 
