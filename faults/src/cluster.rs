@@ -323,8 +323,15 @@ impl Cluster {
     /// Runs `words` on node `i`'s master directly (an operator's command,
     /// not through the proxy): the reply, or the error's text.
     pub async fn command(&self, i: usize, words: Vec<String>) -> Result<redis::Value, String> {
+        self.command_in(i, "0", words).await
+    }
+
+    /// [`Cluster::command`] in database `db`.
+    pub async fn command_in(&self, i: usize, db: &str, words: Vec<String>) -> Result<redis::Value, String> {
+        let db = db.to_string();
         self.blocking(move |_, slots| {
             let mut c = slots[i].master.server.conn();
+            cmd("SELECT").arg(&db).query::<()>(&mut c).map_err(|e| e.to_string())?;
             let mut command = cmd(&words[0]);
             for w in &words[1..] {
                 command.arg(w);

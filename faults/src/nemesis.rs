@@ -38,6 +38,19 @@ const CLOCK_PROBE_JUMP_MS: i64 = 10_000;
 /// restart grace. Within the scenarios' `lock.clock-jump-tolerance-ms`.
 const RESTART_PROBE_STEP_MS: i64 = 500;
 
+/// The first lease of a probe whose holder extends it (see
+/// `Run::extends_first`), and of the readers that walk away in the
+/// expired-readers probe: short, so that it has ended when the fault
+/// strikes, and long enough for the acquire and fencing rounds on a loaded
+/// machine.
+const FIRST_LEASE_MS: u64 = 400;
+/// How much longer an extended lease lasts than its first lease and the
+/// restart grace: P2's time to show a node that kept the first deadline.
+const EXTENDED_MARGIN_MS: u64 = 700;
+/// Where an operator's MOVE puts a lock key (an empty database; SWAPDB
+/// swaps only 0 and 1).
+const STRAY_MOVE_DB: &str = "9";
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -379,6 +392,28 @@ impl Run<'_> {
                 let deleted = self.operator(node, &["DEL", key]).await;
                 self.event(fault.name(), format!("node {node}: DEL {key} ({deleted:?})"), start);
             }
+            Fault::StrayRename | Fault::StrayMove => {
+                let keys = self.resource_keys();
+                if keys.is_empty() {
+                    return;
+                }
+                let key = keys[rng.gen_range(0..keys.len())];
+                let renamed = format!("{key}:renamed");
+                let start = self.now();
+                let words = match fault {
+                    Fault::StrayRename => ["RENAME", key, &renamed],
+                    _ => {
+                        // Room for it there: an earlier move of the key.
+                        let _ = self
+                            .cluster
+                            .command_in(node, STRAY_MOVE_DB, vec!["DEL".into(), key.into()])
+                            .await;
+                        ["MOVE", key, STRAY_MOVE_DB]
+                    }
+                };
+                let reply = self.operator(node, &words).await;
+                self.event(fault.name(), format!("node {node}: {} ({reply:?})", words.join(" ")), start);
+            }
         }
     }
 
@@ -400,7 +435,12 @@ impl Run<'_> {
                 | Probe::Promotion
                 | Probe::Evict
                 | Probe::Flush
-                | Probe::SwapDb => self.probe_bare_majority(probe, &resource, rng).await,
+                | Probe::SwapDb
+                | Probe::RestartRead
+                | Probe::RestartPermit
+                | Probe::Rename
+                | Probe::Move => self.probe_bare_majority(probe, &resource, rng).await,
+                Probe::ExpiredReaders => self.probe_expired_readers(&resource, rng).await,
                 Probe::Fencing => self.probe_fencing(&resource).await,
                 Probe::Drift | Probe::SlowReply => self.probe_lease_end(probe, &resource, rng).await,
                 Probe::Ordering => self.probe_ordering(&resource, rng).await,
@@ -501,8 +541,12 @@ impl Run<'_> {
 
     /// P1 holds on nodes 0-2 only (3 and 4 refuse while it acquires; a TTL
     /// up to the quarantine); node 2 forgets (restart without data, clock
-    /// jump, promotion of a replica that missed the grant); P2 keeps trying
-    /// until P1's validity ends.
+    /// jump, promotion of a replica that missed the grant, an operator's
+    /// eviction, flush, swap, rename or move); P2 keeps trying until P1's
+    /// validity ends. Where P1 [extends](Self::extends_first), its first
+    /// lease is short and the fault comes after its deadline (or, for a
+    /// restart, long before the extended one): a node that kept only the
+    /// first deadline then lets P2 in.
     async fn probe_bare_majority(
         &self,
         probe: Probe,
@@ -511,7 +555,15 @@ impl Run<'_> {
     ) -> Result<String, String> {
         let [p1, p2, _] = self.probers;
         let cluster = self.cluster;
-        let want = if probe == Probe::RestartShared { Want::Write } else { Want::Plain };
+        let want = match probe {
+            Probe::RestartShared => Want::Write,
+            Probe::RestartRead => Want::Read,
+            Probe::RestartPermit => Want::Permit(1),
+            _ => Want::Plain,
+        };
+        // What P2 asks for: what excludes P1.
+        let rival = if want == Want::Read { Want::Write } else { want };
+        let extends = Self::extends_first(probe) && p1.locker.renews();
         if probe == Probe::Promotion {
             if !cluster.has_replica(VICTIM) {
                 cluster.add_replica(VICTIM).await;
@@ -520,17 +572,23 @@ impl Run<'_> {
         }
         // As long as the quarantine allows: the longer P1 holds, the longer
         // P2 tries.
-        let ttl = match self.scenario.quarantine_ms {
+        let mut ttl = match self.scenario.quarantine_ms {
             0 => self.ttl(),
             q => ms(q.saturating_sub(100)).max(self.ttl()),
         };
+        let first = ms(FIRST_LEASE_MS);
+        if extends {
+            // A restored lock is taken over a restart grace after the
+            // deadline it was restored with.
+            ttl = ttl.max(first + self.scenario.restart_grace() + ms(EXTENDED_MARGIN_MS));
+        }
         let start = self.now();
         cluster.set_mode(&[3, 4], Mode::Down);
         // Retried: an earlier fault may still keep one of nodes 0-2 from
         // granting (a quarantine after a restart).
         let until = Instant::now() + self.bound;
         let h1 = loop {
-            match p1.try_acquire_ttl(resource, want, ttl).await {
+            match p1.try_acquire_ttl(resource, want, if extends { first } else { ttl }).await {
                 Ok(h1) => break Ok(h1),
                 Err(why) if Instant::now() >= until => break Err(why),
                 Err(_) => tokio::time::sleep(ms(rng.gen_range(20..60))).await,
@@ -560,14 +618,104 @@ impl Run<'_> {
                 return Err(format!("{probe:?} probe: P1 was not granted: {why}"));
             }
         };
+        // The first lease ends on every node by then: a node's deadline is
+        // its own now at the grant, before P1 heard of it, plus the TTL.
+        let first_end = h1.op.complete + first;
+        if extends {
+            let invoke = self.now();
+            match p1.locker.extend(&mut h1.held, ttl).await {
+                Ok((_, deadline)) => {
+                    h1.op.renewed_invoke = invoke;
+                    h1.op.lease(self.now(), self.ctx.rec.at(deadline));
+                }
+                Err(why) => {
+                    p1.finish(h1).await;
+                    return Err(format!("{probe:?} probe: P1 could not extend its first lease: {why}"));
+                }
+            }
+        }
         // P1, a careful client, writes its increment at once, then holds
         // to the end of its validity.
         if let Some(base) = p1.read(&mut h1) {
             p1.careful_write(&mut h1, base);
         }
         let start = self.now();
-        let what = match probe {
-            Probe::Restart | Probe::RestartShared => {
+        let struck = self.bare_majority_fault(probe, resource, &h1, first_end, rng).await;
+        let what = match struck {
+            Ok(what) => what,
+            Err(why) => {
+                p1.finish(h1).await;
+                return Err(why);
+            }
+        };
+        let validity_end = h1.op.validity_end.unwrap_or_default();
+        // P2's connections are fresh (the fault broke some): its attempts
+        // reach every node.
+        if !p2.reconnect().await {
+            self.ctx.rec.note(format!("{probe:?} probe: P2 could not reach every node"));
+        }
+        let (attempts, granted, first_try) = self.keep_trying(p2, resource, rival, validity_end, rng).await;
+        let mut note = format!(
+            "P2 tried {attempts} times from {} ms before the end of P1's validity: {}",
+            validity_end.saturating_sub(first_try).as_millis(),
+            if granted { "GRANTED while P1 held" } else { "refused" }
+        );
+        p1.finish(h1).await;
+        let restart = matches!(
+            probe,
+            Probe::Restart | Probe::RestartShared | Probe::RestartRead | Probe::RestartPermit
+        );
+        if probe == Probe::ClockForward || (restart && self.scenario.clock) {
+            cluster.set_clock(VICTIM, cluster.base_offset(VICTIM)).await;
+        }
+        self.event(&format!("{probe:?} (probe)"), what.clone(), start);
+        if probe == Probe::Promotion {
+            cluster.add_replica(VICTIM).await;
+        }
+        // Liveness: P2 gets it once P1's lock has run out (and the
+        // quarantine ended).
+        if let Some(mut h2) = p2.acquire_within(resource, rival, self.bound, rng).await {
+            if let Some(base) = p2.read(&mut h2) {
+                p2.careful_write(&mut h2, base);
+            }
+            p2.finish(h2).await;
+        } else {
+            let _ = write!(note, "; P2 not granted within {} ms after", self.bound.as_millis());
+        }
+        if validity_end.saturating_sub(first_try) < ms(100) {
+            return Err(format!(
+                "{probe:?} probe: P2 began trying less than 100 ms before P1's validity ended ({note})"
+            ));
+        }
+        if extends && restart && validity_end < first_end + self.scenario.restart_grace() + ms(100) {
+            return Err(format!(
+                "{probe:?} probe: P1's extended validity ended less than 100 ms after its first lease and the \
+                 restart grace, too soon to tell them apart ({note})"
+            ));
+        }
+        Ok(format!("{what}: {note}"))
+    }
+
+    /// Whether P1 takes a short first lease and extends it before the
+    /// fault: a node must then remember the extended deadline (in its
+    /// removal quarantine, in its AOF).
+    fn extends_first(probe: Probe) -> bool {
+        matches!(probe, Probe::RestartRead | Probe::RestartPermit | Probe::Rename | Probe::Move)
+    }
+
+    /// Makes node 2 forget P1's lock, the way `probe` says. `Err` when the
+    /// fault did not take effect (the probe is then repeated).
+    async fn bare_majority_fault(
+        &self,
+        probe: Probe,
+        resource: &str,
+        h1: &Holding,
+        first_end: Duration,
+        rng: &mut StdRng,
+    ) -> Result<String, String> {
+        let cluster = self.cluster;
+        Ok(match probe {
+            Probe::Restart | Probe::RestartShared | Probe::RestartRead | Probe::RestartPermit => {
                 let step = if self.scenario.clock {
                     let to = cluster.clock_offset(VICTIM) + RESTART_PROBE_STEP_MS;
                     cluster.set_clock(VICTIM, to).await;
@@ -581,7 +729,12 @@ impl Run<'_> {
                 } else {
                     "without persistence"
                 };
-                format!("node {VICTIM}: {step}killed (-9) and restarted at once {how}")
+                let held = match probe {
+                    Probe::RestartRead => " (P1 holds a read lock it extended)",
+                    Probe::RestartPermit => " (P1 holds a permit it extended)",
+                    _ => "",
+                };
+                format!("node {VICTIM}: {step}killed (-9) and restarted at once {how}{held}")
             }
             Probe::ClockForward => {
                 let base = cluster.base_offset(VICTIM);
@@ -612,45 +765,98 @@ impl Run<'_> {
                 let reply = self.operator(VICTIM, words).await;
                 format!("node {VICTIM}: {} ({reply:?})", words.join(" "))
             }
-            _ => unreachable!(),
-        };
-        let validity_end = h1.op.validity_end.unwrap_or_default();
-        // P2's connections are fresh (the fault broke some): its attempts
-        // reach every node.
-        if !p2.reconnect().await {
-            self.ctx.rec.note(format!("{probe:?} probe: P2 could not reach every node"));
-        }
-        let (attempts, granted, first) = self.keep_trying(p2, resource, want, validity_end, rng).await;
-        let mut note = format!(
-            "P2 tried {attempts} times from {} ms before the end of P1's validity: {}",
-            validity_end.saturating_sub(first).as_millis(),
-            if granted { "GRANTED while P1 held" } else { "refused" }
-        );
-        p1.finish(h1).await;
-        let stepped = matches!(probe, Probe::Restart | Probe::RestartShared) && self.scenario.clock;
-        if probe == Probe::ClockForward || stepped {
-            cluster.set_clock(VICTIM, cluster.base_offset(VICTIM)).await;
-        }
-        self.event(&format!("{probe:?} (probe)"), what.clone(), start);
-        if probe == Probe::Promotion {
-            cluster.add_replica(VICTIM).await;
-        }
-        // Liveness: P2 gets it once P1's lock has run out (and the
-        // quarantine ended).
-        if let Some(mut h2) = p2.acquire_within(resource, want, self.bound, rng).await {
-            if let Some(base) = p2.read(&mut h2) {
-                p2.careful_write(&mut h2, base);
+            Probe::Rename | Probe::Move => {
+                // Once P1's first lease has ended on node 2: only its
+                // extension holds the key there now.
+                tokio::time::sleep_until((self.ctx.rec.t0 + first_end + ms(50)).into()).await;
+                if self.module()
+                    && cluster.holder(VICTIM, resource).await.as_deref() != Some(h1.held.token.as_str())
+                {
+                    return Err(format!("{probe:?} probe: node {VICTIM} did not hold P1's extended lock"));
+                }
+                let renamed = format!("{resource}:renamed");
+                let (words, done): (Vec<&str>, redis::Value) = match probe {
+                    Probe::Rename => (vec!["RENAME", resource, &renamed], redis::Value::Okay),
+                    _ => (vec!["MOVE", resource, STRAY_MOVE_DB], redis::Value::Int(1)),
+                };
+                let reply = self.operator(VICTIM, &words).await;
+                if reply.as_ref() != Ok(&done) {
+                    return Err(format!(
+                        "{probe:?} probe: {} on node {VICTIM} answered {reply:?}",
+                        words.join(" ")
+                    ));
+                }
+                format!(
+                    "node {VICTIM}: {} after P1's first lease ({} ms) ended and its extension held",
+                    words.join(" "),
+                    FIRST_LEASE_MS
+                )
             }
-            p2.finish(h2).await;
-        } else {
-            let _ = write!(note, "; P2 not granted within {} ms after", self.bound.as_millis());
+            _ => unreachable!(),
+        })
+    }
+
+    /// P1 and P3 each take a read lock with a short TTL and walk away
+    /// (crashed clients: never released). Once both ran out, P2 takes the
+    /// write lock, granted over the expired readers still stored (checked:
+    /// the key is still there on a majority), and holds it to the end of
+    /// its validity while P1 keeps trying to read: a node that wrote the
+    /// writer into the readers' lock and kept its mode would let P1 in.
+    async fn probe_expired_readers(&self, resource: &str, rng: &mut StdRng) -> Result<String, String> {
+        let [p1, p2, p3] = self.probers;
+        let start = self.now();
+        let short = ms(FIRST_LEASE_MS);
+        let mut ends = Duration::ZERO;
+        for p in [p1, p3] {
+            let until = Instant::now() + self.bound;
+            let h = loop {
+                match p.try_acquire_ttl(resource, Want::Read, short).await {
+                    Ok(h) => break h,
+                    Err(why) if Instant::now() >= until => {
+                        return Err(format!("expired-readers probe: a reader was not granted: {why}"))
+                    }
+                    Err(_) => tokio::time::sleep(ms(rng.gen_range(20..60))).await,
+                }
+            };
+            // Every node's deadline is before the reader heard of its grant
+            // plus the TTL (and the lock-delay keeps its slot after it).
+            ends = ends.max(h.op.complete + short);
+            p.abandon(h);
         }
-        if validity_end.saturating_sub(first) < ms(100) {
+        let delay = self.scenario.lock_delay().unwrap_or_default();
+        tokio::time::sleep_until((self.ctx.rec.t0 + ends + delay + ms(50)).into()).await;
+        let mut stored = 0;
+        for i in 0..self.cluster.proxies.len() {
+            if self.operator(i, &["EXISTS", resource]).await == Ok(redis::Value::Int(1)) {
+                stored += 1;
+            }
+        }
+        let majority = self.cluster.proxies.len() / 2 + 1;
+        if stored < majority {
             return Err(format!(
-                "{probe:?} probe: P2 began trying less than 100 ms before P1's validity ended ({note})"
+                "expired-readers probe: the expired readers' lock was stored on {stored} nodes only"
             ));
         }
-        Ok(format!("{what}: {note}"))
+        let h2 = p2.acquire_within(resource, Want::Write, self.bound, rng).await;
+        let mut h2 = h2.ok_or("expired-readers probe: P2 was not granted the write lock")?;
+        if let Some(base) = p2.read(&mut h2) {
+            p2.careful_write(&mut h2, base);
+        }
+        let validity_end = h2.op.validity_end.unwrap_or_default();
+        let (attempts, granted, first_try) =
+            self.keep_trying(p1, resource, Want::Read, validity_end, rng).await;
+        p2.finish(h2).await;
+        let note = format!(
+            "readers P1 and P3 walked away; P2 wrote over them on {stored} nodes still storing them; P1 tried to \
+             read {attempts} times in the last {} ms of P2's validity: {}",
+            validity_end.saturating_sub(first_try).as_millis(),
+            if granted { "GRANTED beside the writer" } else { "refused" }
+        );
+        self.event("expired readers (probe)", note.clone(), start);
+        if validity_end.saturating_sub(first_try) < ms(100) {
+            return Err(format!("expired-readers probe: P1 began trying too late ({note})"));
+        }
+        Ok(note)
     }
 
     /// Tries `want` on `resource` with `down` refusing connections, until

@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 
 use super::conn::{command, Conn, Reply};
 use super::history::{Op, Outcome, Want};
-use super::worker::{Ctx, Request};
+use super::worker::{Ctx, Request, READS_WALKING_AWAY};
 
 /// How long a `WAIT` may block; the call's own timeout is a little longer.
 const WAIT_MS: u64 = 1_500;
@@ -235,7 +235,10 @@ impl OneNode {
                     };
                     let wait = role != Role::Plain || rng.gen_range(0..3) > 0;
                     if let Ok(s) = self.grant(resource, want, wait).await {
-                        if let Ok(mut s) = self.crash_requested(s) {
+                        if want == Want::Read && rng.gen_ratio(1, READS_WALKING_AWAY) {
+                            // Writers then come after readers expired.
+                            self.abandon(s);
+                        } else if let Ok(mut s) = self.crash_requested(s) {
                             let base = if want.writes() { self.read(&mut s) } else { None };
                             self.work(&mut rng).await;
                             if let Some(base) = base {

@@ -49,6 +49,11 @@ pub enum Fault {
     SwapDb,
     /// An operator's DEL of a workload resource's key on a node.
     StrayDelete,
+    /// An operator's RENAME of a workload resource's key on a node.
+    StrayRename,
+    /// An operator's MOVE of a workload resource's key on a node to
+    /// another database.
+    StrayMove,
 }
 
 impl Fault {
@@ -69,6 +74,8 @@ impl Fault {
             Fault::Flush => "flush",
             Fault::SwapDb => "swapdb",
             Fault::StrayDelete => "stray DEL",
+            Fault::StrayRename => "stray RENAME",
+            Fault::StrayMove => "stray MOVE",
         }
     }
 }
@@ -123,6 +130,23 @@ pub enum Probe {
     Flush,
     /// The same, node 2's databases 0 and 1 swapped (SWAPDB 0 1).
     SwapDb,
+    /// As Restart, over a read lock that P1 takes with a short first lease
+    /// and extends before node 2 restarts: a holder of a hash, whose
+    /// extended deadline node 2's AOF must hold (P2 asks to write).
+    RestartRead,
+    /// The same over the one permit of a semaphore (P2 asks for it too).
+    RestartPermit,
+    /// P1 holds on nodes 0-2 with a short first lease and extends it; once
+    /// the first lease has ended, node 2's copy of the key is renamed; P2
+    /// keeps trying until P1's validity ends.
+    Rename,
+    /// The same, node 2's key moved to another database.
+    Move,
+    /// Readers P1 and P3 take a read lock with a short TTL and walk away
+    /// (crashed); once both ran out, P2 takes the write lock over their
+    /// expired holds, still stored, and P1 keeps trying to read until P2's
+    /// validity ends.
+    ExpiredReaders,
 }
 
 /// What the workers do.

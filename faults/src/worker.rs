@@ -27,6 +27,11 @@ pub const WRITE_MARGIN: Duration = Duration::from_millis(100);
 /// Under `Work::Long`, the workers with an id below this hold long.
 pub const LONG_WORKERS: usize = 2;
 
+/// One read of a read-write lock in this many walks away (a reader that
+/// crashed: never released), so that writers come after readers expired,
+/// their holds still stored.
+pub const READS_WALKING_AWAY: u32 = 8;
+
 /// Which lock implementation a run tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Impl {
@@ -594,7 +599,8 @@ impl Worker {
         let step = ttl / 10;
         let started = Instant::now();
         let mut known = h.held.deadline;
-        while started.elapsed() < length {
+        // Cut short when the run stops: its end waits for every worker.
+        while started.elapsed() < length && !self.ctx.stopped() {
             tokio::time::sleep(step).await;
             if !watchdog && h.held.remaining() < ttl / 2 {
                 let invoke = self.ctx.rec.now();
@@ -699,6 +705,10 @@ impl Worker {
             Some(Request::Crash(done)) => {
                 let at = self.abandon(h);
                 let _ = done.send(at);
+                return;
+            }
+            None if want == Want::Read && rng.gen_ratio(1, READS_WALKING_AWAY) => {
+                self.abandon(h);
                 return;
             }
             None => {

@@ -139,7 +139,9 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "restart-aof",
         faults: &[Fault::KillRestart],
-        probes: &[Probe::Restart, Probe::RestartShared],
+        // Shared locks and semaphores too, extended before the restart: a
+        // holder's later deadline must be in the AOF.
+        probes: &[Probe::Restart, Probe::RestartShared, Probe::RestartRead, Probe::RestartPermit],
         work: Work::Long,
         quarantine_ms: QUARANTINE_MS,
         aof: true,
@@ -254,6 +256,8 @@ const SCENARIOS: &[Scenario] = &[
             Fault::NodePause,
             Fault::ClientCrash,
         ],
+        // Writers after readers that walked away (expired, still stored).
+        probes: &[Probe::ExpiredReaders],
         workload: Workload::Quorum(&[("rw0", Kind::ReadWrite), ("sem0", Kind::Semaphore(2))]),
         work: Work::Long,
         quarantine_ms: QUARANTINE_MS,
@@ -272,11 +276,22 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "operator",
         // What an operator can do to a node: an evicting memory limit, a
-        // flush, a swap of databases, a DEL of a lock key, a paused server.
-        faults: &[Fault::Evict, Fault::Flush, Fault::SwapDb, Fault::StrayDelete, Fault::NodePause],
-        probes: &[Probe::Evict, Probe::Flush, Probe::SwapDb],
+        // flush, a swap of databases, a DEL, RENAME or MOVE of a lock key, a
+        // paused server; while long holders extend or their watchdog renews.
+        faults: &[
+            Fault::Evict,
+            Fault::Flush,
+            Fault::SwapDb,
+            Fault::StrayDelete,
+            Fault::StrayRename,
+            Fault::StrayMove,
+            Fault::NodePause,
+        ],
+        // Rename and Move strike after P1 extended.
+        probes: &[Probe::Evict, Probe::Flush, Probe::SwapDb, Probe::Rename, Probe::Move],
         impls: BOTH_IMPLS,
         contrast_must_fail: true,
+        work: Work::Long,
         misuse: true,
         ..BASE
     },

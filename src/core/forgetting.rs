@@ -41,8 +41,9 @@ pub const SKETCH_WAYS: usize = 4;
 /// Most keys quarantined at once; one more quarantines its database
 /// instead (memory stays bounded whatever an operator deletes).
 pub const KEY_QUARANTINES_MAX: usize = 10_000;
-/// Databases with a slot of their own in the per-database deadlines;
-/// databases above share the last one (which then only over-states).
+/// Databases with a slot of their own in the per-database deadlines and
+/// quarantines; databases above share the last one (which then only
+/// over-states: a flush of one of them refuses grants in all of them).
 pub const DB_SLOTS: usize = 64;
 
 const _: () = assert!(SKETCH_BUCKETS.is_power_of_two());
@@ -275,6 +276,17 @@ fn db_slot(db: i32) -> usize {
     usize::try_from(db).unwrap_or(0).min(DB_SLOTS - 1)
 }
 
+/// Where a database's quarantine is kept: databases past the last slot
+/// share it, as they share their latest deadline (a FLUSHALL quarantines
+/// each slot, so a database kept apart from its slot would be missed).
+fn db_scope(db: i32) -> i32 {
+    if db == ALL_DBS {
+        ALL_DBS
+    } else {
+        i32::try_from(db_slot(db)).unwrap_or(0)
+    }
+}
+
 impl Forgetting {
     /// A lock at `key` (its [`key_hash`]) of `db` holds until `deadline_ms`:
     /// written by this node (a grant, a renewal, an extension, a hand-off)
@@ -358,7 +370,7 @@ impl Forgetting {
     }
 
     fn quarantine_db(&mut self, db: i32, until_ms: i64, cause: Cause) -> Quarantined {
-        let entry = self.dbs.entry(db).or_insert((until_ms, cause.clone()));
+        let entry = self.dbs.entry(db_scope(db)).or_insert((until_ms, cause.clone()));
         entry.0 = entry.0.max(until_ms);
         entry.1 = cause.clone();
         Quarantined { until_ms: entry.0, cause, db, key: false }
@@ -413,13 +425,13 @@ impl Forgetting {
                 found = Some(q);
             }
         };
-        for scope in [db, ALL_DBS] {
+        for (scope, shown) in [(db_scope(db), db), (ALL_DBS, ALL_DBS)] {
             match self.dbs.get(&scope) {
                 Some((until, _)) if *until <= now_ms => {
                     self.dbs.remove(&scope);
                 }
                 Some((until, cause)) => {
-                    consider(Quarantined { until_ms: *until, cause: cause.clone(), db: scope, key: false })
+                    consider(Quarantined { until_ms: *until, cause: cause.clone(), db: shown, key: false })
                 }
                 None => {}
             }
@@ -466,6 +478,9 @@ impl Forgetting {
         (keys, dbs, left)
     }
 }
+
+#[cfg(test)]
+mod properties;
 
 #[cfg(test)]
 mod tests {
@@ -632,6 +647,12 @@ mod tests {
         f.note(high, key_hash(high, b"h"), NOW + 7_000, NOW, 0);
         let flushed = f.flushed(high + 1, NOW, 0);
         assert_eq!(spans(&flushed), vec![(high + 1, NOW + 7_000)]);
+        assert_eq!(f.refusal(high, b"h", NOW).map(|q| (q.db, q.until_ms)), Some((high, NOW + 7_000)));
+        // A FLUSHALL reaches them too (it quarantines each slot).
+        let mut f = Forgetting::default();
+        f.note(high, key_hash(high, b"h"), NOW + 7_000, NOW, 0);
+        f.flushed(ALL_DBS, NOW, 0);
+        assert_eq!(f.refusal(high, b"h", NOW + 6_999).map(|q| q.until_ms), Some(NOW + 7_000));
     }
 
     #[test]

@@ -20,6 +20,7 @@
 mod built;
 mod clock;
 mod dirs;
+mod forget;
 mod nodes;
 mod ports;
 mod replies;
@@ -29,6 +30,10 @@ mod wait;
 pub use built::{clock_shim_path, module_path, repo_dir};
 pub use clock::ClockFile;
 pub use dirs::{fresh_dir, TempDir};
+pub use forget::{
+    assert_quarantined_until, granted_after_deadline, quarantine_left, select, wall_ms, Forget, HeldLock,
+    Target, AFTER_TTL_MS, FORGET_DATABASES, PARTNER_DB_OFFSET, QUARANTINE_SLACK_MS,
+};
 pub use nodes::{
     all, assert_free, calls, checks, cluster, fence_calls, holder, holders, seed, start_all, urls,
 };
