@@ -141,8 +141,10 @@ impl Node {
     /// Starts (or restarts) the quarantine at `now_ms`.
     pub fn start_quarantine(&self, reason: Reason, now_ms: i64) {
         *locked(&self.quarantine) = Some(Quarantine { reason, since_ms: now_ms });
-        self.quarantine_over.store(false, Ordering::Relaxed);
         let length = self.quarantine_length_ms();
+        // A quarantine of length 0 is over at once: raising the setting
+        // later does not start it after the fact.
+        self.quarantine_over.store(length == 0, Ordering::Relaxed);
         if length > 0 {
             redis_module::logging::log_warning(format!(
                 "lock: quarantine ({}): refusing new locks for {length} ms (lock.quarantine-ms), \

@@ -117,6 +117,16 @@ fn config_set_zero_ends_the_quarantine_and_turns_the_protection_off_loudly() {
 }
 
 #[test]
+fn raising_the_length_later_does_not_start_a_quarantine_that_was_off() {
+    let s = Server::with(Opts::new().module_arg("quarantine-ms", "0"));
+    let mut c = s.conn();
+    let _: () = cmd("CONFIG").arg("SET").arg("lock.quarantine-ms").arg(-1).query(&mut c).unwrap();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0);
+    assert!(acquire(&mut c, "res", "a").unwrap().is_some());
+    assert_eq!(info_text(&mut c, "protections_off"), "none", "on for the next start");
+}
+
+#[test]
 fn a_node_started_with_a_protection_off_says_so_at_load() {
     let s =
         Server::with(Opts::new().module_arg("quarantine-ms", "1500").module_arg("removal-quarantine", "no"));

@@ -157,7 +157,7 @@ fn a_setting_that_differs_or_a_protection_off_is_exit_78() {
     assert_eq!(code, SETTINGS, "{report}");
     assert!(report.contains(&format!("protection off: removal-quarantine on {}\n", urls[0])), "{report}");
     assert!(row(&report, &urls[0]).trim_end().ends_with("removal-quarantine"), "{report}");
-    assert!(report.contains("setting differs: lock.removal-quarantine: no on "), "{report}");
+    assert!(report.contains("setting differs: lock.removal-quarantine: 0 on "), "{report}");
 }
 
 #[test]
