@@ -84,6 +84,7 @@ mod module {
             ("quarantine", Unsigned(u64::from(quarantine.is_some()))),
             ("quarantine_ms_left", Signed(quarantine.map_or(0, |(_, left)| left))),
             ("quarantine_reason", Text(quarantine.map_or("none", |(reason, _)| reason.name()))),
+            ("quarantine_length_ms", Signed(node.quarantine_length_ms())),
             ("quarantined", Unsigned(st.quarantined.get())),
             ("quarantined_keys", Unsigned(removal.0 as u64)),
             ("quarantined_dbs", Unsigned(removal.1 as u64)),
