@@ -6,41 +6,15 @@ use std::time::{Duration, Instant};
 
 use lock_testkit_client::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_redlock");
+mod common;
 
-// The exit codes, as the README's table gives them.
-const USAGE: i32 = 2;
-const NOT_HELD: i32 = 3;
-const UNREACHABLE: i32 = 68;
-const NO_QUORUM: i32 = 69;
-const HELD: i32 = 73;
-const QUARANTINED: i32 = 74;
+use common::*;
 
 fn redlock(servers: &[Server]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("REDLOCK_NODES", urls(servers).join(",")).args(["--timeout", "200", "--connect-timeout", "300"]);
     cmd.env_remove("REDLOCK_TOKEN");
     cmd
-}
-
-/// Runs to completion within `within` (killed and failed otherwise).
-fn run_bounded(mut cmd: Command, within: Duration) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn redlock");
-    let deadline = Instant::now() + within;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "redlock did not finish within {within:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// `redlock WORDS...` against `servers`, run to completion (bounded).
@@ -65,10 +39,6 @@ fn finish(mut child: std::process::Child, within: Duration) -> Output {
         std::thread::sleep(Duration::from_millis(10));
     }
     child.wait_with_output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `NAME=value` lines printed by `acquire`.

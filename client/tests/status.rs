@@ -3,20 +3,15 @@
 //! server without the module. Each answers what stands between the quorum
 //! and a grant, with its exit code.
 
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use lock_testkit_client::*;
 use redlock_client::{Blocker, Readiness};
 
-const BIN: &str = env!("CARGO_BIN_EXE_redlock");
+mod common;
 
-// The exit codes, as the README's table gives them.
-const OK: i32 = 0;
-const UNREACHABLE: i32 = 68;
-const NO_QUORUM: i32 = 69;
-const QUARANTINED: i32 = 74;
-const SETTINGS: i32 = 78;
+use common::*;
 
 /// Servers as an operator runs them: every protection on (the default
 /// quarantine), the start-up quarantine of these brand-new nodes ended the
@@ -34,23 +29,13 @@ fn protected_with(opts: Vec<Opts>) -> Vec<Server> {
     servers
 }
 
-/// `redlock status` against `urls`, run to completion (bounded).
+/// `redlock status` against `urls`, run to completion (bounded): its exit
+/// code and what it printed.
 fn status(urls: &[String]) -> (i32, String) {
-    let mut child = Command::new(BIN)
-        .env("REDLOCK_NODES", urls.join(","))
-        .args(["--timeout", "300", "--connect-timeout", "300", "status"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn redlock");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "redlock status did not finish in 10 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let out: Output = child.wait_with_output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.code().unwrap_or(-1), text)
+    let mut cmd = Command::new(BIN);
+    cmd.env("REDLOCK_NODES", urls.join(",")).args(["--timeout", "300", "--connect-timeout", "300", "status"]);
+    let out = run_bounded(cmd, Duration::from_secs(10));
+    (out.status.code().unwrap_or(-1), format!("{}{}", text(&out.stdout), text(&out.stderr)))
 }
 
 fn row<'a>(report: &'a str, url: &str) -> &'a str {
