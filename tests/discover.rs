@@ -142,3 +142,24 @@ fn command_info_keeps_the_arity_and_too_few_arguments_get_the_servers_error() {
     let e = err_text(cmd("LOCK.RELEASE").arg("k").arg("t").arg("extra").query(&mut c));
     assert_eq!(e, "ERR wrong number of arguments for 'lock.release' command");
 }
+
+#[test]
+fn every_info_field_is_in_the_operations_guide() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let info: String = cmd("INFO").arg("lock").query(&mut c).unwrap();
+    let path = repo_dir().join("docs/operations.md");
+    let guide = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let fields: Vec<&str> = info
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name))
+        .filter(|n| n.starts_with("lock_"))
+        .collect();
+    assert!(fields.len() > 40, "{info}");
+    for field in fields {
+        assert!(
+            guide.contains(&format!("`{field}`")),
+            "docs/operations.md does not document INFO lock's {field}"
+        );
+    }
+}
