@@ -96,8 +96,8 @@ mod tests {
 
     #[test]
     fn the_target_directory_is_read_from_cargo_metadata() {
-        let json = r#"{"packages":[],"target_directory":"/tmp/a \\"b\\" c/target","version":1}"#;
-        assert_eq!(json_string(json, "target_directory").as_deref(), Some(r#"/tmp/a "b" c/target"#));
+        let json = r#"{"packages":[],"target_directory":"/tmp/a \"b\" c\\d/target","version":1}"#;
+        assert_eq!(json_string(json, "target_directory").as_deref(), Some(r#"/tmp/a "b" c\d/target"#));
         assert_eq!(json_string(json, "workspace_root"), None);
         assert!(target_dir().is_absolute(), "{}", target_dir().display());
     }
