@@ -21,6 +21,9 @@ use crate::core::args::{Limits, RENEW_KEYS_MAX};
 pub struct BoundedI64 {
     name: &'static str,
     value: AtomicI64,
+    /// The value before the last change (what a change callback compares
+    /// with).
+    previous: AtomicI64,
     high_water: AtomicI64,
     pub default: i64,
     pub min: i64,
@@ -32,6 +35,7 @@ impl BoundedI64 {
         BoundedI64 {
             name,
             value: AtomicI64::new(default),
+            previous: AtomicI64::new(default),
             high_water: AtomicI64::new(default),
             default,
             min,
@@ -41,6 +45,11 @@ impl BoundedI64 {
 
     pub fn get(&self) -> i64 {
         self.value.load(Ordering::Relaxed)
+    }
+
+    /// The value before the last change.
+    pub fn previous(&self) -> i64 {
+        self.previous.load(Ordering::Relaxed)
     }
 
     /// The largest value in force since load.
@@ -66,7 +75,7 @@ impl ConfigurationValue<i64> for BoundedI64 {
             redis_module::logging::log_warning(&message);
             return Err(RedisError::String(message));
         }
-        self.value.store(value, Ordering::Relaxed);
+        self.previous.store(self.value.swap(value, Ordering::Relaxed), Ordering::Relaxed);
         self.high_water.fetch_max(value, Ordering::Relaxed);
         redis_module::logging::log_notice(format!("lock.{} set to {}", self.name, value));
         Ok(())
@@ -99,6 +108,74 @@ impl EvictionMode {
 }
 
 const DAY_MS: i64 = 86_400_000;
+
+/// A protection a setting can turn off; `INFO lock` has a field for each
+/// (`lock_protection_<name>`, 1 while on) and lists those off
+/// (`lock_protections_off`), and the log says so at warning level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protection {
+    /// Refuse new grants after a start that may have lost acknowledged
+    /// locks: off with `lock.quarantine-ms 0`.
+    StartupQuarantine,
+    /// Refuse new grants after a promotion to master: off with
+    /// `lock.failover-quarantine no` or `lock.quarantine-ms 0`.
+    FailoverQuarantine,
+    /// Quarantine a key or database whose locks another command removed:
+    /// off with `lock.removal-quarantine no`.
+    RemovalQuarantine,
+    /// A held lock survives a forward wall-clock jump (its key's backstop
+    /// expiry lies beyond its deadline): off with
+    /// `lock.clock-jump-tolerance-ms 0`.
+    ClockJump,
+}
+
+impl Protection {
+    pub const ALL: [Protection; 4] = [
+        Protection::StartupQuarantine,
+        Protection::FailoverQuarantine,
+        Protection::RemovalQuarantine,
+        Protection::ClockJump,
+    ];
+
+    /// Its name in `lock_protections_off` (and, with `_` for `-`, in its
+    /// own INFO field).
+    pub fn name(self) -> &'static str {
+        match self {
+            Protection::StartupQuarantine => "startup-quarantine",
+            Protection::FailoverQuarantine => "failover-quarantine",
+            Protection::RemovalQuarantine => "removal-quarantine",
+            Protection::ClockJump => "clock-jump-tolerance",
+        }
+    }
+
+    /// Its INFO field.
+    pub fn field(self) -> &'static str {
+        match self {
+            Protection::StartupQuarantine => "protection_startup_quarantine",
+            Protection::FailoverQuarantine => "protection_failover_quarantine",
+            Protection::RemovalQuarantine => "protection_removal_quarantine",
+            Protection::ClockJump => "protection_clock_jump_tolerance",
+        }
+    }
+
+    /// What is lost while it is off, and the setting that turned it off.
+    pub fn risk(self) -> &'static str {
+        match self {
+            Protection::StartupQuarantine => {
+                "lock.quarantine-ms is 0: after a restart without appendfsync always, a lock this node forgot can be granted twice"
+            }
+            Protection::FailoverQuarantine => {
+                "lock.failover-quarantine is no or lock.quarantine-ms is 0: after a promotion, a lock the old master granted but did not replicate can be granted twice"
+            }
+            Protection::RemovalQuarantine => {
+                "lock.removal-quarantine is no: a lock removed by another command, an eviction or a flush can be granted twice"
+            }
+            Protection::ClockJump => {
+                "lock.clock-jump-tolerance-ms is 0: a forward wall-clock jump expires held locks early"
+            }
+        }
+    }
+}
 
 /// Every setting, with its default and range.
 pub struct Settings {
@@ -179,6 +256,22 @@ impl Settings {
     /// a forged lock: it must not hold a key for years).
     pub fn deadline_ahead_max_ms(&self) -> i64 {
         self.max_ttl_ms.high_water().saturating_add(self.clock_jump_tolerance_ms.get())
+    }
+
+    /// The protections the settings turn off, with the quarantine length
+    /// in force (`lock.quarantine-ms`, auto resolved).
+    pub fn protections_off(&self, quarantine_length_ms: i64) -> Vec<Protection> {
+        Protection::ALL
+            .into_iter()
+            .filter(|p| match p {
+                Protection::StartupQuarantine => quarantine_length_ms == 0,
+                Protection::FailoverQuarantine => {
+                    quarantine_length_ms == 0 || !Settings::flag(&self.failover_quarantine)
+                }
+                Protection::RemovalQuarantine => !Settings::flag(&self.removal_quarantine),
+                Protection::ClockJump => self.clock_jump_tolerance_ms.get() == 0,
+            })
+            .collect()
     }
 
     pub fn eviction_mode(&self) -> EvictionMode {

@@ -107,12 +107,28 @@ pub fn quarantined(reason: Reason, left_ms: i64) -> String {
     match reason {
         Reason::Startup => format!(
             "{QUARANTINE} {} (locks it granted before may be lost: no appendfsync always; on a brand-new node \
-             CONFIG SET lock.quarantine-ms 0 skips this, on a restarted one that can grant a lock twice), \
+             LOCK.UNQUARANTINE STARTUP ends it, on a restarted one that can grant a lock twice), \
              refusing new locks for {left_ms} ms",
             reason.describe()
         ),
         Reason::Promotion => format!("{QUARANTINE} {}, refusing new locks for {left_ms} ms", reason.describe()),
     }
+}
+
+/// LOCK.UNQUARANTINE with no start-up or promotion quarantine in force.
+pub fn no_quarantine() -> String {
+    "ERR no start-up or promotion quarantine is in force on this node (INFO lock: lock_quarantine:0): nothing to end"
+        .into()
+}
+
+/// LOCK.UNQUARANTINE naming another quarantine than the one in force.
+pub fn other_quarantine(in_force: Reason, named: Reason, left_ms: i64) -> String {
+    format!(
+        "ERR the quarantine in force is {} ({}, {left_ms} ms left), not {}: nothing ended",
+        in_force.name().to_ascii_uppercase(),
+        in_force.describe(),
+        named.name().to_ascii_uppercase()
+    )
 }
 
 /// Why a new grant of a free key is refused now.

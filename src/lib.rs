@@ -52,7 +52,7 @@ mod module {
 
     use crate::clock;
     use crate::commands;
-    use crate::config::{BoundedI64, EvictionMode};
+    use crate::config::{BoundedI64, EvictionMode, Protection};
     use crate::ffi::{self, Call, CommandDef, InfoValue};
     use crate::node::NODE;
 
@@ -65,7 +65,7 @@ mod module {
         let quarantine = node.quarantine(now);
         let removal = node.removal_quarantines(now);
         let evicting = node.evicting_policy();
-        vec![
+        let mut fields = vec![
             ("grants", Unsigned(st.grants.get())),
             ("renewals", Unsigned(st.renewals.get())),
             ("contended", Unsigned(st.contended.get())),
@@ -84,6 +84,7 @@ mod module {
             ("quarantine", Unsigned(u64::from(quarantine.is_some()))),
             ("quarantine_ms_left", Signed(quarantine.map_or(0, |(_, left)| left))),
             ("quarantine_reason", Text(quarantine.map_or("none", |(reason, _)| reason.name()))),
+            ("quarantine_length_ms", Signed(node.quarantine_length_ms())),
             ("quarantined", Unsigned(st.quarantined.get())),
             ("quarantined_keys", Unsigned(removal.0 as u64)),
             ("quarantined_dbs", Unsigned(removal.1 as u64)),
@@ -109,7 +110,18 @@ mod module {
             ("removal_quarantine", flag(&s.removal_quarantine)),
             ("eviction_mode", Text(s.eviction_mode().name())),
             ("wall_clock_offset_ms", Signed(clock::wall_offset_ms())),
-        ]
+            ("quarantines_ended", Unsigned(st.quarantines_ended.get())),
+        ];
+        // Loud when a setting turns a protection off: one field per
+        // protection (1 while on), and the list of those off.
+        let off = node.protections_off();
+        for protection in Protection::ALL {
+            fields.push((protection.field(), Unsigned(u64::from(!off.contains(&protection)))));
+        }
+        let names: Vec<&str> = off.iter().map(|p| p.name()).collect();
+        let summary = if names.is_empty() { "none".to_string() } else { names.join(",") };
+        fields.push(("protections_off", Line(summary)));
+        fields
     }
 
     /// A histogram of durations as one INFO line, in the `key=value,...`
@@ -179,15 +191,56 @@ mod module {
         }
     }
 
-    /// After `lock.quarantine-ms` is set: says when that ended the
-    /// quarantine in force.
-    fn quarantine_set(_: &ConfigurationContext, _: &str, _: &'static BoundedI64) {
-        if NODE.quarantine(clock::now_ms()).is_none() {
-            redis_module::logging::log_notice("lock: no quarantine in force now; new grants are allowed");
+    /// Set once the module has loaded: settings applied before (redis.conf,
+    /// the loadmodule line) are reported once, by `init`.
+    static LOADED: AtomicBool = AtomicBool::new(false);
+
+    /// After `lock.quarantine-ms` is set at run time: says what that did to
+    /// the quarantine in force and to the protection.
+    fn quarantine_set(_: &ConfigurationContext, _: &str, value: &'static BoundedI64) {
+        if !LOADED.load(Ordering::Relaxed) {
+            return;
+        }
+        let ended = NODE.quarantine_length_changed(clock::now_ms());
+        if let Some((reason, left)) = ended {
+            redis_module::logging::log_warning(format!(
+                "lock: lock.quarantine-ms {} ended the {} quarantine in force ({left} ms were left)",
+                value.get(),
+                reason.name()
+            ));
+        }
+        if value.get() == 0 {
+            redis_module::logging::log_warning(
+                "lock: lock.quarantine-ms 0 turns the start-up and failover quarantines OFF for every later \
+                 start and promotion: a lock this node forgets can be granted twice. To end only the \
+                 quarantine in force, on a node that forgot nothing, use LOCK.UNQUARANTINE",
+            );
+        }
+    }
+
+    /// After a setting that can turn a protection off is set at run time.
+    fn protection_set<T>(_: &ConfigurationContext, _: &str, _: &'static T) {
+        if LOADED.load(Ordering::Relaxed) {
+            warn_protections_off();
+        }
+    }
+
+    /// Each protection a setting turns off, at warning level.
+    fn warn_protections_off() {
+        for protection in NODE.protections_off() {
+            redis_module::logging::log_warning(format!(
+                "lock: protection OFF: {} ({})",
+                protection.name(),
+                protection.risk()
+            ));
         }
     }
 
     fn removal_quarantine_set(_: &ConfigurationContext, _: &str, value: &'static AtomicBool) {
+        if !LOADED.load(Ordering::Relaxed) {
+            // At load nothing is quarantined yet; `init` reports the setting.
+            return;
+        }
         if value.load(Ordering::Relaxed) {
             redis_module::logging::log_notice("lock.removal-quarantine set to yes");
         } else {
@@ -255,6 +308,9 @@ mod module {
                 key_flags: command.key_flags,
                 keys: command.keys,
                 summary: command.summary,
+                args: command.args,
+                complexity: command.complexity,
+                since: commands::SINCE,
             };
             if let Err(e) = ffi::register_command(ctx.ctx, &def, category) {
                 ctx.log_warning(&format!("lock: {e}"));
@@ -293,6 +349,16 @@ mod module {
             NODE.settings.max_ttl_ms.get(),
             NODE.settings.clock_jump_tolerance_ms.get()
         ));
+        warn_protections_off();
+        if !ffi::has_defrag_callbacks() {
+            // The redis-module crate logs it at warning level on servers
+            // before Redis 8; nothing is missing.
+            ctx.log_notice(
+                "lock: about 'Skip register defrag callbacks' above: this server has no defrag \
+                 callbacks API, and the module keeps no data that needs defragmenting; nothing to do",
+            );
+        }
+        LOADED.store(true, Ordering::Relaxed);
         Status::Ok
     }
 
@@ -305,7 +371,7 @@ mod module {
         configurations: [
             i64: [
                 [NODE.settings.max_ttl_ms.name(), &NODE.settings.max_ttl_ms, NODE.settings.max_ttl_ms.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
-                [NODE.settings.clock_jump_tolerance_ms.name(), &NODE.settings.clock_jump_tolerance_ms, NODE.settings.clock_jump_tolerance_ms.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+                [NODE.settings.clock_jump_tolerance_ms.name(), &NODE.settings.clock_jump_tolerance_ms, NODE.settings.clock_jump_tolerance_ms.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, Some(Box::new(protection_set))],
                 [NODE.settings.max_waiters.name(), &NODE.settings.max_waiters, NODE.settings.max_waiters.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
                 [NODE.settings.quarantine_ms.name(), &NODE.settings.quarantine_ms, NODE.settings.quarantine_ms.default, i64::MIN, i64::MAX, ConfigurationFlags::DEFAULT, Some(Box::new(quarantine_set))],
                 [NODE.settings.expiry_delay_ms.name(), &NODE.settings.expiry_delay_ms, NODE.settings.expiry_delay_ms.default, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
@@ -314,7 +380,7 @@ mod module {
             ],
             string: [],
             bool: [
-                ["failover-quarantine", &NODE.settings.failover_quarantine, true, ConfigurationFlags::DEFAULT, None],
+                ["failover-quarantine", &NODE.settings.failover_quarantine, true, ConfigurationFlags::DEFAULT, Some(Box::new(protection_set))],
                 ["publish-freed", &NODE.settings.publish_freed, true, ConfigurationFlags::DEFAULT, None],
                 ["removal-quarantine", &NODE.settings.removal_quarantine, true, ConfigurationFlags::DEFAULT, Some(Box::new(removal_quarantine_set))],
             ],

@@ -12,7 +12,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::config::{EvictionMode, Settings};
+use crate::config::{EvictionMode, Protection, Settings};
 use crate::core::fencing::Fencer;
 use crate::core::forgetting::{self, Cause, Forgetting, Quarantined};
 use crate::core::quarantine::{self, Quarantine, Reason, Refusal};
@@ -57,6 +57,11 @@ pub struct Node {
     start_quarantine_covers: AtomicBool,
     /// When the restart grace started (module clock), or [`NO_GRACE`].
     restart_grace_since: AtomicI64,
+    /// When locks were restored from disk under a start-up quarantine that
+    /// covers them (module clock), or [`NO_GRACE`]: the restart grace that
+    /// quarantine made needless starts from here if an operator ends it
+    /// early.
+    restored_since: AtomicI64,
     forgetting: Mutex<Option<Forgetting>>,
     /// Set while a key or database quarantine may be in force: a grant
     /// checks this flag, not the mutex, in the common case.
@@ -71,6 +76,15 @@ pub struct Node {
 }
 
 const NO_GRACE: i64 = i64::MIN;
+
+/// Why `LOCK.UNQUARANTINE` ended nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotEnded {
+    /// The node grants: no start-up or promotion quarantine is in force.
+    NoneInForce,
+    /// The quarantine in force is this other one, with the ms left.
+    OtherReason(Reason, i64),
+}
 
 /// The node. Its one owner is this module; Redis' callbacks reach it through
 /// the call in hand.
@@ -90,6 +104,7 @@ impl Node {
             quarantine_over: AtomicBool::new(true),
             start_quarantine_covers: AtomicBool::new(false),
             restart_grace_since: AtomicI64::new(NO_GRACE),
+            restored_since: AtomicI64::new(NO_GRACE),
             forgetting: Mutex::new(None),
             any_forgotten: AtomicBool::new(false),
             evicting_policy: Mutex::new(None),
@@ -126,13 +141,21 @@ impl Node {
     /// Starts (or restarts) the quarantine at `now_ms`.
     pub fn start_quarantine(&self, reason: Reason, now_ms: i64) {
         *locked(&self.quarantine) = Some(Quarantine { reason, since_ms: now_ms });
-        self.quarantine_over.store(false, Ordering::Relaxed);
         let length = self.quarantine_length_ms();
+        // A quarantine of length 0 is over at once: raising the setting
+        // later does not start it after the fact.
+        self.quarantine_over.store(length == 0, Ordering::Relaxed);
         if length > 0 {
             redis_module::logging::log_warning(format!(
                 "lock: quarantine ({}): refusing new locks for {length} ms (lock.quarantine-ms), \
-                 because locks granted before may have been lost",
-                reason.name()
+                 because locks granted before may have been lost{}",
+                reason.name(),
+                match reason {
+                    Reason::Startup => {
+                        "; on a brand-new node, which granted nothing, end it with LOCK.UNQUARANTINE STARTUP"
+                    }
+                    Reason::Promotion => "",
+                }
             ));
         } else {
             redis_module::logging::log_warning(format!(
@@ -143,7 +166,7 @@ impl Node {
         }
     }
 
-    fn quarantine_length_ms(&self) -> i64 {
+    pub fn quarantine_length_ms(&self) -> i64 {
         let s = &self.settings;
         quarantine::length_ms(s.quarantine_ms.get(), s.max_ttl_ms.get(), s.expiry_delay_ms.get())
     }
@@ -191,9 +214,27 @@ impl Node {
     pub fn on_loaded_from_disk(&self, now_ms: i64) {
         self.note_imported_locks(now_ms);
         if self.start_quarantine_covers.load(Ordering::Relaxed) {
+            self.restored_since.store(now_ms, Ordering::Relaxed);
             return;
         }
-        self.restart_grace_since.store(now_ms, Ordering::Relaxed);
+        self.start_restart_grace(now_ms);
+    }
+
+    /// The start-up quarantine no longer keeps restored locks from being
+    /// taken over early (it was ended, or shortened): they get the restart
+    /// grace from when they were restored.
+    fn uncover_restored_locks(&self) {
+        if self.start_quarantine_covers.swap(false, Ordering::Relaxed) {
+            let restored = self.restored_since.swap(NO_GRACE, Ordering::Relaxed);
+            if restored != NO_GRACE {
+                self.start_restart_grace(restored);
+            }
+        }
+    }
+
+    /// Starts the restart grace for locks restored from disk at `since_ms`.
+    fn start_restart_grace(&self, since_ms: i64) {
+        self.restart_grace_since.store(since_ms, Ordering::Relaxed);
         let s = &self.settings;
         let tolerance = s.clock_jump_tolerance_ms.get();
         let lasts =
@@ -239,6 +280,55 @@ impl Node {
                  a lock the old master granted but did not replicate can be granted twice",
             );
         }
+    }
+
+    /// An operator's `LOCK.UNQUARANTINE`: ends the quarantine in force now
+    /// if it is the one named (`reason`), and nothing else: the settings
+    /// stay, so a later start or promotion is quarantined again. Returns
+    /// the milliseconds it had left. Locks restored from disk under the
+    /// start-up quarantine it ends get the restart grace they would have had
+    /// without one (see [`Node::on_loaded_from_disk`]).
+    pub fn end_quarantine(&self, reason: Reason, now_ms: i64) -> Result<i64, NotEnded> {
+        let Some((in_force, left)) = self.quarantine(now_ms) else { return Err(NotEnded::NoneInForce) };
+        if in_force != reason {
+            return Err(NotEnded::OtherReason(in_force, left));
+        }
+        *locked(&self.quarantine) = None;
+        self.quarantine_over.store(true, Ordering::Relaxed);
+        if reason == Reason::Startup {
+            self.uncover_restored_locks();
+        }
+        self.stats.quarantines_ended.bump();
+        Ok(left)
+    }
+
+    /// After `lock.quarantine-ms` changed at run time: the quarantine the
+    /// old length still held at `now_ms` if the new one ended it. Locks
+    /// restored from disk that a shorter start-up quarantine no longer
+    /// covers get their restart grace.
+    pub fn quarantine_length_changed(&self, now_ms: i64) -> Option<(Reason, i64)> {
+        let s = &self.settings;
+        let old_length =
+            quarantine::length_ms(s.quarantine_ms.previous(), s.max_ttl_ms.get(), s.expiry_delay_ms.get());
+        let current = *locked(&self.quarantine);
+        let old_left = quarantine::remaining_ms(current, now_ms, old_length);
+        let before = current.filter(|_| old_left > 0).map(|q| (q.reason, old_left));
+        let after = self.quarantine(now_ms);
+        let covers = quarantine::covers_restored_locks(
+            self.quarantine_length_ms(),
+            s.max_ttl_ms.get(),
+            s.expiry_delay_ms.get(),
+        );
+        if !covers {
+            self.uncover_restored_locks();
+        }
+        before.filter(|_| after.is_none())
+    }
+
+    /// The protections a setting turns off now (see
+    /// [`Settings::protections_off`]).
+    pub fn protections_off(&self) -> Vec<Protection> {
+        self.settings.protections_off(self.quarantine_length_ms())
     }
 
     // --- refusals of new grants -------------------------------------------

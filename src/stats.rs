@@ -66,6 +66,8 @@ pub struct Stats {
     pub db_quarantines: Counter,
     /// Locks freed by LOCK.REVOKE.
     pub revoked: Counter,
+    /// Start-up or promotion quarantines ended by LOCK.UNQUARANTINE.
+    pub quarantines_ended: Counter,
     /// How long served waiters waited (WAIT until granted), in ms.
     wait_times: Mutex<Histogram>,
     /// How long locks were held until released (RELEASE, EXIT to 0,
@@ -102,6 +104,7 @@ impl Stats {
             locks_evicted: Counter::new(),
             db_quarantines: Counter::new(),
             revoked: Counter::new(),
+            quarantines_ended: Counter::new(),
             wait_times: Mutex::new(Histogram::new()),
             hold_times: Mutex::new(Histogram::new()),
             hot_keys: Mutex::new(HotKeys::new()),

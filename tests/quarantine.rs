@@ -20,6 +20,16 @@ fn wait_out_quarantine(c: &mut Connection) {
     wait_until(Duration::from_secs(10), "quarantine to end", || info_stat(c, "quarantine") == 0);
 }
 
+/// A text field of `INFO lock` (`lock_<field>:<value>`).
+fn info_text(c: &mut Connection, field: &str) -> String {
+    let text: String = cmd("INFO").arg("lock").query(c).unwrap();
+    let prefix = format!("lock_{field}:");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no {prefix} in {text}"))
+}
+
 /// The milliseconds left in a QUARANTINE error, asserting its form.
 fn quarantine_left(result: redis::RedisResult<Option<i64>>) -> i64 {
     let e = match result {
@@ -54,7 +64,7 @@ fn restart_without_persistence_quarantines_then_grants_above_old_tokens() {
     // skips the quarantine on a brand-new node.
     assert_eq!(refused_code(&mut c, "res").as_deref(), Some("startup"));
     let e = err_text(cmd("LOCK.ACQUIRE").arg("res").arg("b").arg(100).query(&mut c));
-    assert!(e.contains("CONFIG SET lock.quarantine-ms 0") && e.contains("brand-new node"), "{e}");
+    assert!(e.contains("LOCK.UNQUARANTINE STARTUP") && e.contains("brand-new node"), "{e}");
     assert_eq!(cmd("LOCK.RELEASE").arg("res").arg("a").query::<i64>(&mut c).unwrap(), 0);
     assert_eq!(cmd("LOCK.EXTEND").arg("res").arg("a").arg(100).query::<i64>(&mut c).unwrap(), 0);
     assert!(err_text(cmd("LOCK.ENTER").arg("r").arg("o").arg(100).query(&mut c)).starts_with("QUARANTINE"));
@@ -88,13 +98,145 @@ fn aof_always_needs_no_quarantine_and_keeps_the_lock() {
 }
 
 #[test]
-fn config_set_zero_ends_the_quarantine() {
+fn config_set_zero_ends_the_quarantine_and_turns_the_protection_off_loudly() {
     let s = Server::with(Opts::new().module_arg("quarantine-ms", "60000"));
     let mut c = s.conn();
     assert!(quarantine_left(acquire(&mut c, "res", "a")) > 50_000);
+    assert_eq!(info_text(&mut c, "protections_off"), "none");
     let _: () = cmd("CONFIG").arg("SET").arg("lock.quarantine-ms").arg(0).query(&mut c).unwrap();
     assert!(acquire(&mut c, "res", "a").unwrap().is_some());
-    assert!(s.log().contains("lock.quarantine-ms set to 0"), "{}", s.log());
+    let log = s.log();
+    assert!(log.contains("lock.quarantine-ms set to 0"), "{log}");
+    assert!(log.contains("lock.quarantine-ms 0 ended the startup quarantine in force"), "{log}");
+    assert!(log.contains("turns the start-up and failover quarantines OFF"), "{log}");
+    // INFO lock says which protections are off, one field each and a list.
+    assert_eq!(info_stat(&mut c, "protection_startup_quarantine"), 0);
+    assert_eq!(info_stat(&mut c, "protection_failover_quarantine"), 0);
+    assert_eq!(info_stat(&mut c, "protection_removal_quarantine"), 1);
+    assert_eq!(info_text(&mut c, "protections_off"), "startup-quarantine,failover-quarantine");
+}
+
+#[test]
+fn raising_the_length_later_does_not_start_a_quarantine_that_was_off() {
+    let s = Server::with(Opts::new().module_arg("quarantine-ms", "0"));
+    let mut c = s.conn();
+    let _: () = cmd("CONFIG").arg("SET").arg("lock.quarantine-ms").arg(-1).query(&mut c).unwrap();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0);
+    assert!(acquire(&mut c, "res", "a").unwrap().is_some());
+    assert_eq!(info_text(&mut c, "protections_off"), "none", "on for the next start");
+}
+
+#[test]
+fn a_node_started_with_a_protection_off_says_so_at_load() {
+    let s =
+        Server::with(Opts::new().module_arg("quarantine-ms", "1500").module_arg("removal-quarantine", "no"));
+    let mut c = s.conn();
+    let log = s.log();
+    // Settings applied at load are reported once, after the quarantine
+    // started: no line says grants are allowed while they are refused.
+    assert!(!log.contains("new grants are allowed"), "{log}");
+    assert!(log.contains("quarantine (startup): refusing new locks for 1500 ms"), "{log}");
+    assert!(log.contains("LOCK.UNQUARANTINE STARTUP"), "{log}");
+    let warning = log
+        .lines()
+        .find(|l| l.contains("protection OFF: removal-quarantine"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(warning.contains(" # "), "at warning level: {warning}");
+    assert_eq!(log.matches("protection OFF").count(), 1, "{log}");
+    assert_eq!(info_text(&mut c, "protections_off"), "removal-quarantine");
+    assert_eq!(info_stat(&mut c, "protection_removal_quarantine"), 0);
+    assert_eq!(info_stat(&mut c, "protection_startup_quarantine"), 1);
+    // Turned off at run time: said at once.
+    let _: () = cmd("CONFIG").arg("SET").arg("lock.failover-quarantine").arg("no").query(&mut c).unwrap();
+    assert!(s.log().contains("protection OFF: failover-quarantine"), "{}", s.log());
+    assert_eq!(info_text(&mut c, "protections_off"), "failover-quarantine,removal-quarantine");
+}
+
+#[test]
+fn unquarantine_ends_the_startup_quarantine_once_and_a_later_promotion_is_quarantined() {
+    let master = Server::with(fast_sync());
+    // A brand-new replica: its start-up quarantine is in force.
+    let replica = Server::with(Opts::new().module_arg("quarantine-ms", "60000"));
+    let mut r = replica.conn();
+    assert_eq!(info_text(&mut r, "quarantine_reason"), "startup");
+    let unquarantine =
+        |c: &mut Connection, reason: &str| cmd("LOCK.UNQUARANTINE").arg(reason).query::<i64>(c);
+
+    // It must name the quarantine in force; a wrong or missing name ends
+    // nothing.
+    let e = err_text(cmd("LOCK.UNQUARANTINE").arg("PROMOTION").query(&mut r));
+    assert!(
+        e.starts_with("ERR lock.unquarantine: the quarantine in force is STARTUP (node restarted, ")
+            && e.ends_with(" ms left), not PROMOTION: nothing ended"),
+        "{e}"
+    );
+    let e = err_text(cmd("LOCK.UNQUARANTINE").arg("everything").query(&mut r));
+    assert!(
+        e.starts_with("ERR lock.unquarantine: unknown quarantine 'everything' (STARTUP or PROMOTION"),
+        "{e}"
+    );
+    let e = err_text(cmd("LOCK.UNQUARANTINE").query(&mut r));
+    assert!(e.contains("wrong number of arguments"), "{e}");
+    assert_eq!(info_stat(&mut r, "quarantine"), 1, "nothing ended");
+    assert_eq!(info_stat(&mut r, "quarantines_ended"), 0);
+
+    let left = unquarantine(&mut r, "startup").unwrap();
+    assert!(left > 50_000 && left <= 60_000, "{left}");
+    assert_eq!(info_stat(&mut r, "quarantine"), 0);
+    assert_eq!(info_stat(&mut r, "quarantines_ended"), 1);
+    let log = replica.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("LOCK.UNQUARANTINE STARTUP by client"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        line.contains(" # ") && line.contains("(user default, 127.0.0.1:"),
+        "logged at warning level, with who: {line}"
+    );
+    assert!(line.contains("a later start is quarantined again (60000 ms"), "{line}");
+    let e = err_text(cmd("LOCK.UNQUARANTINE").arg("STARTUP").query(&mut r));
+    assert!(e.starts_with("ERR lock.unquarantine: no start-up or promotion quarantine is in force"), "{e}");
+    // The setting is untouched, and no protection is off.
+    let setting: Vec<String> = cmd("CONFIG").arg("GET").arg("lock.quarantine-ms").query(&mut r).unwrap();
+    assert_eq!(setting, ["lock.quarantine-ms", "60000"]);
+    assert_eq!(info_text(&mut r, "protections_off"), "none");
+
+    // Hours later, a failover: the replica is promoted, and refuses new
+    // grants (asynchronous replication may have lost some).
+    replicate(&replica, &master);
+    let mut m = master.conn();
+    acquire(&mut m, "seen", "A").unwrap().expect("granted on the master");
+    let _: i64 = cmd("WAIT").arg(1).arg(2000).query(&mut m).unwrap();
+    let _: () = cmd("REPLICAOF").arg("NO").arg("ONE").query(&mut r).unwrap();
+    let left = quarantine_left(acquire(&mut r, "other", "B"));
+    assert!(left > 50_000, "{left}");
+    assert_eq!(info_text(&mut r, "quarantine_reason"), "promotion");
+    assert_eq!(acquire(&mut r, "seen", "B").unwrap(), None, "a replicated lock is held");
+    // It too can be ended, by name, once.
+    assert!(unquarantine(&mut r, "STARTUP").is_err());
+    assert!(unquarantine(&mut r, "PROMOTION").unwrap() > 50_000);
+    assert!(acquire(&mut r, "other", "B").unwrap().is_some());
+    assert_eq!(acquire(&mut r, "seen", "B").unwrap(), None, "the replicated lock is still held");
+    assert_eq!(info_stat(&mut r, "quarantines_ended"), 2);
+}
+
+#[test]
+fn locks_restored_under_an_ended_startup_quarantine_get_the_restart_grace() {
+    // The default quarantine (max-ttl + 1 s) covers locks restored from
+    // disk, so they need no restart grace; ending it early takes that cover
+    // away, and the grace takes its place.
+    let mut s = Server::with(Opts::new().module_arg("quarantine-ms", "-1"));
+    let mut c = s.conn();
+    assert!(cmd("LOCK.UNQUARANTINE").arg("STARTUP").query::<i64>(&mut c).unwrap() > 30_000);
+    acquire(&mut c, "res", "a").unwrap().expect("granted");
+    let _: () = cmd("SAVE").query(&mut c).unwrap();
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 1);
+    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 0, "the quarantine covers the restored lock");
+    assert!(cmd("LOCK.UNQUARANTINE").arg("STARTUP").query::<i64>(&mut c).unwrap() > 20_000);
+    assert_eq!(info_stat(&mut c, "restart_grace_ms"), 60_000, "lock.clock-jump-tolerance-ms");
+    assert_eq!(acquire(&mut c, "res", "b").unwrap(), None, "the restored lock is still held");
 }
 
 #[test]

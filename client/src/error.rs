@@ -124,6 +124,22 @@ impl Error {
         matches!(self, Error::Contended { .. } | Error::NoQuorum { .. } | Error::ExpiredBeforeUse { .. })
     }
 
+    /// The failed round's counts in words (`2 of 5 granted (need 3); 3
+    /// unreachable`), when there was one.
+    pub fn counts(&self) -> Option<String> {
+        match self {
+            Error::Contended { tally, .. } => {
+                let (yes, no) = Phase::Acquire.words();
+                Some(tally.describe(yes, no))
+            }
+            Error::NoQuorum { tally, phase, .. } => {
+                let (yes, no) = phase.words();
+                Some(tally.describe(yes, no))
+            }
+            _ => None,
+        }
+    }
+
     /// The counts of the failed round, when there was one.
     pub fn tally(&self) -> Option<&Tally> {
         match self {
@@ -136,13 +152,11 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Contended { resource, tally } => {
-                let (yes, no) = Phase::Acquire.words();
-                write!(f, "'{resource}' is held by another owner: {}", tally.describe(yes, no))
+            Error::Contended { resource, .. } => {
+                write!(f, "'{resource}' is held by another owner: {}", self.counts().unwrap_or_default())
             }
-            Error::NoQuorum { resource, phase, tally } => {
-                let (yes, no) = phase.words();
-                write!(f, "no quorum for '{resource}'{}: {}", phase.what(), tally.describe(yes, no))
+            Error::NoQuorum { resource, phase, .. } => {
+                write!(f, "no quorum for '{resource}'{}: {}", phase.what(), self.counts().unwrap_or_default())
             }
             Error::ExpiredBeforeUse { resource, ttl, elapsed, drift } => write!(
                 f,

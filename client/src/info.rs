@@ -85,7 +85,7 @@ pub(crate) async fn info(nodes: &Nodes, resource: &str) -> Vec<NodeInfo> {
 
 fn describe_raw(raw: &Raw) -> String {
     match raw {
-        Raw::ServerError { code, detail } => format!("{code} {detail}"),
+        Raw::ServerError { code, detail } => crate::quorum::error_text(code, detail),
         Raw::TimedOut => "timed out".into(),
         Raw::Unreachable(why) => format!("unreachable: {why}"),
         Raw::Int(n) => format!("unexpected reply {n}"),

@@ -36,7 +36,8 @@
 //! reentrant [`Redlock::enter`] and
 //! [`Redlock::exit`]; [`Redlock::release`] and [`Redlock::extend`] by token
 //! for tools; [`Redlock::check`] (is a fencing token the live grant on a
-//! majority?) for resource servers; [`Redlock::info`].
+//! majority?) for resource servers; [`Redlock::info`]; [`Redlock::status`]
+//! (can a majority grant right now, and if not why) for operators.
 //!
 //! The parts, and where they live, each importing only the ones listed
 //! after it:
@@ -51,6 +52,8 @@
 //!   schedule and the loss reports, with no I/O, on tokio's clock (tested
 //!   on tokio's paused clock).
 //! - `info`: `LOCK.INFO` on every node, read into [`LockInfo`].
+//! - `status`: `INFO lock` on every node, read into a [`QuorumStatus`]
+//!   (pure parsing and verdict, unit-tested).
 //! - `rounds`: the quorum rounds below both: the fan-out to all N nodes
 //!   and why a round may return at its majority (`fanout`), the lease
 //!   (`lease`), grant and undo (`grant`), the fencing round and why it is
@@ -112,6 +115,7 @@ pub mod quorum;
 mod redlock;
 mod resp;
 mod rounds;
+mod status;
 
 pub use error::{Error, Lost, Phase, Result};
 pub use guard::{Detached, Guard};
@@ -121,3 +125,6 @@ pub use quorum::{Mode, Quorum, RetryPolicy, Tally};
 pub use redlock::{Entered, Redlock};
 pub use rounds::fanout::Config;
 pub use rounds::lease::Lease;
+pub use status::{
+    Blocker, Difference, MemberStatus, NodeHealth, NodeQuarantine, NodeStatus, QuorumStatus, Readiness,
+};

@@ -19,6 +19,7 @@ use crate::rounds::fanout::{Config, Nodes};
 use crate::rounds::grant::{grant, Kind};
 use crate::rounds::lease::{check_ttl, Lease};
 use crate::rounds::release::release_by_token;
+use crate::status::{self, QuorumStatus};
 
 impl RetryPolicy {
     /// Runs `attempt` until it succeeds, fails with an error that is not
@@ -284,6 +285,16 @@ impl Redlock {
     /// `LOCK.INFO` on every node, in node order.
     pub async fn info(&self, resource: &str) -> Vec<NodeInfo> {
         info::info(&self.nodes, resource).await
+    }
+
+    /// `INFO lock` on every node, waiting for every answer (or its
+    /// timeout): per member whether it can grant now and if not why
+    /// (unreachable, no module, quarantined with the ms left, an evicting
+    /// `maxmemory-policy`), its fencing counter and the protections its
+    /// settings turn off; the settings that differ between nodes; and
+    /// whether a majority can grant right now ([`QuorumStatus::summary`]).
+    pub async fn status(&self) -> QuorumStatus {
+        status::status(&self.nodes).await
     }
 
     /// `LOCK.CHECK resource fencing_token` on every node, waiting for every

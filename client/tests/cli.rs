@@ -6,41 +6,15 @@ use std::time::{Duration, Instant};
 
 use lock_testkit_client::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_redlock");
+mod common;
 
-// The exit codes, as the README's table gives them.
-const USAGE: i32 = 2;
-const NOT_HELD: i32 = 3;
-const UNREACHABLE: i32 = 68;
-const NO_QUORUM: i32 = 69;
-const HELD: i32 = 73;
-const QUARANTINED: i32 = 74;
+use common::*;
 
 fn redlock(servers: &[Server]) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env("REDLOCK_NODES", urls(servers).join(",")).args(["--timeout", "200", "--connect-timeout", "300"]);
     cmd.env_remove("REDLOCK_TOKEN");
     cmd
-}
-
-/// Runs to completion within `within` (killed and failed otherwise).
-fn run_bounded(mut cmd: Command, within: Duration) -> Output {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn redlock");
-    let deadline = Instant::now() + within;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "redlock did not finish within {within:?}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// `redlock WORDS...` against `servers`, run to completion (bounded).
@@ -65,10 +39,6 @@ fn finish(mut child: std::process::Child, within: Duration) -> Output {
         std::thread::sleep(Duration::from_millis(10));
     }
     child.wait_with_output().unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// `NAME=value` lines printed by `acquire`.
@@ -149,7 +119,10 @@ fn acquire_extend_info_release_by_hand() {
     down.args(["acquire", "deploy", "--ttl", "5000"]);
     let out = run_bounded(down, Duration::from_secs(10));
     assert_eq!(out.status.code(), Some(UNREACHABLE), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("2 of 5 granted (need 3); 3 unreachable"), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("2 of 5 granted (need 3); 3 unreachable"), "{stderr}");
+    assert!(stderr.starts_with("redlock: too few nodes reachable for 'deploy': "), "{stderr}");
+    assert!(!stderr.contains("no quorum"), "exit 68 is not 69's 'no quorum': {stderr}");
     let mut info = redlock(&servers);
     info.args(["info", "deploy"]);
     let table = text(&run_bounded(info, Duration::from_secs(10)).stdout);
@@ -453,6 +426,48 @@ fn check_asks_the_quorum_whether_a_fencing_token_is_live() {
     let out = check(&servers, &fence);
     assert_eq!(out.status.code(), Some(UNREACHABLE), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("cannot tell"), "{}", text(&out.stderr));
+}
+
+/// A node list that names servers without the module: a usage error (no
+/// retry helps), whose message says to load the module.
+#[test]
+fn servers_without_the_module_say_to_load_it() {
+    let servers = start_all((0..3).map(|_| Opts { without_module: true, ..Opts::new() }).collect());
+    let out = call(&servers, &["acquire", "deploy"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(USAGE), "{stderr}");
+    assert!(stderr.contains("ERR unknown command 'lock.acquire'"), "{stderr}");
+    assert!(stderr.contains("the lock module is not loaded on that node: add `loadmodule"), "{stderr}");
+}
+
+/// The README's Rust quick start (built with the tests, as every example
+/// is) says what is wrong in a sentence: no node list, or nodes down.
+#[test]
+fn the_quick_start_example_says_what_is_wrong() {
+    let deps = std::env::current_exe().unwrap().parent().unwrap().to_path_buf();
+    let example = deps.parent().unwrap().join("examples/quickstart");
+    assert!(example.exists(), "{} (cargo test builds the examples)", example.display());
+    let out = Command::new(&example).env_remove("REDLOCK_NODES").output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "quickstart: REDLOCK_NODES is not set: `. run/env` after scripts/run sets it\n"
+    );
+    let mut servers = cluster(3);
+    let urls = urls(&servers).join(",");
+    for server in &mut servers {
+        server.kill();
+    }
+    let mut cmd = Command::new(&example);
+    cmd.env("REDLOCK_NODES", urls);
+    let out = run_bounded(cmd, Duration::from_secs(30));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.starts_with("quickstart: no quorum for 'orders:42': 0 of 3 granted (need 2); 3 unreachable"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("NoQuorum {"), "no Debug dump: {stderr}");
 }
 
 /// Nodes in their start-up quarantine: 74, and the message says when to

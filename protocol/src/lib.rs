@@ -62,6 +62,7 @@ pub mod command {
     pub const WAITERS: &CStr = c"lock.waiters";
     pub const CONTENDED: &CStr = c"lock.contended";
     pub const REVOKE: &CStr = c"lock.revoke";
+    pub const UNQUARANTINE: &CStr = c"lock.unquarantine";
 
     /// A name as text, for a client building a command.
     pub fn text(name: &'static CStr) -> &'static str {

@@ -23,7 +23,20 @@ import atexit as _atexit
 from . import _native, errors
 from ._async import AsyncLock, AsyncLockContext, AsyncLostEvent, AsyncRedlock
 from ._sync import Lock, LockContext, LostEvent, Redlock
-from ._types import Detached, Entered, HolderInfo, LockInfo, Mode, NodeInfo, Tally, Watchdog
+from ._types import (
+    Detached,
+    Entered,
+    HolderInfo,
+    LockInfo,
+    MemberStatus,
+    Mode,
+    NodeHealth,
+    NodeInfo,
+    NodeStatus,
+    QuorumStatus,
+    Tally,
+    Watchdog,
+)
 from .errors import (
     ExpiredBeforeUseError,
     InvalidArgumentError,
@@ -50,6 +63,10 @@ __all__ = [
     "NodeInfo",
     "LockInfo",
     "HolderInfo",
+    "QuorumStatus",
+    "MemberStatus",
+    "NodeStatus",
+    "NodeHealth",
     "Entered",
     "Detached",
 ]

@@ -38,6 +38,7 @@ from ._types import (
     Entered,
     ModeLike,
     NodeInfo,
+    QuorumStatus,
     Seconds,
     SetMember,
     Tally,
@@ -45,6 +46,7 @@ from ._types import (
     mode_name,
     name,
     node_infos,
+    quorum_status,
     one_claim,
     permit_count,
     resource_names,
@@ -243,6 +245,11 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
     async def info(self, resource: str) -> List[NodeInfo]:
         """``LOCK.INFO`` from every node, in node order."""
         return node_infos(await _run(self._core.info, name(resource, "resource")))
+
+    async def status(self) -> QuorumStatus:
+        """``INFO lock`` from every node: can a majority grant right now,
+        and if not, why (see :class:`QuorumStatus`)."""
+        return quorum_status(await _run(self._core.status))
 
     async def settle(self) -> None:
         """Waits (bounded) for the calls rounds left in the background."""

@@ -29,6 +29,7 @@ from ._types import (
     Entered,
     ModeLike,
     NodeInfo,
+    QuorumStatus,
     Seconds,
     SetMember,
     Tally,
@@ -36,6 +37,7 @@ from ._types import (
     mode_name,
     name,
     node_infos,
+    quorum_status,
     one_claim,
     permit_count,
     resource_names,
@@ -202,6 +204,11 @@ class Redlock(ClientBase["LockContext"]):
     def info(self, resource: str) -> List[NodeInfo]:
         """``LOCK.INFO`` from every node, in node order."""
         return node_infos(self._core.info(name(resource, "resource")))
+
+    def status(self) -> QuorumStatus:
+        """``INFO lock`` from every node: can a majority grant right now,
+        and if not, why (see :class:`QuorumStatus`)."""
+        return quorum_status(self._core.status())
 
     def settle(self) -> None:
         """Waits (bounded) for the calls that rounds left running in the

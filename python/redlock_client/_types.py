@@ -6,7 +6,7 @@ import datetime
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from ._tally import Tally
 
@@ -93,6 +93,75 @@ class NodeInfo:
     node: str
     info: Optional[LockInfo]
     error: Optional[str]
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """What a reachable node with the module says of itself (``INFO
+    lock``)."""
+
+    #: ``(reason, seconds left)`` of its start-up or promotion quarantine,
+    #: or None.
+    quarantine: Optional[Tuple[str, float]]
+    #: The ``maxmemory-policy`` that can evict lock keys, or None.
+    evicting_policy: Optional[str]
+    #: ``lock.eviction-mode``: "refuse" or "quarantine".
+    eviction_mode: str
+    fencing_counter: int
+    #: Protections its settings turn off, e.g. ["startup-quarantine"].
+    protections_off: List[str]
+    quarantined_keys: int
+    quarantined_dbs: int
+    #: Wall clock minus module clock, ms: non-zero after a clock jump.
+    wall_clock_offset_ms: int
+    #: The settings in force: {"max_ttl_ms": "30000", ...}.
+    settings: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One node of a quorum member: its health, and ``blocked`` (why it
+    cannot grant now: "unreachable", "no-module", "quarantined",
+    "evicting" or "error") with ``why``, both None when it can."""
+
+    node: str
+    health: Optional[NodeHealth]
+    blocked: Optional[str]
+    why: Optional[str]
+
+
+@dataclass(frozen=True)
+class MemberStatus:
+    """One quorum member (one vote): one master, with one node."""
+
+    member: str
+    nodes: List[NodeStatus]
+
+    @property
+    def grants(self) -> bool:
+        """Whether every node of the member can grant now."""
+        return all(n.blocked is None for n in self.nodes)
+
+
+@dataclass(frozen=True)
+class QuorumStatus:
+    """``status()``: every member's health, and whether a majority can
+    grant right now. ``cause`` names the kind of refusal that alone keeps
+    the majority from granting (None when it grants, or when the causes
+    are mixed); ``ready_in``: seconds until enough quarantines end."""
+
+    members: List[MemberStatus]
+    need: int
+    granting: int
+    grants: bool
+    cause: Optional[str]
+    ready_in: Optional[float]
+    #: The verdict in one line, as ``redlock status`` prints it.
+    summary: str
+    #: {setting: {value: [nodes]}} for settings that differ between nodes.
+    differences: Dict[str, Dict[str, List[str]]]
+    #: {protection: [nodes]} for protections some node has off.
+    protections_off: Dict[str, List[str]]
 
 
 @dataclass(frozen=True)
@@ -220,3 +289,39 @@ def node_infos(rows: list) -> List[NodeInfo]:
             )
         out.append(NodeInfo(node, info, error))
     return out
+
+
+def quorum_status(row: tuple) -> QuorumStatus:
+    members_row, need, granting, grants, cause, ready_in_ms, summary, differences, off = row
+    members = []
+    for member, nodes in members_row:
+        out = []
+        for node, health, blocked in nodes:
+            h = None
+            if health is not None:
+                quarantine, policy, mode, counter, protections, keys, dbs, offset, settings = health
+                h = NodeHealth(
+                    None if quarantine is None else (quarantine[0], quarantine[1] / 1000.0),
+                    policy,
+                    mode,
+                    counter,
+                    list(protections),
+                    keys,
+                    dbs,
+                    offset,
+                    dict(settings),
+                )
+            kind, why = blocked if blocked is not None else (None, None)
+            out.append(NodeStatus(node, h, kind, why))
+        members.append(MemberStatus(member, out))
+    return QuorumStatus(
+        members,
+        need,
+        granting,
+        grants,
+        cause,
+        None if ready_in_ms is None else ready_in_ms / 1000.0,
+        summary,
+        {setting: {value: list(nodes) for value, nodes in values} for setting, values in differences},
+        {protection: list(nodes) for protection, nodes in off},
+    )

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use redlock_client::{Config, Error, Guard, Mode, NodeInfo, Redlock, Result};
+use redlock_client::{
+    Blocker, Config, Error, Guard, Mode, NodeHealth, NodeInfo, NodeStatus, QuorumStatus, Readiness, Redlock,
+    Result,
+};
 
 use crate::convert::{mode, policy, py_any, seconds, secs_out, tally_out, to_pyerr};
 use crate::held::Held;
@@ -255,6 +258,15 @@ impl Client {
         })
     }
 
+    /// `INFO lock` on every node: the quorum's status as nested tuples
+    /// (`_types.quorum_status` reads them).
+    #[pyo3(signature = (waiter=None))]
+    fn status(&self, py: Python<'_>, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
+        let redlock = self.redlock()?;
+        let work = async move { Ok(redlock.status().await) };
+        run(py, How::new(waiter, false), work, |py, status: QuorumStatus| py_any(py, status_row(status)))
+    }
+
     /// Waits (bounded) for the calls earlier rounds left in the background.
     #[pyo3(signature = (waiter=None))]
     fn settle(&self, py: Python<'_>, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
@@ -293,5 +305,78 @@ fn info_row(node: NodeInfo) -> (String, Option<InfoRow>, Option<String>) {
             );
             (node.node, Some(row), None)
         }
+    }
+}
+
+/// (quarantine (reason, ms left), evicting policy, eviction mode, fencing
+/// counter, protections off, quarantined keys, quarantined databases,
+/// wall-clock offset ms, settings).
+type HealthRow = (
+    Option<(String, i64)>,
+    Option<String>,
+    String,
+    u64,
+    Vec<String>,
+    u64,
+    u64,
+    i64,
+    std::collections::BTreeMap<String, String>,
+);
+/// (node, health, (blocker name, what it says)).
+type NodeRow = (String, Option<HealthRow>, Option<(String, String)>);
+type MemberRow = (String, Vec<NodeRow>);
+/// (members, need, granting, grants, cause, ready in ms, summary, the
+/// settings that differ, the protections off).
+type StatusRow = (
+    Vec<MemberRow>,
+    usize,
+    usize,
+    bool,
+    Option<String>,
+    Option<i64>,
+    String,
+    Vec<(String, Vec<(String, Vec<String>)>)>,
+    Vec<(String, Vec<String>)>,
+);
+
+fn status_row(status: QuorumStatus) -> StatusRow {
+    let (cause, ready_in_ms) = match &status.readiness {
+        Readiness::Grants => (None, None),
+        Readiness::Blocked { cause, ready_in_ms } => {
+            (cause.as_ref().map(|c| c.name().to_string()), *ready_in_ms)
+        }
+    };
+    let summary = status.summary();
+    let protections_off = status.protections_off();
+    let grants = status.grants();
+    let differences = status.differences.into_iter().map(|d| (d.setting, d.values)).collect();
+    let members =
+        status.members.into_iter().map(|m| (m.member, m.nodes.into_iter().map(node_row).collect())).collect();
+    (members, status.need, status.granting, grants, cause, ready_in_ms, summary, differences, protections_off)
+}
+
+fn node_row(node: NodeStatus) -> NodeRow {
+    let blocker = node.blocker().map(|b| (b.name().to_string(), blocker_text(&b)));
+    let health = node.health.ok().map(|h: NodeHealth| {
+        (
+            h.quarantine.map(|q| (q.reason, q.ms_left)),
+            h.evicting_policy,
+            h.eviction_mode,
+            h.fencing_counter,
+            h.protections_off,
+            h.quarantined_keys,
+            h.quarantined_dbs,
+            h.wall_clock_offset_ms,
+            h.settings,
+        )
+    });
+    (node.node, health, blocker)
+}
+
+fn blocker_text(blocker: &Blocker) -> String {
+    match blocker {
+        Blocker::Unreachable(why) | Blocker::Evicting(why) | Blocker::Failed(why) => why.clone(),
+        Blocker::NoModule => "INFO lock is empty: the lock module is not loaded".into(),
+        Blocker::Quarantined(q) => format!("{} quarantine, {} ms left", q.reason, q.ms_left),
     }
 }

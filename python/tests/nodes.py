@@ -9,11 +9,13 @@ test failed. Every wait has a deadline.
 
 The server binary is ``$LOCK_SERVER_BIN`` (default ``redis-server``) and the
 module ``$LOCK_MODULE_SO`` (default: the repository's
-``target/release/libredis_lock.so``), as for the Rust tests.
+``release/libredis_lock.so`` in cargo's target directory), as for the Rust
+tests.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -34,8 +36,18 @@ def server_bin() -> str:
     return os.environ.get("LOCK_SERVER_BIN") or "redis-server"
 
 
+def target_dir() -> Path:
+    """Where cargo puts what it builds, as cargo says (CARGO_TARGET_DIR,
+    a .cargo/config.toml's build.target-dir, or target/)."""
+    out = subprocess.run(
+        ["cargo", "metadata", "--format-version", "1", "--no-deps"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return Path(json.loads(out.stdout)["target_directory"])
+
+
 def module_so() -> str:
-    so = os.environ.get("LOCK_MODULE_SO") or str(REPO / "target" / "release" / "libredis_lock.so")
+    so = os.environ.get("LOCK_MODULE_SO") or str(target_dir() / "release" / "libredis_lock.so")
     if not Path(so).is_file():
         raise RuntimeError(f"module {so} not found: cargo build --release --lib, or set LOCK_MODULE_SO")
     return so

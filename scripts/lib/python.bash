@@ -1,5 +1,5 @@
 # The Python package (python/, maturin + PyO3) in a virtualenv under
-# target/, for scripts/test and scripts/bench-python. Sourced; expects $top
+# cargo's target directory, for scripts/test and scripts/bench-python. Sourced; expects $top
 # (the repository root).
 #
 #   python_venv DIR PACKAGE...   makes DIR a venv (python3 -m venv) holding

@@ -7,11 +7,13 @@ use super::key_flags::{ACCESS, RO};
 use super::{Command, Cx};
 use crate::core::args;
 use crate::core::lock;
+use crate::core::syntax::{Arg, common::KEY};
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
     name: names::CHECK,
-    usage: "LOCK.CHECK key fencing-token",
+    args: &[KEY, Arg::integer(c"fencing-token")],
+    complexity: c"O(1)",
     flags: c"readonly fast",
     acl: c"read fast",
     arity: 3,

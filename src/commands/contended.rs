@@ -10,11 +10,13 @@ use lock_protocol::command as names;
 use super::{Command, Cx};
 use crate::core::args;
 use crate::core::hotkeys::SLOTS;
+use crate::core::syntax::common::COUNT;
 use crate::ffi::{Field, Keys, Reply};
 
 pub const COMMAND: Command = Command {
     name: names::CONTENDED,
-    usage: "LOCK.CONTENDED [COUNT count]",
+    args: &[COUNT],
+    complexity: c"O(1)",
     flags: c"readonly fast",
     acl: c"read fast",
     arity: -1,

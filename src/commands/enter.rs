@@ -8,11 +8,13 @@ use super::key_flags::{RW, UPDATE};
 use super::{grant, Command, Cx};
 use crate::core::args;
 use crate::core::kind::Want;
+use crate::core::syntax::common::{KEY, OWNER, TTL_MS, WAIT};
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
     name: names::ENTER,
-    usage: "LOCK.ENTER key owner ttl-ms [WAIT timeout-ms]",
+    args: &[KEY, OWNER, TTL_MS, WAIT],
+    complexity: c"O(1)",
     flags: c"write deny-oom",
     acl: c"write slow blocking",
     arity: -4,

@@ -10,12 +10,14 @@ use crate::core::args;
 use crate::core::fencing;
 use crate::core::kind::Kind;
 use crate::core::lock::{self, Exit};
+use crate::core::syntax::{Arg, common::{KEY, OWNER}};
 use crate::errors;
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
     name: names::EXIT,
-    usage: "LOCK.EXIT key owner [ID request-id]",
+    args: &[KEY, OWNER, Arg::option(c"ID", Arg::string(c"request-id"))],
+    complexity: c"O(1)",
     flags: c"write fast",
     acl: c"write fast",
     arity: -3,

@@ -7,11 +7,13 @@ use super::key_flags::{RW, UPDATE};
 use super::{Command, Cx};
 use crate::core::args;
 use crate::core::lock;
+use crate::core::syntax::common::{KEY, TOKEN, TTL_MS};
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
     name: names::EXTEND,
-    usage: "LOCK.EXTEND key token ttl-ms",
+    args: &[KEY, TOKEN, TTL_MS],
+    complexity: c"O(1)",
     flags: c"write deny-oom fast",
     acl: c"write fast",
     arity: 4,

@@ -11,11 +11,13 @@ use super::{Command, Cx};
 use crate::core::args;
 use crate::core::fencing::Fencer;
 use crate::core::lock;
+use crate::core::syntax::{Arg, common::{KEY, TOKEN}};
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
     name: names::FENCE,
-    usage: "LOCK.FENCE key token floor",
+    args: &[KEY, TOKEN, Arg::integer(c"floor")],
+    complexity: c"O(1)",
     flags: c"write fast",
     acl: c"write fast",
     arity: 4,

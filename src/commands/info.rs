@@ -12,13 +12,15 @@ use crate::core::kind::Kind;
 use crate::core::lock;
 use crate::core::quarantine::Refusal;
 use crate::core::txn::Stored;
+use crate::core::syntax::common::KEY;
 use crate::errors;
 use crate::ffi::{Field, Keys, Reply};
 use crate::keystate::Loaded;
 
 pub const COMMAND: Command = Command {
     name: names::INFO,
-    usage: "LOCK.INFO key",
+    args: &[KEY],
+    complexity: c"O(N) where N is the number of holders",
     flags: c"readonly fast",
     acl: c"read fast",
     arity: 2,

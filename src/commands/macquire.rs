@@ -11,6 +11,7 @@ use crate::core::args::{self, MULTI_FIRST_KEY};
 use crate::core::kind::Want;
 use crate::core::lock::{self, Admission, AllGrant, Grant};
 use crate::core::quarantine::Refusal;
+use crate::core::syntax::{Arg, common::{TOKEN, TTL_MS, WAIT, KEYS}};
 use crate::errors;
 use crate::ffi::{Call, Keys, Reply};
 use crate::grants;
@@ -19,7 +20,8 @@ use crate::waiting as wait;
 
 pub const COMMAND: Command = Command {
     name: names::MACQUIRE,
-    usage: "LOCK.MACQUIRE token ttl-ms numkeys key [key ...] [WAIT timeout-ms] [MODES mode [mode ...]]",
+    args: &[TOKEN, TTL_MS, Arg::integer(c"numkeys"), KEYS, WAIT, Arg::option(c"MODES", Arg::string(c"mode").repeated())],
+    complexity: c"O(N) where N is the number of keys",
     flags: c"write deny-oom getkeys-api",
     acl: c"write slow blocking",
     arity: -5,

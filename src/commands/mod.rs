@@ -18,6 +18,7 @@ use crate::clock;
 use crate::core::args::ArgError;
 use crate::core::lock::Admission;
 use crate::core::quarantine::Refusal;
+use crate::core::syntax::{self, Arg};
 use crate::core::txn::Txn;
 use crate::core::waiting;
 use crate::errors;
@@ -33,9 +34,12 @@ mod grant;
 pub struct Command {
     /// The name, lowercase (`lock.acquire`); error replies start with it.
     pub name: &'static CStr,
-    /// The syntax, for the reader (the README's command reference has the
-    /// same line).
-    pub usage: &'static str,
+    /// The arguments after the name: Redis is told them (`COMMAND DOCS`,
+    /// redis-cli's hints), and the usage line is rendered from them
+    /// ([`Command::usage`]; docs/commands.md shows the same line).
+    pub args: &'static [Arg],
+    /// How the cost grows, for `COMMAND DOCS` (`O(1)`, `O(N) where ...`).
+    pub complexity: &'static CStr,
     /// Redis command flags (`write deny-oom`, `readonly fast`, ...).
     pub flags: &'static CStr,
     /// ACL categories, space-separated (`read fast`): `read` or `write` as
@@ -56,6 +60,9 @@ pub struct Command {
     pub run: fn(&Cx<'_>, &[&[u8]]) -> Reply,
 }
 
+/// The module version every command came with (`COMMAND DOCS`' `since`).
+pub const SINCE: &CStr = c"0.1.0";
+
 /// The ACL category every command of the module is in (`+@lock`,
 /// `-@lock`), where the server lets a module add one (Redis 7.4+, Valkey).
 pub const ACL_CATEGORY: &CStr = c"lock";
@@ -73,6 +80,11 @@ impl Command {
     /// The name as text (`lock.acquire`).
     pub fn label(&self) -> &'static str {
         self.name.to_str().unwrap_or("lock")
+    }
+
+    /// The usage line (`LOCK.ACQUIRE key token ttl-ms [WAIT timeout-ms]`).
+    pub fn usage(&self) -> String {
+        syntax::usage(self.name, self.args)
     }
 }
 
@@ -101,7 +113,7 @@ macro_rules! commands {
 commands! {
     acquire, enter, shared, exclusive, semaphore, macquire,
     release, mrelease, extend, renew, exit, fence,
-    check, info, waiters, contended, revoke,
+    check, info, waiters, contended, revoke, unquarantine,
 }
 
 /// Runs `command` for a call: its context is built here, with the one
@@ -281,11 +293,23 @@ mod tests {
             assert_eq!(flags.contains(&"write"), acl.contains(&"write"), "{name}: write <=> @write");
             assert_eq!(flags.contains(&"fast"), acl.contains(&"fast"), "{name}: fast <=> @fast");
             assert_ne!(acl.contains(&"fast"), acl.contains(&"slow"), "{name}: @fast or @slow");
-            let waits = command.usage.contains("[WAIT timeout-ms]");
+            let waits = command.usage().contains("[WAIT timeout-ms]");
             assert_eq!(waits, acl.contains(&"blocking"), "{name}: may block (WAIT) <=> @blocking");
-            let operator = command.name == lock_protocol::command::REVOKE;
+            let operator = [lock_protocol::command::REVOKE, lock_protocol::command::UNQUARANTINE]
+                .contains(&command.name);
             assert_eq!(operator, acl.contains(&"admin") && acl.contains(&"dangerous"), "{name}");
             assert!(!acl.contains(&"lock"), "{name}: the module's category is added at registration");
+        }
+    }
+
+    #[test]
+    fn the_command_reference_gives_each_usage_line() {
+        // COMMAND DOCS lists the same arguments (tests/discover.rs, on
+        // every server).
+        let docs = include_str!("../../docs/commands.md");
+        for &(command, _) in ALL {
+            let heading = format!("### {}\n\n`{}`\n", command.label().to_ascii_uppercase(), command.usage());
+            assert!(docs.contains(&heading), "docs/commands.md lacks:\n{heading}");
         }
     }
 }

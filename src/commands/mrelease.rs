@@ -10,12 +10,14 @@ use super::key_flags::{DELETE, RW};
 use super::release::release_one;
 use super::{Command, Cx};
 use crate::core::args;
+use crate::core::syntax::common::{TOKEN, KEYS};
 use crate::ffi::{Keys, Reply};
 use crate::keystate;
 
 pub const COMMAND: Command = Command {
     name: names::MRELEASE,
-    usage: "LOCK.MRELEASE token key [key ...]",
+    args: &[TOKEN, KEYS],
+    complexity: c"O(N) where N is the number of keys",
     flags: c"write",
     acl: c"write slow",
     arity: -3,

@@ -9,12 +9,14 @@ use crate::core::args;
 use crate::core::fencing;
 use crate::core::lock;
 use crate::core::txn::{Stored, Txn};
+use crate::core::syntax::common::{KEY, TOKEN};
 use crate::ffi::{Keys, Reply};
 use crate::stats::Stats;
 
 pub const COMMAND: Command = Command {
     name: names::RELEASE,
-    usage: "LOCK.RELEASE key token",
+    args: &[KEY, TOKEN],
+    complexity: c"O(1)",
     flags: c"write fast",
     acl: c"write fast",
     arity: 3,

@@ -8,11 +8,13 @@ use super::extend::extend_one;
 use super::key_flags::{RW, UPDATE};
 use super::{Command, Cx};
 use crate::core::args;
+use crate::core::syntax::common::{TOKEN, TTL_MS, KEYS};
 use crate::ffi::{Keys, Reply};
 
 pub const COMMAND: Command = Command {
     name: names::RENEW,
-    usage: "LOCK.RENEW token ttl-ms key [key ...]",
+    args: &[TOKEN, TTL_MS, KEYS],
+    complexity: c"O(N) where N is the number of keys",
     flags: c"write deny-oom",
     acl: c"write slow",
     arity: -4,

@@ -16,6 +16,7 @@ use super::key_flags::{DELETE, RW};
 use super::{Command, Cx};
 use crate::core::args;
 use crate::core::txn::Stored;
+use crate::core::syntax::common::KEY;
 use crate::errors;
 use crate::ffi::{Keys, Reply};
 use crate::keystate::{self, Failure, Loaded, Written};
@@ -23,7 +24,8 @@ use crate::waiting as wait;
 
 pub const COMMAND: Command = Command {
     name: names::REVOKE,
-    usage: "LOCK.REVOKE key",
+    args: &[KEY],
+    complexity: c"O(N) where N is the number of holders",
     flags: c"write",
     acl: c"write slow dangerous admin",
     arity: 2,

@@ -9,12 +9,14 @@ use super::key_flags::{ACCESS, RO};
 use super::{Command, Cx};
 use crate::core::args;
 use crate::core::kind::Want;
+use crate::core::syntax::common::{KEY, COUNT};
 use crate::ffi::{Field, Keys, Reply};
 use crate::waiting as wait;
 
 pub const COMMAND: Command = Command {
     name: names::WAITERS,
-    usage: "LOCK.WAITERS key [COUNT count]",
+    args: &[KEY, COUNT],
+    complexity: c"O(N) where N is the number of waiters listed",
     flags: c"readonly",
     acl: c"read slow",
     arity: -2,

@@ -18,6 +18,7 @@
 //! LOCK.MRELEASE  token key [key ...]
 //! LOCK.WAITERS   key [COUNT count]
 //! LOCK.CONTENDED [COUNT count]
+//! LOCK.UNQUARANTINE <STARTUP | PROMOTION>
 //! ```
 //! Integers follow Redis' own rules (`string2ll`): optional `-`, no `+`, no
 //! leading zeros, no spaces, no fraction, within i64. Option names are
@@ -28,6 +29,7 @@ use std::fmt::{self, Write as _};
 
 pub use super::kind::REQUEST_ID_LEN_MAX;
 use super::kind::{Want, HOLDERS_MAX};
+use super::quarantine::Reason;
 
 /// Tokens and owners: non-empty, at most this many bytes (agreed with the
 /// clients in `lock_protocol`).
@@ -145,6 +147,8 @@ pub enum ArgError {
         given: usize,
         keys: usize,
     },
+    /// LOCK.UNQUARANTINE names no quarantine this module knows.
+    UnknownReason(Shown),
 }
 
 impl fmt::Display for ArgError {
@@ -181,6 +185,9 @@ impl fmt::Display for ArgError {
             }
             ArgError::ModeCount { given, keys } => {
                 write!(f, "MODES takes one mode for every key or one per key: {given} modes for {keys} keys")
+            }
+            ArgError::UnknownReason(name) => {
+                write!(f, "unknown quarantine {name} (STARTUP or PROMOTION: the one in force, as INFO lock's lock_quarantine_reason names it)")
             }
         }
     }
@@ -466,6 +473,18 @@ pub fn check(argv: &[&[u8]]) -> Result<u64, ArgError> {
     let [_, _, fence] = argv else { return Err(ArgError::Arity) };
     let fence = bounded(fence, "fencing-token", 0, i64::MAX, None)?;
     Ok(u64::try_from(fence).unwrap_or(0))
+}
+
+/// LOCK.UNQUARANTINE: the quarantine the operator means to end.
+pub fn quarantine_reason(argv: &[&[u8]]) -> Result<Reason, ArgError> {
+    let [_, reason] = argv else { return Err(ArgError::Arity) };
+    if reason.eq_ignore_ascii_case(b"STARTUP") {
+        Ok(Reason::Startup)
+    } else if reason.eq_ignore_ascii_case(b"PROMOTION") {
+        Ok(Reason::Promotion)
+    } else {
+        Err(ArgError::UnknownReason(Shown::of(reason)))
+    }
 }
 
 pub fn key_only(argv: &[&[u8]]) -> Result<(), ArgError> {
@@ -834,6 +853,20 @@ mod tests {
         assert_eq!(
             release_all(&argv("LOCK.MRELEASE  k"), LIMITS),
             Err(ArgError::EmptyToken { what: "token" })
+        );
+    }
+
+    #[test]
+    fn a_quarantine_is_named_by_its_reason_in_any_case() {
+        assert_eq!(quarantine_reason(&argv("LOCK.UNQUARANTINE STARTUP")), Ok(Reason::Startup));
+        assert_eq!(quarantine_reason(&argv("LOCK.UNQUARANTINE promotion")), Ok(Reason::Promotion));
+        assert_eq!(quarantine_reason(&argv("LOCK.UNQUARANTINE")), Err(ArgError::Arity));
+        assert_eq!(quarantine_reason(&argv("LOCK.UNQUARANTINE startup now")), Err(ArgError::Arity));
+        let unknown = quarantine_reason(&argv("LOCK.UNQUARANTINE all")).unwrap_err();
+        assert_eq!(unknown, ArgError::UnknownReason(Shown::of(b"all")));
+        assert!(
+            unknown.to_string().starts_with("unknown quarantine 'all' (STARTUP or PROMOTION"),
+            "{unknown}"
         );
     }
 

@@ -7,7 +7,8 @@
 //!   edits the adapter writes once;
 //! - `memory.rs`: stored locks held in memory; `codec.rs`: stored forms;
 //! - `fencing.rs`, `quarantine.rs`, `queue.rs`, `args.rs`: the fencing
-//!   counter, the quarantine arithmetic, waiter queues, argument parsing.
+//!   counter, the quarantine arithmetic, waiter queues, argument parsing;
+//! - `syntax.rs`: each command's arguments as data (COMMAND DOCS, usage).
 
 /// An invariant of the state machine: a `debug_assert!` that also holds in
 /// this crate's own unit and property tests when they are built in release
@@ -33,6 +34,7 @@ pub mod lock;
 pub mod memory;
 pub mod quarantine;
 pub mod queue;
+pub mod syntax;
 pub mod txn;
 pub mod waiting;
 

@@ -241,6 +241,51 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Who sent this call, for the log of an operator's act: `client 7
+    /// (user alice, 127.0.0.1:50222)`, with what the server can tell.
+    pub fn client_label(&self) -> String {
+        // SAFETY: the API table is written once by Redis before OnLoad runs
+        // and only read afterwards.
+        let entries = unsafe {
+            (
+                raw::RedisModule_GetClientId,
+                raw::RedisModule_GetClientUserNameById,
+                raw::RedisModule_GetClientInfoById,
+            )
+        };
+        let (Some(client_id), Some(user_name), Some(client_info)) = entries else {
+            return "a client".into();
+        };
+        // SAFETY: ctx is the live context of this call. The info struct is
+        // plain C data (all-zero, then the version it is read as); the
+        // address is a NUL-terminated array inside it. The user name string
+        // is read, then freed once with the same context.
+        unsafe {
+            let id = client_id(self.ctx);
+            let mut info: raw::RedisModuleClientInfo = std::mem::zeroed();
+            info.version = u64::from(raw::REDISMODULE_CLIENTINFO_VERSION);
+            let address = if client_info(ptr::addr_of_mut!(info).cast(), id) == raw::REDISMODULE_OK as c_int {
+                let addr = std::ffi::CStr::from_ptr(info.addr.as_ptr()).to_string_lossy().into_owned();
+                if info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_UNIXSOCKET) != 0 {
+                    format!(", {addr} (unix socket)")
+                } else {
+                    format!(", {addr}:{}", info.port)
+                }
+            } else {
+                String::new()
+            };
+            let name = user_name(self.ctx, id);
+            let user = if name.is_null() {
+                "no user".to_string()
+            } else {
+                let text = String::from_utf8_lossy(string_bytes(name)).into_owned();
+                api(raw::RedisModule_FreeString)(self.ctx, name);
+                format!("user {text}")
+            };
+            format!("client {id} ({user}{address})")
+        }
+    }
+
     /// True when the server runs in cluster mode.
     pub fn in_cluster(&self) -> bool {
         self.flags() & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0

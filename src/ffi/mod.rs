@@ -34,6 +34,7 @@ pub use events::{declare_atomic_slot_migration, subscribe_server_events, watch_k
 pub use handlers::{set_handlers, Handlers};
 pub use key::{Key, KeyKind};
 pub use register::{
-    add_acl_category, missing_api, register_command, register_info, CommandDef, InfoValue, Keys,
+    add_acl_category, has_defrag_callbacks, missing_api, register_command, register_info, CommandDef,
+    InfoValue, Keys,
 };
 pub use reply::{Field, Reply};

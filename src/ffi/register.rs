@@ -8,6 +8,7 @@ use std::ptr;
 use redis_module::raw;
 
 use super::api::{api, c_string, RawArgv, RawCtx};
+use crate::core::syntax::{Arg, ArgKind};
 
 /// One command to register: name, entry point, flags, arity, key-spec flags.
 pub struct CommandDef {
@@ -24,6 +25,13 @@ pub struct CommandDef {
     /// Where the keys are.
     pub keys: Keys,
     pub summary: &'static std::ffi::CStr,
+    /// The arguments after the name, for `COMMAND DOCS` and redis-cli's
+    /// hints.
+    pub args: &'static [Arg],
+    /// How the cost grows (`O(1)`).
+    pub complexity: &'static std::ffi::CStr,
+    /// The module version the command came with.
+    pub since: &'static std::ffi::CStr,
 }
 
 /// Where a command's keys are in its arguments.
@@ -137,8 +145,11 @@ pub fn register_command(
         let mut info: raw::RedisModuleCommandInfo = std::mem::zeroed();
         info.version = version;
         info.summary = def.summary.as_ptr();
+        info.complexity = def.complexity.as_ptr();
+        info.since = def.since.as_ptr();
         info.arity = def.arity;
         info.key_specs = specs.as_mut_ptr();
+        info.args = raw_args(def.args);
         let info = Box::leak(Box::new(info));
         let command = get_command(ctx, def.name.as_ptr());
         if command.is_null() || set_info(command, info) != raw::REDISMODULE_OK as c_int {
@@ -146,6 +157,50 @@ pub fn register_command(
         }
         set_acl_categories(command, def, category)
     }
+}
+
+/// The arguments as Redis reads them: an array ended by a zeroed entry,
+/// with the sub-arguments of a block or a choice the same way. Leaked, as
+/// the rest of the command's info (Redis copies it; a few hundred bytes
+/// once per load).
+fn raw_args(args: &'static [Arg]) -> *mut raw::RedisModuleCommandArg {
+    let mut out: Vec<raw::RedisModuleCommandArg> = args
+        .iter()
+        .map(|arg| {
+            let mut flags = raw::REDISMODULE_CMD_ARG_NONE;
+            if arg.optional {
+                flags |= raw::REDISMODULE_CMD_ARG_OPTIONAL;
+            }
+            if arg.multiple {
+                flags |= raw::REDISMODULE_CMD_ARG_MULTIPLE;
+            }
+            raw::RedisModuleCommandArg {
+                name: arg.name.as_ptr(),
+                type_: match arg.kind {
+                    ArgKind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+                    ArgKind::String => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+                    ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+                    ArgKind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+                    ArgKind::OneOf => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+                    ArgKind::Block => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+                },
+                // Every command declares one key spec: its keys are in it.
+                // Redis takes 0 for the other arguments too ("unset").
+                key_spec_index: 0,
+                token: arg.token.map_or(ptr::null(), |t| t.as_ptr()),
+                summary: ptr::null(),
+                // Every argument came with its command.
+                since: ptr::null(),
+                flags: flags as c_int,
+                deprecated_since: ptr::null(),
+                subargs: if arg.subargs.is_empty() { ptr::null_mut() } else { raw_args(arg.subargs) },
+                display_text: ptr::null(),
+            }
+        })
+        .collect();
+    // SAFETY: all-zero is the struct's documented end-of-array marker.
+    out.push(unsafe { std::mem::zeroed() });
+    Box::leak(out.into_boxed_slice()).as_mut_ptr()
 }
 
 /// Puts the command in its ACL categories, where the server has the API
@@ -228,6 +283,14 @@ pub fn register_info(ctx: RawCtx, fields: InfoFieldsFn) -> Result<(), String> {
         return Err("cannot register the INFO callback".into());
     }
     Ok(())
+}
+
+/// Whether the server has the defrag callbacks API (Redis 8+): without
+/// it the redis-module crate logs a warning at load that needs a word.
+pub fn has_defrag_callbacks() -> bool {
+    // SAFETY: the API table is written once by Redis before OnLoad runs and
+    // only read afterwards.
+    unsafe { raw::RedisModule_RegisterDefragCallbacks }.is_some()
 }
 
 /// Checks that every API entry the module calls exists in this server.

@@ -12,6 +12,42 @@ pub fn repo_dir() -> PathBuf {
     kit.parent().map(PathBuf::from).unwrap_or(kit)
 }
 
+/// Where cargo puts what it builds, as cargo says (`cargo metadata`:
+/// `$CARGO_TARGET_DIR`, a `.cargo/config.toml`'s `build.target-dir`, or the
+/// workspace's `target/`), asked once per test binary.
+pub fn target_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new(env!("CARGO"))
+            .args(["metadata", "--format-version", "1", "--no-deps"])
+            .current_dir(repo_dir())
+            .output()
+            .expect("run cargo metadata");
+        assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+        let json = String::from_utf8_lossy(&out.stdout);
+        PathBuf::from(
+            json_string(&json, "target_directory").expect("cargo metadata names the target directory"),
+        )
+    })
+    .clone()
+}
+
+/// The string value of `"key":"..."` in cargo's JSON (a path: its escapes
+/// are `\\` and `\"` at most).
+fn json_string(json: &str, key: &str) -> Option<String> {
+    let start = json.find(&format!("\"{key}\":\""))? + key.len() + 4;
+    let mut value = String::new();
+    let mut chars = json.get(start..)?.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(value),
+            '\\' => value.push(chars.next()?),
+            c => value.push(c),
+        }
+    }
+    None
+}
+
 /// The module `.so`: `$LOCK_MODULE_SO`, or else built once per test binary
 /// (release, as users run it).
 pub fn module_path() -> PathBuf {
@@ -27,7 +63,7 @@ pub fn module_path() -> PathBuf {
                 .status()
                 .expect("run cargo build for the module");
             assert!(status.success(), "building the module failed");
-            let path = repo_dir().join("target/release/libredis_lock.so");
+            let path = target_dir().join("release/libredis_lock.so");
             assert!(path.exists(), "{} missing after build", path.display());
             path
         })
@@ -40,7 +76,7 @@ pub fn clock_shim_path() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let out = repo_dir().join("target/clockshim.so");
+            let out = target_dir().join("clockshim.so");
             let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("shim/clockshim.c");
             let status = Command::new("cc")
                 .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
@@ -52,4 +88,17 @@ pub fn clock_shim_path() -> PathBuf {
             out
         })
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_target_directory_is_read_from_cargo_metadata() {
+        let json = r#"{"packages":[],"target_directory":"/tmp/a \"b\" c\\d/target","version":1}"#;
+        assert_eq!(json_string(json, "target_directory").as_deref(), Some(r#"/tmp/a "b" c\d/target"#));
+        assert_eq!(json_string(json, "workspace_root"), None);
+        assert!(target_dir().is_absolute(), "{}", target_dir().display());
+    }
 }

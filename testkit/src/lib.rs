@@ -27,7 +27,7 @@ mod replies;
 mod server;
 mod wait;
 
-pub use built::{clock_shim_path, module_path, repo_dir};
+pub use built::{clock_shim_path, module_path, repo_dir, target_dir};
 pub use clock::ClockFile;
 pub use dirs::{fresh_dir, TempDir};
 pub use forget::{

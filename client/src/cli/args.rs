@@ -32,6 +32,8 @@ Exit codes:
        restart or a promotion); retry after the time the message gives
   75   exec: the lock was lost while the command ran; the command was
        stopped (SIGTERM, then SIGKILL after --grace)
+  78   status: a majority can grant, but settings differ between nodes or
+       a protection is off on some (the settings are listed)
   126  exec: the command could not be run; 127: it was not found
   exec otherwise exits with the command's own status (128+N if it was
   killed by signal N)."
@@ -69,7 +71,8 @@ Examples:
 
 Exit codes: 0 done, 2 usage (no retry helps), 3 not held by the token,
 68 unreachable, 69 no quorum, 73 held by another owner, 74 quarantined
-(retry later), 75 exec: lock lost. 'redlock COMMAND --help' says more.";
+(retry later), 75 exec: lock lost, 78 status: settings differ or a
+protection is off. 'redlock COMMAND --help' says more.";
 
 const EXEC_HELP: &str = concat!(
     "\
@@ -155,6 +158,25 @@ const CHECK_HELP: &str = concat!(
     "\
 Example, in a resource server's shell script:
   if redlock check deploy \"$FENCE\"; then apply-change; else refuse; fi
+
+",
+    exit_codes!()
+);
+
+const STATUS_HELP: &str = concat!(
+    "\
+Per node: reachable or not, its start-up or promotion quarantine and the ms
+left, an evicting maxmemory-policy, its fencing counter, the protections its
+settings turn off; then the settings that differ between nodes, and one
+line: can a majority grant right now, and if not, why. Exits 0 when a
+majority can grant and the nodes agree with every protection on; 78 when a
+majority can grant but settings differ or a protection is off; 68, 74 or 69
+when no majority can grant (too many unreachable, quarantined, or mixed
+causes or nodes without the module).
+
+Examples:
+  redlock status
+  redlock status || alert-on-call     # in a cron job or a probe
 
 ",
     exit_codes!()
@@ -395,6 +417,13 @@ pub enum Command {
         #[arg(value_name = "FENCING_TOKEN")]
         fencing_token: u64,
     },
+    /// Can a majority grant now? Each node's health (INFO lock), for on-call
+    ///
+    /// Asks INFO lock of every node (waiting for each answer or its
+    /// timeout) and shows, node by node, what stands between the quorum and
+    /// a grant. Takes no resource.
+    #[command(verbatim_doc_comment, after_long_help = STATUS_HELP)]
+    Status,
     /// Show the lock on every node (LOCK.INFO), one row per node or holder
     #[command(verbatim_doc_comment, after_long_help = INFO_HELP)]
     Info {
@@ -405,14 +434,14 @@ pub enum Command {
 
 impl Command {
     /// The resources named, each with its mode (`--mode` once for all, or
-    /// once per resource); none for `info` and `check`.
+    /// once per resource); none for `info`, `check` and `status`.
     pub fn resources(&self) -> Result<Vec<(String, Mode)>, String> {
         let (resources, mode) = match self {
             Command::Acquire { take } | Command::Exec { take, .. } => (&take.resources, &take.mode),
             Command::Release { resources, mode, .. } | Command::Extend { resources, mode, .. } => {
                 (resources, mode)
             }
-            Command::Info { .. } | Command::Check { .. } => return Ok(Vec::new()),
+            Command::Info { .. } | Command::Check { .. } | Command::Status => return Ok(Vec::new()),
         };
         let modes = mode.modes(resources.len())?;
         Ok(resources.iter().cloned().zip(modes).collect())

@@ -2,7 +2,7 @@
 //! help of every command and in client/README.md), and the cause of an
 //! error: what the user can do about it, read from its counts.
 
-use redlock_client::{Error, Phase, Tally};
+use redlock_client::{Blocker, Error, Phase, QuorumStatus, Readiness, Tally};
 
 pub const OK: u8 = 0;
 /// The CLI itself could not start (no async runtime).
@@ -23,6 +23,9 @@ pub const HELD: u8 = 73;
 pub const QUARANTINED: u8 = 74;
 /// exec: the lock was lost while the command ran (EX_TEMPFAIL).
 pub const LOST: u8 = 75;
+/// status: a majority can grant, but settings differ between nodes or a
+/// protection is off on some (EX_CONFIG).
+pub const CONFIG: u8 = 78;
 /// exec: the command exists but could not be started.
 pub const CANNOT_RUN: u8 = 126;
 /// exec: the command was not found.
@@ -30,7 +33,7 @@ pub const NOT_FOUND: u8 = 127;
 
 /// Every code with the word the tests and the README use for it.
 #[cfg(test)]
-pub const ALL: [(u8, &str); 11] = [
+pub const ALL: [(u8, &str); 12] = [
     (OK, "done"),
     (INTERNAL, "internal"),
     (USAGE, "usage"),
@@ -40,6 +43,7 @@ pub const ALL: [(u8, &str); 11] = [
     (HELD, "held by another owner"),
     (QUARANTINED, "quarantined"),
     (LOST, "lost"),
+    (CONFIG, "settings"),
     (CANNOT_RUN, "could not be run"),
     (NOT_FOUND, "not found"),
 ];
@@ -160,7 +164,10 @@ pub fn message(error: &Error) -> String {
             Some(ms) => format!("{error}; retry in {ms} ms"),
             None => format!("{error}; retry later"),
         },
-        Cause::Unreachable => format!("{error}; are the nodes up, and is --nodes right?"),
+        Cause::Unreachable => format!(
+            "too few nodes reachable for '{resource}': {}; are the nodes up, and is --nodes (or REDLOCK_NODES) right?",
+            error.counts().unwrap_or_default()
+        ),
         Cause::Held | Cause::NoQuorum | Cause::Lost => error.to_string(),
     }
 }
@@ -169,6 +176,18 @@ pub fn message(error: &Error) -> String {
 pub fn refusal(tally: &Tally) -> String {
     let why = tally.first_failure.as_deref().unwrap_or("an error");
     format!("the nodes refuse the call ({} of {} nodes): {why}", tally.failed, tally.nodes)
+}
+
+/// `status`'s code: 0 when a majority can grant and the nodes agree, with
+/// every protection on; else the cause.
+pub fn status_code(status: &QuorumStatus) -> u8 {
+    match &status.readiness {
+        Readiness::Grants if status.differences.is_empty() && status.protections_off().is_empty() => OK,
+        Readiness::Grants => CONFIG,
+        Readiness::Blocked { cause: Some(Blocker::Unreachable(_)), .. } => UNREACHABLE,
+        Readiness::Blocked { cause: Some(Blocker::Quarantined(_)), .. } => QUARANTINED,
+        Readiness::Blocked { .. } => NO_QUORUM,
+    }
 }
 
 /// `check`'s verdict on its counts: `OK` when a majority says the token is
@@ -267,6 +286,18 @@ mod tests {
         let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: quarantined };
         assert_eq!(code(&acquire), QUARANTINED);
         assert!(message(&acquire).ends_with("; retry in 1500 ms"), "{}", message(&acquire));
+        let down = tally(&[unreachable(), unreachable(), unreachable()]);
+        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: down };
+        assert_eq!(
+            (code(&acquire), message(&acquire)),
+            (
+                UNREACHABLE,
+                "too few nodes reachable for 'r': 0 of 3 granted (need 2); 3 unreachable; are the nodes up, \
+                 and is --nodes (or REDLOCK_NODES) right?"
+                    .into()
+            ),
+            "exit 68 does not say 'no quorum', which is 69's"
+        );
         let refused = tally(&[err("ERR bad ttl"), err("ERR bad ttl"), err("ERR bad ttl")]);
         let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: refused };
         assert_eq!(

@@ -1,7 +1,7 @@
 //! What the CLI prints: shell assignments read back by `eval`, and the
 //! `info` table.
 
-use redlock_client::{LockInfo, NodeInfo};
+use redlock_client::{Blocker, LockInfo, NodeInfo, QuorumStatus};
 
 /// A word the shell reads back as `text`.
 pub fn shell_quote(text: &str) -> String {
@@ -69,7 +69,13 @@ pub fn info_table(nodes: &[NodeInfo]) -> String {
             Err(why) => rows.push(vec![url, format!("error: {why}")]),
         }
     }
-    let columns = header.len();
+    table(rows)
+}
+
+/// Rows in aligned columns (the first row's width); a shorter row (a node
+/// that could not answer) is printed as it is.
+fn table(rows: Vec<Vec<String>>) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
         .map(|c| rows.iter().filter(|r| r.len() == columns).map(|r| r[c].len()).max().unwrap_or(0))
         .collect();
@@ -86,6 +92,64 @@ pub fn info_table(nodes: &[NodeInfo]) -> String {
     out
 }
 
+/// `status`: one row per node, then the settings that differ, the
+/// protections that are off, and the verdict.
+pub fn status_report(status: &QuorumStatus) -> String {
+    let header = ["node", "state", "quarantine", "evicting", "fencing-counter", "protections-off"];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    let dash = || "-".to_string();
+    for node in status.members.iter().flat_map(|m| &m.nodes) {
+        let health = match &node.health {
+            Ok(health) => health,
+            Err(blocker) => {
+                rows.push(vec![node.node.clone(), blocker_text(blocker)]);
+                continue;
+            }
+        };
+        let state = match health.blocker() {
+            None => "grants".to_string(),
+            Some(Blocker::Quarantined(_)) => "quarantined".to_string(),
+            Some(Blocker::Evicting(_)) => "refuses: evicting".to_string(),
+            Some(other) => blocker_text(&other),
+        };
+        rows.push(vec![
+            node.node.clone(),
+            state,
+            health.quarantine.as_ref().map_or_else(dash, |q| format!("{} {} ms left", q.reason, q.ms_left)),
+            health.evicting_policy.clone().unwrap_or_else(dash),
+            health.fencing_counter.to_string(),
+            if health.protections_off.is_empty() { dash() } else { health.protections_off.join(",") },
+        ]);
+    }
+    let mut out = table(rows);
+    for difference in &status.differences {
+        let values: Vec<String> = difference
+            .values
+            .iter()
+            .map(|(value, nodes)| format!("{value} on {}", nodes.join(", ")))
+            .collect();
+        out.push_str(&format!("setting differs: {}: {}\n", difference.setting, values.join("; ")));
+    }
+    for (protection, nodes) in status.protections_off() {
+        out.push_str(&format!("protection off: {protection} on {}\n", nodes.join(", ")));
+    }
+    out.push_str(&status.summary());
+    out.push('\n');
+    out
+}
+
+fn blocker_text(blocker: &Blocker) -> String {
+    match blocker {
+        Blocker::Unreachable(why) => format!("unreachable: {why}"),
+        Blocker::NoModule => "no lock module: INFO lock is empty (load the module on this node)".into(),
+        Blocker::Quarantined(q) => format!("quarantined ({}, {} ms left)", q.reason, q.ms_left),
+        Blocker::Evicting(policy) => {
+            format!("refuses new locks: maxmemory-policy {policy} can evict lock keys")
+        }
+        Blocker::Failed(why) => format!("error: {why}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +160,44 @@ mod tests {
         assert_eq!(shell_quote("a b"), "'a b'");
         assert_eq!(shell_quote("it's"), r"'it'\''s'");
         assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn status_shows_each_node_then_what_differs_then_the_verdict() {
+        use redlock_client::{MemberStatus, NodeHealth, NodeQuarantine, NodeStatus};
+        let health = |ttl: &str| NodeHealth {
+            fencing_counter: 7,
+            eviction_mode: "refuse".into(),
+            settings: [("max_ttl_ms".to_string(), ttl.to_string())].into(),
+            ..NodeHealth::default()
+        };
+        let member = |url: &str, health| MemberStatus {
+            member: url.into(),
+            nodes: vec![NodeStatus { node: url.into(), health }],
+        };
+        let quarantined = NodeHealth {
+            quarantine: Some(NodeQuarantine { reason: "startup".into(), ms_left: 2500 }),
+            protections_off: vec!["removal-quarantine".into()],
+            ..health("30000")
+        };
+        let status = QuorumStatus::of(vec![
+            member("redis://a:1", Ok(health("30000"))),
+            member("redis://b:2", Ok(quarantined)),
+            member("redis://c:3", Err(Blocker::Unreachable("connection refused".into()))),
+            member("redis://d:4", Ok(health("60000"))),
+            member("redis://e:5", Ok(health("30000"))),
+        ]);
+        let report = status_report(&status);
+        let lines: Vec<&str> = report.lines().collect();
+        assert!(lines[0].starts_with("node") && lines[0].contains("fencing-counter"), "{report}");
+        assert!(lines[1].starts_with("redis://a:1  grants"), "{report}");
+        assert!(lines[2].contains("quarantined") && lines[2].contains("startup 2500 ms left"), "{report}");
+        assert!(lines[2].ends_with("removal-quarantine"), "{report}");
+        assert_eq!(lines[3], "redis://c:3  unreachable: connection refused");
+        assert_eq!(lines[6], "setting differs: lock.max-ttl-ms: 30000 on redis://a:1, redis://b:2, redis://e:5; 60000 on redis://d:4");
+        assert_eq!(lines[7], "protection off: removal-quarantine on redis://b:2");
+        assert_eq!(lines[8], "a majority can grant now: 3 of 5 members grant (need 3)");
+        assert_eq!(super::super::exit::status_code(&status), super::super::exit::CONFIG);
     }
 
     #[test]

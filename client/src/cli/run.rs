@@ -8,7 +8,7 @@ use redlock_client::{Config, Error, Mode, Redlock};
 use super::args::{Cli, Command};
 use super::exec;
 use super::exit;
-use super::output::{info_table, shell_quote};
+use super::output::{info_table, shell_quote, status_report};
 use super::take::{label, names, retry_policy, take};
 
 pub async fn run(cli: Cli) -> u8 {
@@ -39,6 +39,11 @@ pub async fn run(cli: Cli) -> u8 {
         Command::Info { resource } => {
             print!("{}", info_table(&redlock.info(&resource).await));
             exit::OK
+        }
+        Command::Status => {
+            let status = redlock.status().await;
+            print!("{}", status_report(&status));
+            exit::status_code(&status)
         }
         Command::Exec { take, grace, max_hold, command } => {
             let options = exec::Options {

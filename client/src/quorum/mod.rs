@@ -31,7 +31,8 @@ pub use arithmetic::{
     TOKEN_LEN_MAX,
 };
 pub use replies::{
-    classify_every_flag, classify_exit, classify_flag, classify_grant, quarantine_left_ms, Answer, Raw,
+    classify_every_flag, classify_exit, classify_flag, classify_grant, error_text, quarantine_left_ms,
+    Answer, Raw,
 };
 pub use retry::{retry_delay, RetryPolicy};
 pub use tally::{fence_floor, holds_left, verdict, Progress, Tally, Verdict};

@@ -93,13 +93,29 @@ fn classify_failure(raw: &Raw) -> Answer {
         Raw::ServerError { code, detail } if code == lock_protocol::code::QUARANTINE => {
             Answer::Quarantined(quarantine_left_ms(detail))
         }
-        Raw::ServerError { code, detail } => Answer::Failed(format!("{code} {detail}").trim().to_string()),
+        Raw::ServerError { code, detail } => Answer::Failed(error_text(code, detail)),
         Raw::TimedOut => Answer::TimedOut,
         Raw::Unreachable(why) => Answer::Unreachable(why.clone()),
         Raw::Int(n) => Answer::Failed(format!("unexpected integer reply {n}")),
         Raw::Nil => Answer::Failed("unexpected nil reply".into()),
         Raw::Other(what) => Answer::Failed(format!("unexpected reply {what}")),
         Raw::Array(items) => Answer::Failed(format!("unexpected array of {} replies", items.len())),
+    }
+}
+
+/// A node's error reply as a message: its code and text, and for a server
+/// that does not know the lock commands, what to do about it.
+pub fn error_text(code: &str, detail: &str) -> String {
+    let text = format!("{code} {detail}").trim().to_string();
+    let unknown = code == lock_protocol::code::ERR
+        && detail.get(..22).is_some_and(|head| head.eq_ignore_ascii_case("unknown command 'lock."));
+    if unknown {
+        format!(
+            "{text} (the lock module is not loaded on that node: add `loadmodule /path/to/libredis_lock.so` \
+             to its redis.conf and restart it, or MODULE LOAD it)"
+        )
+    } else {
+        text
     }
 }
 
@@ -135,6 +151,19 @@ mod tests {
         );
         assert!(matches!(classify_grant(&Raw::Int(0)), Answer::Failed(_)), "0 is not a fencing token");
         assert!(matches!(classify_grant(&Raw::Other("OK".into())), Answer::Failed(_)));
+    }
+
+    #[test]
+    fn a_server_without_the_module_is_named_as_such() {
+        let raw = Raw::ServerError {
+            code: "ERR".into(),
+            detail: "unknown command 'lock.acquire', with args beginning with: 'deploy' ".into(),
+        };
+        let Answer::Failed(text) = classify_grant(&raw) else { panic!("a failure") };
+        assert!(text.starts_with("ERR unknown command 'lock.acquire', with args"), "{text}");
+        assert!(text.ends_with("the lock module is not loaded on that node: add `loadmodule /path/to/libredis_lock.so` to its redis.conf and restart it, or MODULE LOAD it)"), "{text}");
+        assert_eq!(error_text("ERR", "unknown command 'get2'"), "ERR unknown command 'get2'");
+        assert_eq!(error_text("WRONGTYPE", "Operation"), "WRONGTYPE Operation");
     }
 
     #[test]
