@@ -107,6 +107,7 @@ mod error;
 mod guard;
 mod info;
 mod lifetime;
+mod member;
 mod node;
 pub mod quorum;
 mod redlock;
