@@ -1,0 +1,518 @@
+//! One cluster member: its seeds, its slot map, one [`Node`] (one ordered
+//! connection) per master it has talked to, and its ordering gate; how a
+//! call is routed to the master of its key's slot and follows `MOVED`,
+//! `ASK` and `TRYAGAIN` within its own deadline.
+//!
+//! Why our own routing, over the client's ordered connections, rather than
+//! a cluster client: every one we could reuse (redis-rs' cluster-async,
+//! redis-py's `RedisCluster`, Valkey GLIDE) re-sends a redirected command
+//! on whatever connection and whenever its task runs again, with no order
+//! between a redirected acquire and a later release of the same lock: the
+//! lock left behind that `node/mod.rs` rules out for one master. Here
+//! every write, first or re-sent, passes the gate (`gate.rs`, with the
+//! argument).
+//!
+//! The rules, with what the well-kept clients taught:
+//! - The topology comes from `CLUSTER SHARDS` (only `role master` nodes
+//!   with `health online`), or `CLUSTER SLOTS` where a server lacks it,
+//!   fetched from the first seed that answers, then from any master
+//!   known; each attempt bounded by the connect and command timeouts.
+//!   Fetches go through [`Throttle`]: one at a time, not more often than
+//!   every [`super::throttle::REFRESH_INTERVAL_MIN`], so that a storm of
+//!   `MOVED` costs one fetch (jedis and ioredis users report refresh
+//!   storms and loops).
+//! - `MOVED slot host:port` updates that slot at once (no waiting for the
+//!   fetch, as rueidis learned), asks for a fetch, and the call is sent
+//!   there again.
+//! - `ASK slot host:port`: `ASKING` and the command in one write on that
+//!   node's connection (redis-plus-plus wrote them apart, and another
+//!   command could slip between), once, without touching the map; a node
+//!   never talked to is connected on demand (redix' bug: ASK to a new,
+//!   empty node failed); an `ASKING` refused is the answer (redis-rs
+//!   once dropped that error).
+//! - `TRYAGAIN` (a multi-key command while its slot migrates): sent again
+//!   after [`TRYAGAIN_PAUSE`].
+//! - Every redirect and pause stays within the call's own deadline, set
+//!   when the call is issued: a round's validity is measured from its
+//!   start, redirects included. At most [`REDIRECTS_MAX`] redirects, one
+//!   budget for `MOVED` and `ASK` together (redix followed ASK chains
+//!   without one).
+//! - `CLUSTERDOWN`, a slot no master serves, too many redirects or no
+//!   seed answering: the member's answer is [`Raw::ClusterUnavailable`],
+//!   naming the member and the cause. A master that cannot be reached is
+//!   unreachable, as a single master would be, and asks for a fetch (its
+//!   replica may have been promoted).
+//!
+//! A member's answer is the one final reply after its redirects: one vote
+//! per member, never one per shard.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use redis::Value;
+use tokio::sync::Notify;
+use tokio::time::{sleep_until, timeout_at, Instant};
+
+use super::gate::{Follow, Gate, Outcome, Ticket};
+use super::redirect::{Addr, Redirect};
+use super::slot::key_slot;
+use super::spelling::ClusterSpelling;
+use super::throttle::Throttle;
+use super::topology::{self, SlotMap, MASTERS_MAX};
+use crate::node::{as_raw, as_value, Limits, Node, OnReply, Replies, Request};
+use crate::quorum::Raw;
+use crate::resp::Reply;
+
+/// Redirects (`MOVED` and `ASK`) one call follows at most.
+pub(crate) const REDIRECTS_MAX: u32 = 5;
+/// The pause before a call answered `TRYAGAIN` is sent again.
+pub(crate) const TRYAGAIN_PAUSE: Duration = Duration::from_millis(10);
+
+/// One cluster member. Cheap to share: calls hold its state.
+pub(crate) struct Cluster {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    /// `member 3 (redis+cluster://...)`, for the causes it reports.
+    label: String,
+    spelling: ClusterSpelling,
+    limits: Limits,
+    /// Each attempt of a topology fetch waits this long for its reply.
+    command_timeout: Duration,
+    state: Mutex<State>,
+    /// Woken at every change a waiting call may wait for: a reply that a
+    /// gate recorded, a call settled, a fetch ended.
+    changed: Notify,
+}
+
+#[derive(Default)]
+struct State {
+    /// None until the first fetch succeeds.
+    map: Option<SlotMap>,
+    /// One node per address talked to (seeds and masters); bounded.
+    nodes: HashMap<Addr, Node>,
+    gate: Gate<Addr>,
+    throttle: Throttle,
+    /// Why the last fetch failed, if it did.
+    last_failure: Option<String>,
+    /// Fetches run so far (the tests count them).
+    fetches: u64,
+}
+
+/// Where a call goes next.
+#[derive(Clone, Debug)]
+enum Target {
+    /// The master the map names for the slot.
+    Map,
+    /// The node an `ASK` named, with `ASKING`.
+    Ask(Addr),
+}
+
+/// A call written: where, its write's number in the gate, its replies.
+struct Written<F> {
+    addr: Addr,
+    seq: u64,
+    replies: F,
+}
+
+/// Settles a call in the gate when dropped: at its answer, or when its
+/// caller gives up (its future dropped), whichever comes first.
+struct Settle {
+    shared: Arc<Shared>,
+    ticket: Ticket,
+}
+
+impl Drop for Settle {
+    fn drop(&mut self) {
+        self.shared.state().gate.settle(self.ticket);
+        self.shared.changed.notify_waiters();
+    }
+}
+
+impl Cluster {
+    /// A member for `spelling`, named `label` in what it reports; fetches
+    /// nothing yet (see [`Cluster::warm_up`]).
+    pub fn new(label: String, spelling: ClusterSpelling, limits: Limits, command_timeout: Duration) -> Cluster {
+        let shared = Shared {
+            label,
+            spelling,
+            limits,
+            command_timeout,
+            state: Mutex::new(State::default()),
+            changed: Notify::new(),
+        };
+        Cluster { shared: Arc::new(shared) }
+    }
+
+    /// Fetches the topology now (at connect) and opens a connection to
+    /// every master; failures are remembered and reported by the calls.
+    pub async fn warm_up(&self) {
+        let started = self.shared.state().throttle.try_start(Instant::now());
+        if started {
+            fetch(self.shared.clone()).await;
+        }
+        let masters: Vec<Addr> = {
+            let state = self.shared.state();
+            state.map.as_ref().map(|map| map.masters().into_iter().cloned().collect()).unwrap_or_default()
+        };
+        let warming: Vec<_> = {
+            let mut state = self.shared.state();
+            masters
+                .iter()
+                .filter_map(|addr| self.shared.node(&mut state, addr).ok().map(Node::warm_up))
+                .collect()
+        };
+        futures_util::future::join_all(warming).await;
+    }
+
+    /// `request` routed to the master of its key's slot, issued now (in
+    /// the gate, and written at once when the gate allows); the answer
+    /// after redirects, by `timeout` (plus the connect timeout while the
+    /// map or the first connection is still to come).
+    pub fn call(&self, request: &Request, timeout: Duration) -> impl Future<Output = Raw> + Send + 'static {
+        let pipelined = request.is_pipeline();
+        let routed = self.route(request, timeout);
+        async move { as_raw(routed.await.0, pipelined) }
+    }
+
+    /// [`Cluster::call`], keeping the reply as a [`Value`], and the address
+    /// of the node that gave the final answer.
+    pub fn query(
+        &self,
+        request: &Request,
+        timeout: Duration,
+    ) -> impl Future<Output = (Result<Value, Raw>, Option<String>)> + Send + 'static {
+        let routed = self.route(request, timeout);
+        async move {
+            let (replies, answered_by) = routed.await;
+            (as_value(replies), answered_by.map(|addr| addr.to_string()))
+        }
+    }
+
+    /// The member's slot map and fetch count, for tests.
+    #[cfg(test)]
+    pub fn fetches(&self) -> u64 {
+        self.shared.state().fetches
+    }
+
+    fn route(
+        &self,
+        request: &Request,
+        timeout: Duration,
+    ) -> impl Future<Output = (Replies, Option<Addr>)> + Send + 'static {
+        let shared = self.shared.clone();
+        let slot = key_slot(request.key().as_bytes());
+        let mut state = shared.state();
+        let ticket = match state.gate.issue(slot) {
+            Ok(ticket) => ticket,
+            Err(why) => {
+                drop(state);
+                let failed = Err(Raw::ClusterUnavailable(shared.cause(&why)));
+                return futures_util::future::Either::Left(std::future::ready((failed, None)));
+            }
+        };
+        let settle = Settle { shared: shared.clone(), ticket };
+        let connected = state.map.as_ref().and_then(|map| map.owner(slot)).and_then(|addr| state.nodes.get(addr));
+        let mut wait = timeout;
+        if !connected.is_some_and(Node::connected) {
+            wait = wait.saturating_add(shared.limits.connect_timeout);
+        }
+        let deadline = Instant::now() + wait;
+        // Written now when the gate allows: calls issued in order are then
+        // queued in order, as on a single master.
+        let first = shared.try_write(&mut state, ticket, &Target::Map, request, deadline);
+        drop(state);
+        let request = request.clone();
+        futures_util::future::Either::Right(async move {
+            let routed = shared.run(ticket, request, first, deadline).await;
+            drop(settle);
+            routed
+        })
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Nothing panics while it is held; a poisoned lock's data is whole.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `member 3 (redis+cluster://...): why`.
+    fn cause(&self, why: &str) -> String {
+        format!("{}: {why}", self.label)
+    }
+
+    /// The node at `addr`, connected on first use (its writer task starts
+    /// now); bounded in number.
+    fn node<'a>(&self, state: &'a mut State, addr: &Addr) -> Result<&'a Node, String> {
+        if !state.nodes.contains_key(addr) {
+            if state.nodes.len() >= MASTERS_MAX + super::spelling::SEEDS_MAX {
+                return Err(format!("more than {} nodes named by the cluster", state.nodes.len()));
+            }
+            let node = Node::with_info(&addr.to_string(), self.spelling.connection(addr), self.limits)?;
+            state.nodes.insert(addr.clone(), node);
+        }
+        state.nodes.get(addr).ok_or_else(|| "the node vanished".to_string())
+    }
+
+    /// The call's route, after its first write (if it was made at issue).
+    async fn run(
+        self: &Arc<Shared>,
+        ticket: Ticket,
+        request: Request,
+        first: Result<Option<Written<WriteFuture>>, Raw>,
+        deadline: Instant,
+    ) -> (Replies, Option<Addr>) {
+        let mut target = Target::Map;
+        let mut written = first;
+        let mut redirects = 0;
+        loop {
+            let call = match written {
+                Ok(Some(call)) => call,
+                Ok(None) => match self.write_when_allowed(ticket, &target, &request, deadline).await {
+                    Ok(call) => call,
+                    Err(raw) => return (Err(raw), None),
+                },
+                Err(raw) => return (Err(raw), None),
+            };
+            let replies = call.replies.await;
+            let redirect = match &replies {
+                Ok(replies) => replies.iter().find_map(|reply| redirect_of(reply, &call.addr.host)),
+                Err(Raw::TimedOut | Raw::Unreachable(_)) => {
+                    // Its replica may have been promoted: the next calls
+                    // find out.
+                    self.refresh();
+                    None
+                }
+                Err(_) => None,
+            };
+            let Some(redirect) = redirect else { return (replies, Some(call.addr)) };
+            target = match redirect {
+                Redirect::Down(why) => return (Err(Raw::ClusterUnavailable(self.cause(&why))), Some(call.addr)),
+                Redirect::Moved { slot, to } => {
+                    redirects += 1;
+                    let mut state = self.state();
+                    if let Some(map) = state.map.as_mut() {
+                        // A map full of masters refuses it; the fetch follows.
+                        let _ = map.set(slot, &to);
+                    }
+                    drop(state);
+                    self.refresh();
+                    Target::Map
+                }
+                Redirect::Ask { to, .. } => {
+                    redirects += 1;
+                    Target::Ask(to)
+                }
+                Redirect::TryAgain => {
+                    sleep_until((Instant::now() + TRYAGAIN_PAUSE).min(deadline)).await;
+                    Target::Map
+                }
+            };
+            if redirects > REDIRECTS_MAX {
+                let why = format!("more than {REDIRECTS_MAX} redirects (the last from {})", call.addr);
+                return (Err(Raw::ClusterUnavailable(self.cause(&why))), Some(call.addr));
+            }
+            if let Err(raw) = self.wait_to_follow(ticket, deadline).await {
+                return (Err(raw), Some(call.addr));
+            }
+            written = Ok(None);
+        }
+    }
+
+    /// The follow rule of the gate, waited for until `deadline`.
+    async fn wait_to_follow(&self, ticket: Ticket, deadline: Instant) -> Result<(), Raw> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.state().gate.may_follow(ticket) {
+                Follow::Yes => return Ok(()),
+                Follow::No => {
+                    let why = "redirected after a later call of its slot ran there; not sent again";
+                    return Err(Raw::ClusterUnavailable(self.cause(why)));
+                }
+                Follow::Wait => {}
+            }
+            if timeout_at(deadline, changed).await.is_err() {
+                return Err(Raw::TimedOut);
+            }
+        }
+    }
+
+    /// Writes the call to its target as soon as the gate allows (and the
+    /// map names a master), until `deadline`.
+    async fn write_when_allowed(
+        self: &Arc<Shared>,
+        ticket: Ticket,
+        target: &Target,
+        request: &Request,
+        deadline: Instant,
+    ) -> Result<Written<WriteFuture>, Raw> {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut state = self.state();
+                if let Some(written) = self.try_write(&mut state, ticket, target, request, deadline)? {
+                    return Ok(written);
+                }
+            }
+            if timeout_at(deadline, changed).await.is_err() {
+                return Err(Raw::TimedOut);
+            }
+        }
+    }
+
+    /// One attempt to write the call: `Ok(None)` when it must wait (the
+    /// gate, or a fetch in flight), `Err` when it cannot go anywhere.
+    fn try_write(
+        self: &Arc<Shared>,
+        state: &mut State,
+        ticket: Ticket,
+        target: &Target,
+        request: &Request,
+        deadline: Instant,
+    ) -> Result<Option<Written<WriteFuture>>, Raw> {
+        let (addr, asking) = match target {
+            Target::Ask(addr) => (addr.clone(), true),
+            Target::Map => match state.map.as_ref().map(|map| map.owner(ticket.slot).cloned()) {
+                Some(Some(addr)) => (addr, false),
+                known => {
+                    // No map yet, or no master for the slot: a fetch, unless
+                    // one just ended without one.
+                    if state.throttle.in_flight() || self.start_refresh(state) {
+                        return Ok(None);
+                    }
+                    let why = match (known, &state.last_failure) {
+                        (None, Some(failure)) => format!("no seed answered ({failure})"),
+                        (None, None) => "no topology yet".to_string(),
+                        (Some(_), _) => format!("no master serves slot {} now", ticket.slot),
+                    };
+                    return Err(Raw::ClusterUnavailable(self.cause(&why)));
+                }
+            },
+        };
+        if !state.gate.may_write(ticket, &addr) {
+            return Ok(None);
+        }
+        self.node(state, &addr).map_err(|why| Raw::Unreachable(self.cause(&why)))?;
+        // Recorded before it is sent: the node's reader records its reply.
+        let seq = state.gate.wrote(ticket, addr.clone());
+        let hook = self.hook(ticket, seq, asking);
+        let node = state.nodes.get(&addr).ok_or_else(|| Raw::Unreachable(self.cause("the node vanished")))?;
+        let replies = node.send(request, deadline, asking, Some(hook));
+        Ok(Some(Written { addr, seq, replies: Box::pin(replies) }))
+    }
+
+    /// What the node's reader runs as the replies to write `seq` arrive:
+    /// records in the gate whether the command ran.
+    fn hook(self: &Arc<Shared>, ticket: Ticket, seq: u64, asking: bool) -> OnReply {
+        let shared = self.clone();
+        Box::new(move |replies: &[Reply]| {
+            let own = replies.get(usize::from(asking)..).unwrap_or_default();
+            let redirected = !own.is_empty() && own.iter().all(|reply| redirect_of(reply, "").is_some());
+            let outcome = if redirected { Outcome::Redirected } else { Outcome::Ran };
+            shared.state().gate.answered(ticket, seq, outcome);
+            shared.changed.notify_waiters();
+        })
+    }
+
+    /// Asks for a topology fetch (throttled).
+    fn refresh(self: &Arc<Shared>) {
+        let mut state = self.state();
+        self.start_refresh(&mut state);
+    }
+
+    /// Starts a fetch in the background unless the throttle says no.
+    fn start_refresh(self: &Arc<Shared>, state: &mut State) -> bool {
+        if !state.throttle.try_start(Instant::now()) {
+            return false;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            state.throttle.finish();
+            return false;
+        };
+        runtime.spawn(fetch(self.clone()));
+        true
+    }
+}
+
+type WriteFuture = std::pin::Pin<Box<dyn Future<Output = Replies> + Send>>;
+
+/// The redirect a reply stands for, if it is one.
+fn redirect_of(reply: &Reply, host: &str) -> Option<Redirect> {
+    match reply {
+        Reply::Error { code, detail } => Redirect::of(code, detail, host),
+        _ => None,
+    }
+}
+
+/// Fetches the topology: the seeds first, then the masters the map knows,
+/// each bounded by the connect and command timeouts; the first map read
+/// replaces the member's. Ends the throttle's fetch either way.
+async fn fetch(shared: Arc<Shared>) {
+    let mut candidates: Vec<Addr> = shared.spelling.seeds.clone();
+    if let Some(map) = shared.state().map.as_ref() {
+        candidates.extend(map.masters().into_iter().filter(|m| !shared.spelling.seeds.contains(m)).cloned());
+    }
+    let mut failures = Vec::new();
+    let mut found = None;
+    for addr in candidates {
+        match ask_topology(&shared, &addr).await {
+            Ok(map) if map.served() > 0 => {
+                found = Some(map);
+                break;
+            }
+            Ok(_) => failures.push(format!("{addr}: no slot is served")),
+            Err(why) => failures.push(format!("{addr}: {why}")),
+        }
+    }
+    let mut state = shared.state();
+    state.throttle.finish();
+    state.fetches += 1;
+    match found {
+        Some(map) => {
+            state.map = Some(map);
+            state.last_failure = None;
+        }
+        None => state.last_failure = Some(failures.join("; ")),
+    }
+    drop(state);
+    shared.changed.notify_waiters();
+}
+
+/// `CLUSTER SHARDS` on the node at `addr` (`CLUSTER SLOTS` if the server
+/// does not know it), read into a map.
+async fn ask_topology(shared: &Arc<Shared>, addr: &Addr) -> Result<SlotMap, String> {
+    let query = |sub: &str| {
+        let mut state = shared.state();
+        let node = shared.node(&mut state, addr)?;
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg(sub);
+        Ok::<_, String>(node.query(&cmd, shared.command_timeout))
+    };
+    match query("SHARDS")?.await {
+        Ok(reply) => topology::from_shards(&reply, &addr.host),
+        Err(Raw::ServerError { code, detail }) if code == "ERR" && detail.to_lowercase().contains("unknown") => {
+            match query("SLOTS")?.await {
+                Ok(reply) => topology::from_slots(&reply, &addr.host),
+                Err(raw) => Err(describe(&raw)),
+            }
+        }
+        Err(raw) => Err(describe(&raw)),
+    }
+}
+
+fn describe(raw: &Raw) -> String {
+    match raw {
+        Raw::ServerError { code, detail } => format!("{code} {detail}"),
+        Raw::TimedOut => "timed out".into(),
+        Raw::Unreachable(why) => why.clone(),
+        other => format!("unexpected reply {other:?}"),
+    }
+}
