@@ -59,7 +59,7 @@ use super::gate::{Follow, Gate, Outcome, Ticket};
 use super::redirect::{Addr, Redirect};
 use super::slot::key_slot;
 use super::spelling::ClusterSpelling;
-use super::throttle::Throttle;
+use super::throttle::{Start, Throttle};
 use super::topology::{self, SlotMap, MASTERS_MAX};
 use crate::node::{as_raw, as_value, Limits, Node, OnReply, Replies, Request};
 use crate::quorum::Raw;
@@ -150,8 +150,8 @@ impl Cluster {
     /// Fetches the topology now (at connect) and opens a connection to
     /// every master; failures are remembered and reported by the calls.
     pub async fn warm_up(&self) {
-        let started = self.shared.state().throttle.try_start(Instant::now());
-        if started {
+        let start = self.shared.state().throttle.ask(Instant::now());
+        if start == Start::Now {
             fetch(self.shared.clone()).await;
         }
         let masters: Vec<Addr> = {
@@ -428,17 +428,34 @@ impl Shared {
         self.start_refresh(&mut state);
     }
 
-    /// Starts a fetch in the background unless the throttle says no.
+    /// Asks the throttle for a fetch, and starts it (now, or when the
+    /// throttle's interval ends) in the background. Whether one runs now.
     fn start_refresh(self: &Arc<Shared>, state: &mut State) -> bool {
-        if !state.throttle.try_start(Instant::now()) {
-            return false;
-        }
+        let start = state.throttle.ask(Instant::now());
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            state.throttle.finish();
+            if start == Start::Now {
+                state.throttle.finish();
+            }
             return false;
         };
-        runtime.spawn(fetch(self.clone()));
-        true
+        match start {
+            Start::Now => {
+                runtime.spawn(fetch(self.clone()));
+                true
+            }
+            Start::At(when) => {
+                let shared = self.clone();
+                runtime.spawn(async move {
+                    sleep_until(when).await;
+                    let due = shared.state().throttle.due(Instant::now());
+                    if due == Start::Now {
+                        fetch(shared).await;
+                    }
+                });
+                false
+            }
+            Start::No => false,
+        }
     }
 }
 

@@ -1,9 +1,10 @@
 //! How often a cluster member may fetch its cluster's topology: at most
 //! one fetch at a time, and not again within a minimum interval of the
 //! last one's start, so that a storm of `MOVED` replies (every call of a
-//! moved slot gets one) costs one fetch. Each `MOVED` updates its own slot
-//! at once, so a refresh that is skipped leaves no call misrouted for
-//! long. Pure: the caller passes the time.
+//! moved slot gets one) costs one fetch. A fetch asked for within the
+//! interval is not lost: one runs when the interval ends. (Each `MOVED`
+//! updates its own slot at once, so no call waits for a fetch.) Pure: the
+//! caller passes the time.
 
 use std::time::Duration;
 
@@ -12,22 +13,52 @@ use tokio::time::Instant;
 /// The least time between the starts of two topology fetches.
 pub(crate) const REFRESH_INTERVAL_MIN: Duration = Duration::from_millis(100);
 
+/// What to do with a request for a fetch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// Start one now (it counts as started).
+    Now,
+    /// Start one at this instant (ask again then): the first request
+    /// within the interval.
+    At(Instant),
+    /// Nothing: a fetch is running, or one is already planned.
+    No,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Throttle {
     last_start: Option<Instant>,
     in_flight: bool,
+    planned: bool,
 }
 
 impl Throttle {
-    /// Whether a fetch may start at `now`; if so it counts as started.
-    pub fn try_start(&mut self, now: Instant) -> bool {
-        let too_soon = self.last_start.is_some_and(|at| now.saturating_duration_since(at) < REFRESH_INTERVAL_MIN);
-        if self.in_flight || too_soon {
-            return false;
+    /// A fetch is asked for at `now`.
+    pub fn ask(&mut self, now: Instant) -> Start {
+        if self.in_flight {
+            return Start::No;
         }
-        self.in_flight = true;
-        self.last_start = Some(now);
-        true
+        match self.last_start.map(|at| at + REFRESH_INTERVAL_MIN) {
+            Some(next) if now < next => {
+                if self.planned {
+                    return Start::No;
+                }
+                self.planned = true;
+                Start::At(next)
+            }
+            _ => {
+                self.in_flight = true;
+                self.planned = false;
+                self.last_start = Some(now);
+                Start::Now
+            }
+        }
+    }
+
+    /// The planned time came: [`Throttle::ask`] again, as the plan's.
+    pub fn due(&mut self, now: Instant) -> Start {
+        self.planned = false;
+        self.ask(now)
     }
 
     /// The fetch started last has ended.
@@ -37,11 +68,6 @@ impl Throttle {
 
     pub fn in_flight(&self) -> bool {
         self.in_flight
-    }
-
-    /// When the next fetch may start (now, if none started yet).
-    pub fn next_start(&self, now: Instant) -> Instant {
-        self.last_start.map_or(now, |at| (at + REFRESH_INTERVAL_MIN).max(now))
     }
 }
 
@@ -54,18 +80,26 @@ mod tests {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
         let mut throttle = Throttle::default();
-        assert_eq!(throttle.next_start(t0), t0);
-        assert!(throttle.try_start(t0));
+        assert_eq!(throttle.ask(t0), Start::Now);
         assert!(throttle.in_flight());
-        // A storm of requests while it runs, and after it within the interval.
-        assert!((1..50).all(|n| !throttle.try_start(ms(n))));
+        // A storm of requests while it runs: it serves them.
+        assert!((1..50).all(|n| throttle.ask(ms(n)) == Start::No));
         throttle.finish();
-        assert!(!throttle.try_start(ms(99)), "within the interval of the last start");
-        assert_eq!(throttle.next_start(ms(60)), ms(100));
-        assert!(throttle.try_start(ms(100)));
+        // Within the interval of the last start: one fetch planned for its
+        // end, and no more.
+        assert_eq!(throttle.ask(ms(60)), Start::At(ms(100)));
+        assert!((61..99).all(|n| throttle.ask(ms(n)) == Start::No));
+        assert_eq!(throttle.due(ms(100)), Start::Now);
         // A fetch that runs longer than the interval still blocks the next.
-        assert!(!throttle.try_start(ms(500)));
+        assert_eq!(throttle.ask(ms(500)), Start::No);
         throttle.finish();
-        assert!(throttle.try_start(ms(501)));
+        assert_eq!(throttle.ask(ms(501)), Start::Now);
+        throttle.finish();
+        // A plan that comes due while a fetch runs ends there.
+        assert_eq!(throttle.ask(ms(550)), Start::At(ms(601)));
+        assert_eq!(throttle.ask(ms(601)), Start::Now);
+        assert_eq!(throttle.due(ms(601)), Start::No);
+        throttle.finish();
+        assert_eq!(throttle.ask(ms(650)), Start::At(ms(701)), "a new plan may be made");
     }
 }
