@@ -177,7 +177,10 @@ impl Claim {
     pub fn fence(&self, token: &str, floor: u64) -> (Request, Classify) {
         if !self.is_set() {
             return (
-                Request::one(command(names::text(names::FENCE), self.first().0, token, &[floor]), self.first().0),
+                Request::one(
+                    command(names::text(names::FENCE), self.first().0, token, &[floor]),
+                    self.first().0,
+                ),
                 quorum::classify_flag,
             );
         }
@@ -190,7 +193,10 @@ impl Claim {
     pub fn extend(&self, token: &str, ttl: Duration) -> (Request, Classify) {
         if !self.is_set() {
             return (
-                Request::one(command(names::text(names::EXTEND), self.first().0, token, &[millis(ttl)]), self.first().0),
+                Request::one(
+                    command(names::text(names::EXTEND), self.first().0, token, &[millis(ttl)]),
+                    self.first().0,
+                ),
                 quorum::classify_flag,
             );
         }
@@ -206,7 +212,10 @@ impl Claim {
     pub fn release(&self, token: &str) -> (Request, Classify) {
         if !self.is_set() {
             return (
-                Request::one(command(names::text(names::RELEASE), self.first().0, token, &[]), self.first().0),
+                Request::one(
+                    command(names::text(names::RELEASE), self.first().0, token, &[]),
+                    self.first().0,
+                ),
                 quorum::classify_flag,
             );
         }

@@ -73,7 +73,14 @@ async fn locks_route_to_the_master_of_each_slot_on_every_shard() {
         let guard = rl.try_acquire(key, Mode::Plain, TTL).await.unwrap_or_else(|e| panic!("{key}: {e}"));
         assert_eq!(holder_on(owner, key).as_deref(), Some(guard.token()), "{key} on {}", owner.port);
         for other in cluster.masters().into_iter().filter(|m| m.port != owner.port) {
-            assert_eq!(cmd("EXISTS").arg(key).query::<i64>(&mut other.conn()).map_err(|e| e.code().map(String::from)), Err(Some("MOVED".into())), "{key}");
+            assert_eq!(
+                cmd("EXISTS")
+                    .arg(key)
+                    .query::<i64>(&mut other.conn())
+                    .map_err(|e| e.code().map(String::from)),
+                Err(Some("MOVED".into())),
+                "{key}"
+            );
         }
         let fence = guard.fencing_token().await.expect("fence");
         assert_eq!(info_int(&mut owner.conn(), key, "fence"), Some(fence as i64));
@@ -88,7 +95,10 @@ async fn locks_route_to_the_master_of_each_slot_on_every_shard() {
     let info = rl.info("{route}:a").await;
     assert_eq!(info.len(), 1);
     assert_eq!(info[0].node, cluster.member());
-    assert_eq!(info[0].shard.as_deref(), Some(format!("127.0.0.1:{}", cluster.master_of("{route}:a").port).as_str()));
+    assert_eq!(
+        info[0].shard.as_deref(),
+        Some(format!("127.0.0.1:{}", cluster.master_of("{route}:a").port).as_str())
+    );
     rl.settle().await;
 }
 
@@ -143,7 +153,11 @@ async fn a_held_lock_moves_with_its_slot_and_the_client_follows_moved() {
     assert!(matches!(other, Error::Contended { .. }), "{other}");
     guard.release().await.expect("release after the move");
     assert_eq!(holder(to, key), None);
-    assert_eq!(calls(from, "lock.fence") + calls(from, "lock.release"), at_old, "no call went to the old master");
+    assert_eq!(
+        calls(from, "lock.fence") + calls(from, "lock.release"),
+        at_old,
+        "no call went to the old master"
+    );
     for g in held {
         g.release().await.expect("release");
     }
@@ -194,4 +208,307 @@ async fn ask_during_a_migration_is_followed_once_without_changing_the_map() {
     staying_guard.release().await.expect("release after the migration (MOVED)");
     assert_eq!(holder(to, staying), None);
     rl.settle().await;
+}
+
+/// `CONFIG SET lock.quarantine-ms` on every running node: the failover
+/// quarantine a promotion starts (the nodes started without one, as new
+/// nodes that forgot nothing).
+fn set_quarantine(cluster: &RedisCluster, quarantine_ms: u64) {
+    for node in cluster.running() {
+        let _: () = cmd("CONFIG")
+            .arg("SET")
+            .arg("lock.quarantine-ms")
+            .arg(quarantine_ms)
+            .query(&mut node.conn())
+            .unwrap();
+    }
+}
+
+/// Waits until `master`'s replicas acknowledged every write so far.
+fn replicated(master: &Server) {
+    let acked: i64 = cmd("WAIT").arg(1).arg(5_000).query(&mut master.conn()).unwrap();
+    assert_eq!(acked, 1, "the replica acknowledged the lock");
+}
+
+/// A key served by each master, other than `master`'s.
+fn keys_elsewhere(cluster: &RedisCluster, master: u16, prefix: &str) -> Vec<String> {
+    cluster
+        .masters()
+        .iter()
+        .zip(cluster.keys_per_master(prefix, 1))
+        .filter(|(m, _)| m.port != master)
+        .map(|(_, keys)| keys[0].clone())
+        .collect()
+}
+
+const QUARANTINE_MS: u64 = 2_000;
+
+/// `CLUSTER FAILOVER` of one shard: its promoted replica refuses new
+/// grants for its quarantine (the client says "quarantined"), keeps the
+/// held lock (not granted to another holder, released by its holder), and
+/// the other shards keep granting throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shard_failover_quarantines_that_shard_only() {
+    let cluster = RedisCluster::start(ClusterSpec::new(3, 1));
+    set_quarantine(&cluster, QUARANTINE_MS);
+    let rl = client(&[cluster.member()]).await;
+    let (held, fresh) = ("{failover}:held", "{failover}:fresh");
+    let master = cluster.master_of(held);
+    let guard = rl.try_acquire(held, Mode::Plain, TTL).await.expect("acquire");
+    replicated(master);
+    let replica = cluster.replicas_of(master)[0];
+    let elsewhere = keys_elsewhere(&cluster, master.port, "failover-other");
+
+    cluster.failover(replica);
+    let promoted = std::time::Instant::now();
+    let refused =
+        rl.try_acquire(fresh, Mode::Plain, TTL).await.expect_err("the promoted master is quarantined");
+    assert!(refused.to_string().contains("1 quarantined"), "{refused}");
+    for key in &elsewhere {
+        let granted = rl.try_acquire(key, Mode::Plain, TTL).await.expect("the other shards grant");
+        granted.release().await.expect("release");
+    }
+    let other = Redlock::connect([cluster.member()], config()).await.unwrap();
+    let taken =
+        other.try_acquire(held, Mode::Plain, TTL).await.expect_err("the held lock is not granted again");
+    assert!(!matches!(taken, Error::InvalidArgument(_)), "{taken}");
+    assert_eq!(holder(replica, held).as_deref(), Some(guard.token()), "the promoted master has the lock");
+    // The shard grants again once its quarantine ends.
+    let mut refusing = Duration::ZERO;
+    let granted = loop {
+        match rl.try_acquire(fresh, Mode::Plain, TTL).await {
+            Ok(granted) => break granted,
+            Err(e) => assert!(e.to_string().contains("quarantined"), "{e}"),
+        }
+        refusing = promoted.elapsed();
+        assert!(refusing < Duration::from_secs(20), "still refusing after {refusing:?}");
+        tokio::time::sleep(ms(50)).await;
+    };
+    eprintln!("the promoted shard refused grants for {refusing:?} (lock.quarantine-ms {QUARANTINE_MS})");
+    assert!(refusing >= ms(QUARANTINE_MS / 2), "refused for {refusing:?} only");
+    granted.release().await.expect("release");
+    guard.release().await.expect("the holder releases on the promoted master");
+    assert_eq!(holder(replica, held), None);
+    rl.settle().await;
+    other.settle().await;
+}
+
+/// kill -9 of a shard's master and the promotion of its replica: the
+/// promoted master refuses grants with QUARANTINE, then still holds the
+/// replicated lock for its holder (not granted to anyone else before its
+/// TTL); the other shards keep granting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_is_replaced_and_its_lock_is_not_granted_twice() {
+    let mut cluster = RedisCluster::start(ClusterSpec::new(3, 1));
+    set_quarantine(&cluster, QUARANTINE_MS);
+    let rl = client(&[cluster.member()]).await;
+    let key = "{killed}:job";
+    let master_port = cluster.master_of(key).port;
+    let elsewhere = keys_elsewhere(&cluster, master_port, "killed-other");
+    let guard = rl.try_acquire(key, Mode::Plain, Duration::from_secs(20)).await.expect("acquire");
+    replicated(cluster.node(master_port));
+    let index = cluster.nodes.iter().position(|n| n.port == master_port).unwrap();
+
+    let promoted = cluster.kill_master_and_wait_promotion(index);
+    let promoted = &cluster.nodes[promoted];
+    let other = Redlock::connect([cluster.member()], config()).await.unwrap();
+    for key in &elsewhere {
+        let granted = other.try_acquire(key, Mode::Plain, TTL).await.expect("the other shards grant");
+        granted.release().await.expect("release");
+    }
+    let refused = other.try_acquire(key, Mode::Plain, TTL).await.expect_err("quarantined, and held");
+    assert!(matches!(refused, Error::NoQuorum { .. } | Error::Contended { .. }), "{refused}");
+    // Past the quarantine the lock is still there, for its holder only.
+    wait_until(Duration::from_secs(20), "the end of the promoted master's quarantine", || {
+        info_stat(&mut promoted.conn(), "quarantine") == 0
+    });
+    let taken = other.try_acquire(key, Mode::Plain, TTL).await.expect_err("still held");
+    assert!(matches!(taken, Error::Contended { .. }), "{taken}");
+    guard.extend(TTL).await.expect("the holder extends on the promoted master");
+    guard.release().await.expect("the holder releases on the promoted master");
+    let next = other.try_acquire(key, Mode::Plain, TTL).await.expect("free after the release");
+    next.release().await.expect("release");
+    rl.settle().await;
+    other.settle().await;
+}
+
+/// A cluster that lost a shard with no replica answers `CLUSTERDOWN`: that
+/// member's answer is "no", and the error names the member and the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterdown_is_that_members_no_and_says_why() {
+    let mut cluster = RedisCluster::start(ClusterSpec::new(3, 0));
+    let member = cluster.member();
+    let rl = client(&[member.clone()]).await;
+    let victim = cluster.masters()[2].port;
+    let key = keys_elsewhere(&cluster, victim, "down").remove(0);
+    let index = cluster.nodes.iter().position(|n| n.port == victim).unwrap();
+    cluster.kill_and_wait_down(index);
+    let error = rl.try_acquire(&key, Mode::Plain, TTL).await.expect_err("the cluster is down");
+    let text = error.to_string();
+    assert!(
+        text.ends_with(&format!(
+            "1 cluster unavailable (member 1 ({member}): CLUSTERDOWN The cluster is down)"
+        )),
+        "{text}"
+    );
+    match &error {
+        Error::NoQuorum { tally, .. } => assert_eq!((tally.yes, tally.cluster_unavailable), (0, 1)),
+        other => panic!("{other:?}"),
+    }
+    rl.settle().await;
+}
+
+/// In a cluster member a set must be in one slot: a set across slots is
+/// refused before any round, with the hash-tag advice; a set in one slot
+/// (a hash tag) is granted, fenced, extended and released on its master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_must_be_in_one_slot_of_a_cluster_member() {
+    let cluster = shared();
+    let rl = client(&[cluster.member()]).await;
+    let spread = [("orders:1", Mode::Plain), ("orders:2", Mode::Plain)];
+    let macquires = calls_everywhere(cluster, "lock.macquire");
+    let refused = rl.try_acquire_many(&spread, TTL).await.expect_err("across slots");
+    let text = refused.to_string();
+    assert!(matches!(refused, Error::InvalidArgument(_)), "{refused:?}");
+    assert!(text.contains("'orders:1' (slot") && text.contains("'orders:2' (slot"), "{text}");
+    assert!(text.contains("{orders}:1 and {orders}:2"), "{text}");
+    let policy = RetryPolicy::attempts(3);
+    assert!(matches!(rl.acquire_many(&spread, TTL, &policy).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(rl.release_many(&["orders:1", "orders:2"], "t").await, Err(Error::InvalidArgument(_))));
+    assert_eq!(calls_everywhere(cluster, "lock.macquire"), macquires, "no round ran");
+
+    let tagged = [("{orders}:1", Mode::Plain), ("{orders}:2", Mode::Read)];
+    let guard = rl.try_acquire_many(&tagged, TTL).await.expect("one slot");
+    let master = cluster.master_of("{orders}:1");
+    assert_eq!(holder(master, "{orders}:1").as_deref(), Some(guard.token()));
+    let fence = guard.fencing_token().await.expect("the set's fencing round (pipelined)");
+    assert!(fence > 0);
+    guard.extend(TTL).await.expect("renew");
+    guard.release().await.expect("release");
+    assert_free(&[master], "{orders}:1");
+    rl.settle().await;
+}
+
+/// Masters and a cluster in one quorum: a cluster is one vote, and a
+/// majority may be made of both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_mixes_masters_and_a_cluster() {
+    let cluster = shared();
+    let mut masters = lock_testkit_client::cluster(2);
+    let members = vec![masters[0].url(), cluster.member(), masters[1].url()];
+    let rl = client(&members).await;
+    assert_eq!(rl.majority(), 2);
+    assert_eq!(rl.node_urls(), members);
+    let key = "mixed:job";
+    let guard = rl.try_acquire(key, Mode::Plain, TTL).await.expect("all three");
+    guard.fencing_token().await.expect("fence");
+    guard.release().await.expect("release");
+
+    masters[1].kill();
+    let guard = rl.try_acquire(key, Mode::Plain, TTL).await.expect("a master and the cluster");
+    assert_eq!(holder(cluster.master_of(key), key).as_deref(), Some(guard.token()));
+    assert_eq!(holder(&masters[0], key).as_deref(), Some(guard.token()));
+    let fence = guard.fencing_token().await.expect("fence on a master and the cluster");
+    assert!(fence > 0);
+    let tally = rl.release(key, guard.token(), Mode::Plain).await.expect("released on two");
+    assert_eq!((tally.yes, tally.unreachable), (2, 1), "{tally:?}");
+    guard.detach();
+
+    masters[0].kill();
+    let error =
+        rl.try_acquire(key, Mode::Plain, TTL).await.expect_err("the cluster alone is one vote of three");
+    assert_eq!(error.to_string(), "no quorum for 'mixed:job': 1 of 3 granted (need 2); 2 unreachable");
+    rl.settle().await;
+}
+
+/// Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`) with locks
+/// held in the slot: they move with every holder, and the client follows
+/// the `MOVED` that comes after: extended, fenced and released there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valkey_atomic_slot_migration_moves_held_locks() {
+    let (product, (major, _)) = server_version();
+    if product != "Valkey" || major < 9 {
+        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9 ({} here)", server_name());
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterSpec::new(3, 0));
+    let rl = client(&[cluster.member()]).await;
+    let (plain, read) = ("{asm}:plain", "{asm}:read");
+    let slot = cluster.slot(plain);
+    let from = cluster.master_of(plain);
+    let to = cluster.masters().into_iter().find(|m| m.port != from.port).unwrap();
+    let guard = rl.try_acquire(plain, Mode::Plain, TTL).await.expect("acquire");
+    let reader = rl.try_acquire(read, Mode::Read, TTL).await.expect("read");
+    let set =
+        rl.try_acquire_many(&[("{asm}:a", Mode::Plain), ("{asm}:b", Mode::Write)], TTL).await.expect("set");
+
+    cluster.migrate_slot_atomically(slot, to);
+    assert_eq!(holder(to, plain).as_deref(), Some(guard.token()));
+    for g in [&guard, &reader, &set] {
+        g.extend(TTL).await.expect("extend after the migration");
+        assert!(g.fencing_token().await.expect("fence after the migration") > 0);
+    }
+    let taken = rl.try_acquire(plain, Mode::Plain, TTL).await.expect_err("still held");
+    assert!(matches!(taken, Error::Contended { .. }), "{taken}");
+    for g in [guard, reader, set] {
+        g.release().await.expect("release after the migration");
+    }
+    rl.settle().await;
+    assert_eq!(cmd("DBSIZE").query::<i64>(&mut to.conn()).unwrap(), 0);
+}
+
+/// The `redlock` CLI with a cluster member in `REDLOCK_NODES`: acquire
+/// (with its fencing token), extend, info (the shard that answered) and
+/// release, as a user would.
+#[test]
+fn the_cli_takes_a_cluster_member() {
+    let cluster = shared();
+    let run = |words: &[&str], token: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_redlock"));
+        cmd.env("REDLOCK_NODES", cluster.member()).args(["--timeout", "500"]).args(words);
+        cmd.env_remove("REDLOCK_TOKEN");
+        if let Some(token) = token {
+            cmd.env("REDLOCK_TOKEN", token);
+        }
+        let out = cmd.output().expect("run redlock");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let key = "cli:cluster";
+    let (code, stdout, stderr) = run(&["acquire", key, "--ttl", "10000"], None);
+    assert_eq!(code, Some(0), "{stderr}");
+    let value = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("{stdout}"))
+            .to_string()
+    };
+    let token = value("REDLOCK_TOKEN");
+    assert!(value("REDLOCK_FENCING_TOKEN").parse::<u64>().unwrap() > 0);
+    let master = cluster.master_of(key);
+    assert_eq!(holder(master, key).as_deref(), Some(token.as_str()));
+    let (code, _, stderr) = run(&["extend", key, "--ttl", "20000"], Some(&token));
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(info_int(&mut master.conn(), key, "ttl-ms").unwrap() > 15_000);
+    let (code, table, _) = run(&["info", key], None);
+    assert_eq!(code, Some(0));
+    let row: Vec<&str> = table.lines().nth(1).unwrap_or_default().split_whitespace().collect();
+    assert_eq!(
+        row[..4],
+        [cluster.member().as_str(), &format!("127.0.0.1:{}", master.port), "held", "plain"],
+        "{table}"
+    );
+    let (code, _, stderr) = run(&["release", key, "--token", &token], None);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(holder(master, key), None);
+    // A bad cluster spelling is a usage error that says what to write.
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_redlock"));
+    cmd.env("REDLOCK_NODES", "redis+cluster://127.0.0.1:1/2").args(["acquire", key]);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a cluster has database 0 only"));
 }

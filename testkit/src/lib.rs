@@ -37,8 +37,8 @@ pub use nodes::{
     all, assert_free, calls, checks, cluster, fence_calls, holder, holders, seed, start_all, urls,
 };
 pub use ports::free_port;
-pub use rediscluster::{cluster_info, keyslot, role, ClusterSpec, RedisCluster, CLUSTER_DEADLINE};
 pub use redis::{cmd, Connection, Value};
+pub use rediscluster::{cluster_info, keyslot, role, ClusterSpec, RedisCluster, CLUSTER_DEADLINE};
 pub use replies::{
     command_calls, err_text, holders_in, info_field, info_int, info_stat, int, is_held, lock_info,
     lock_snapshot, refusal, refused_code, run, stored_bytes, LockSnapshot,

@@ -121,7 +121,10 @@ impl RedisCluster {
         for shard in 0..shards {
             let master_id = cluster.ids[&cluster.nodes[shard * per_shard].port].clone();
             for replica in &cluster.nodes[shard * per_shard + 1..(shard + 1) * per_shard] {
-                ok(cmd("CLUSTER").arg("REPLICATE").arg(&master_id).query(&mut replica.conn()), "CLUSTER REPLICATE");
+                ok(
+                    cmd("CLUSTER").arg("REPLICATE").arg(&master_id).query(&mut replica.conn()),
+                    "CLUSTER REPLICATE",
+                );
             }
         }
         cluster.wait_ok();
@@ -185,7 +188,9 @@ impl RedisCluster {
         let mut running = self.running().into_iter();
         let first = running.next().expect("a running node");
         match running.next() {
-            Some(second) => format!("redis+cluster://127.0.0.1:{}?addr=127.0.0.1:{}", first.port, second.port),
+            Some(second) => {
+                format!("redis+cluster://127.0.0.1:{}?addr=127.0.0.1:{}", first.port, second.port)
+            }
             None => format!("redis+cluster://127.0.0.1:{}", first.port),
         }
     }
@@ -208,7 +213,8 @@ impl RedisCluster {
     /// The master that serves `slot` now, as the first running node's
     /// `CLUSTER SLOTS` says.
     pub fn master_of_slot(&self, slot: u16) -> &Server {
-        let reply: Value = cmd("CLUSTER").arg("SLOTS").query(&mut self.running()[0].conn()).expect("CLUSTER SLOTS");
+        let reply: Value =
+            cmd("CLUSTER").arg("SLOTS").query(&mut self.running()[0].conn()).expect("CLUSTER SLOTS");
         let Value::Array(ranges) = reply else { panic!("CLUSTER SLOTS: {reply:?}") };
         for range in ranges {
             let Value::Array(items) = range else { continue };
@@ -273,8 +279,14 @@ impl RedisCluster {
     /// `ASK` on `from` once moved.
     pub fn begin_migration(&self, slot: u16, from: &Server, to: &Server) {
         let (from_id, to_id) = (self.id(from).to_string(), self.id(to).to_string());
-        ok(cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id).query(&mut to.conn()), "IMPORTING");
-        ok(cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id).query(&mut from.conn()), "MIGRATING");
+        ok(
+            cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&from_id).query(&mut to.conn()),
+            "IMPORTING",
+        );
+        ok(
+            cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("MIGRATING").arg(&to_id).query(&mut from.conn()),
+            "MIGRATING",
+        );
     }
 
     /// `MIGRATE` of `keys` from `from` to `to` (each deleted on `from`).
@@ -296,7 +308,10 @@ impl RedisCluster {
         let mut order: Vec<&Server> = vec![to];
         order.extend(self.masters().into_iter().filter(|m| m.port != to.port));
         for node in order {
-            ok(cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id).query(&mut node.conn()), "SETSLOT NODE");
+            ok(
+                cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("NODE").arg(&to_id).query(&mut node.conn()),
+                "SETSLOT NODE",
+            );
         }
     }
 
@@ -335,7 +350,8 @@ impl RedisCluster {
             "CLUSTER MIGRATESLOTS",
         );
         wait_until(CLUSTER_DEADLINE, "the atomic slot migration", || {
-            let reply: Value = cmd("CLUSTER").arg("GETSLOTMIGRATIONS").query(&mut source).unwrap_or(Value::Nil);
+            let reply: Value =
+                cmd("CLUSTER").arg("GETSLOTMIGRATIONS").query(&mut source).unwrap_or(Value::Nil);
             let text = format!("{reply:?}");
             assert!(!text.contains("failed") && !text.contains("cancelled"), "slot migration: {text}");
             text.contains("success")

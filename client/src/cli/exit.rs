@@ -99,7 +99,7 @@ pub fn cause_of(tally: &Tally, no: Cause) -> Cause {
         no
     } else if tally.quarantined > spare {
         Cause::Quarantined
-    } else if tally.unreachable + tally.timed_out > spare {
+    } else if tally.unreachable + tally.timed_out + tally.cluster_unavailable > spare {
         Cause::Unreachable
     } else {
         Cause::NoQuorum

@@ -135,7 +135,12 @@ impl Drop for Settle {
 impl Cluster {
     /// A member for `spelling`, named `label` in what it reports; fetches
     /// nothing yet (see [`Cluster::warm_up`]).
-    pub fn new(label: String, spelling: ClusterSpelling, limits: Limits, command_timeout: Duration) -> Cluster {
+    pub fn new(
+        label: String,
+        spelling: ClusterSpelling,
+        limits: Limits,
+        command_timeout: Duration,
+    ) -> Cluster {
         let shared = Shared {
             label,
             spelling,
@@ -215,7 +220,8 @@ impl Cluster {
             }
         };
         let settle = Settle { shared: shared.clone(), ticket };
-        let connected = state.map.as_ref().and_then(|map| map.owner(slot)).and_then(|addr| state.nodes.get(addr));
+        let connected =
+            state.map.as_ref().and_then(|map| map.owner(slot)).and_then(|addr| state.nodes.get(addr));
         let mut wait = timeout;
         if !connected.is_some_and(Node::connected) {
             wait = wait.saturating_add(shared.limits.connect_timeout);
@@ -281,6 +287,20 @@ impl Shared {
             let replies = call.replies.await;
             let redirect = match &replies {
                 Ok(replies) => replies.iter().find_map(|reply| redirect_of(reply, &call.addr.host)),
+                Err(Raw::Unreachable(_)) if self.not_sent(ticket, call.seq) => {
+                    // The master is gone (its replica may have been
+                    // promoted): sent where a fresh map says, if it names
+                    // another node in time.
+                    let fetched = self.state().fetches;
+                    self.refresh();
+                    if self.wait_for_fetch(fetched, deadline).await
+                        && self.moved_away(ticket.slot, &call.addr)
+                    {
+                        Some(Redirect::Refetched)
+                    } else {
+                        None
+                    }
+                }
                 Err(Raw::TimedOut | Raw::Unreachable(_)) => {
                     // Its replica may have been promoted: the next calls
                     // find out.
@@ -291,7 +311,13 @@ impl Shared {
             };
             let Some(redirect) = redirect else { return (replies, Some(call.addr)) };
             target = match redirect {
-                Redirect::Down(why) => return (Err(Raw::ClusterUnavailable(self.cause(&why))), Some(call.addr)),
+                Redirect::Refetched => {
+                    redirects += 1;
+                    Target::Map
+                }
+                Redirect::Down(why) => {
+                    return (Err(Raw::ClusterUnavailable(self.cause(&why))), Some(call.addr))
+                }
                 Redirect::Moved { slot, to } => {
                     redirects += 1;
                     let mut state = self.state();
@@ -320,6 +346,33 @@ impl Shared {
                 return (Err(raw), Some(call.addr));
             }
             written = Ok(None);
+        }
+    }
+
+    /// Whether write `seq` of `ticket` failed unwritten (no connection).
+    fn not_sent(&self, ticket: Ticket, seq: u64) -> bool {
+        self.state().gate.outcome(ticket, seq) == Some(Outcome::Redirected)
+    }
+
+    /// Whether the map names a master other than `addr` for `slot`.
+    fn moved_away(&self, slot: u16, addr: &Addr) -> bool {
+        let state = self.state();
+        state.map.as_ref().and_then(|map| map.owner(slot)).is_some_and(|owner| owner != addr)
+    }
+
+    /// Waits until a fetch after the `seen`-th has ended (true), or until
+    /// `deadline` (false).
+    async fn wait_for_fetch(&self, seen: u64, deadline: Instant) -> bool {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.state().fetches > seen {
+                return true;
+            }
+            if timeout_at(deadline, changed).await.is_err() {
+                return false;
+            }
         }
     }
 
@@ -414,8 +467,9 @@ impl Shared {
     fn hook(self: &Arc<Shared>, ticket: Ticket, seq: u64, asking: bool) -> OnReply {
         let shared = self.clone();
         Box::new(move |replies: &[Reply]| {
+            // None at all: not sent (no connection).
             let own = replies.get(usize::from(asking)..).unwrap_or_default();
-            let redirected = !own.is_empty() && own.iter().all(|reply| redirect_of(reply, "").is_some());
+            let redirected = own.iter().all(|reply| redirect_of(reply, "").is_some());
             let outcome = if redirected { Outcome::Redirected } else { Outcome::Ran };
             shared.state().gate.answered(ticket, seq, outcome);
             shared.changed.notify_waiters();
@@ -515,7 +569,9 @@ async fn ask_topology(shared: &Arc<Shared>, addr: &Addr) -> Result<SlotMap, Stri
     };
     match query("SHARDS")?.await {
         Ok(reply) => topology::from_shards(&reply, &addr.host),
-        Err(Raw::ServerError { code, detail }) if code == "ERR" && detail.to_lowercase().contains("unknown") => {
+        Err(Raw::ServerError { code, detail })
+            if code == "ERR" && detail.to_lowercase().contains("unknown") =>
+        {
             match query("SLOTS")?.await {
                 Ok(reply) => topology::from_slots(&reply, &addr.host),
                 Err(raw) => Err(describe(&raw)),

@@ -86,8 +86,8 @@ pub(crate) struct Ticket {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
     Pending,
-    /// A redirect (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`): the command
-    /// did not run.
+    /// A redirect (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`), or no
+    /// connection to write it on: the command did not run.
     Redirected,
     /// A final answer, or none (a timeout, a broken connection, a caller
     /// that went away): the command ran, or may have.
@@ -175,6 +175,13 @@ impl<N: PartialEq + Clone> Gate<N> {
                 sent.outcome = outcome;
             }
         }
+    }
+
+    /// What the reply to write `seq` of `ticket` said, while it is known.
+    pub fn outcome(&self, ticket: Ticket, seq: u64) -> Option<Outcome> {
+        let calls = self.slots.get(&ticket.slot)?;
+        let entry = calls.iter().find(|e| e.id == ticket.id)?;
+        entry.writes.iter().find(|w| w.seq == seq).map(|w| w.outcome)
     }
 
     /// The follow rule, for `ticket` whose latest write was answered with
@@ -347,7 +354,9 @@ mod tests {
         /// Written; waiting for the reply to write `seq`.
         Written(usize, u64),
         /// Its reply redirected it (to this node for an ASK).
-        Redirected { ask: Option<usize> },
+        Redirected {
+            ask: Option<usize>,
+        },
         Done,
     }
 
@@ -448,7 +457,13 @@ mod tests {
         fn check_order(&self) -> Result<(), TestCaseError> {
             let ran: Vec<usize> = self.ran.iter().filter(|(_, gave_up)| !gave_up).map(|(c, _)| *c).collect();
             for pair in ran.windows(2) {
-                prop_assert!(pair[0] < pair[1], "call {} ran after call {}: {:?}", pair[0], pair[1], self.ran);
+                prop_assert!(
+                    pair[0] < pair[1],
+                    "call {} ran after call {}: {:?}",
+                    pair[0],
+                    pair[1],
+                    self.ran
+                );
             }
             // A call runs at most once (no redirect makes it run twice).
             let mut seen = ran.clone();

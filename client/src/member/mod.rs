@@ -50,10 +50,20 @@ impl Member {
     /// Member number `number` (from 1, for messages) as written in `text`;
     /// starts its connection tasks (so: inside a Tokio runtime), connects on
     /// first use.
-    pub fn new(number: usize, text: &str, limits: Limits, command_timeout: Duration) -> Result<Member, String> {
+    pub fn new(
+        number: usize,
+        text: &str,
+        limits: Limits,
+        command_timeout: Duration,
+    ) -> Result<Member, String> {
         let kind = if spelling::is_cluster(text) {
             let spelling = spelling::parse_cluster(text)?;
-            Kind::Cluster(Cluster::new(format!("member {number} ({text})"), spelling, limits, command_timeout))
+            Kind::Cluster(Cluster::new(
+                format!("member {number} ({text})"),
+                spelling,
+                limits,
+                command_timeout,
+            ))
         } else {
             Kind::Master(Node::new(text, limits)?)
         };

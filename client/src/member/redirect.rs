@@ -51,6 +51,9 @@ pub(crate) enum Redirect {
     TryAgain,
     /// `CLUSTERDOWN ...`: the cluster (or this slot) is not served now.
     Down(String),
+    /// Not a reply: the master could not be reached (the command was not
+    /// sent), and a fresh topology names another one.
+    Refetched,
 }
 
 impl Redirect {
@@ -84,13 +87,25 @@ mod tests {
     #[test]
     fn redirects_are_read_from_error_replies() {
         let of = |code: &str, detail: &str| Redirect::of(code, detail, "10.0.0.9");
-        assert_eq!(of("MOVED", "3999 127.0.0.1:6381"), Some(Redirect::Moved { slot: 3999, to: addr("127.0.0.1", 6381) }));
-        assert_eq!(of("ASK", "16383 h.example:7000"), Some(Redirect::Ask { slot: 16383, to: addr("h.example", 7000) }));
+        assert_eq!(
+            of("MOVED", "3999 127.0.0.1:6381"),
+            Some(Redirect::Moved { slot: 3999, to: addr("127.0.0.1", 6381) })
+        );
+        assert_eq!(
+            of("ASK", "16383 h.example:7000"),
+            Some(Redirect::Ask { slot: 16383, to: addr("h.example", 7000) })
+        );
         // No host: the node that answered.
         assert_eq!(of("MOVED", "1 :7001"), Some(Redirect::Moved { slot: 1, to: addr("10.0.0.9", 7001) }));
         assert_eq!(of("MOVED", "2 [::1]:7002"), Some(Redirect::Moved { slot: 2, to: addr("::1", 7002) }));
-        assert_eq!(of("TRYAGAIN", "Multiple keys request during rehashing of slot"), Some(Redirect::TryAgain));
-        assert_eq!(of("CLUSTERDOWN", "The cluster is down"), Some(Redirect::Down("CLUSTERDOWN The cluster is down".into())));
+        assert_eq!(
+            of("TRYAGAIN", "Multiple keys request during rehashing of slot"),
+            Some(Redirect::TryAgain)
+        );
+        assert_eq!(
+            of("CLUSTERDOWN", "The cluster is down"),
+            Some(Redirect::Down("CLUSTERDOWN The cluster is down".into()))
+        );
         assert_eq!(of("CLUSTERDOWN", ""), Some(Redirect::Down("CLUSTERDOWN".into())));
         // Not redirects, or unreadable ones: the error stays an error.
         for (code, detail) in [

@@ -11,7 +11,8 @@ use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo
 use super::redirect::Addr;
 
 /// The form of a cluster member, for messages.
-pub(crate) const CLUSTER_FORM: &str = "redis+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]";
+pub(crate) const CLUSTER_FORM: &str =
+    "redis+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]";
 
 /// The scheme of a cluster member.
 pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster";
@@ -124,8 +125,12 @@ mod tests {
     #[test]
     fn a_cluster_member_names_its_seeds_and_credentials() {
         let one = parse_cluster("redis+cluster://10.0.0.1:7000").unwrap();
-        assert_eq!(one, ClusterSpelling { seeds: vec![addr("10.0.0.1", 7000)], username: None, password: None });
-        let many = parse_cluster("redis+cluster://app:s%40cret@h1:7000/?addr=h2:7001&addr=[::1]:7002").unwrap();
+        assert_eq!(
+            one,
+            ClusterSpelling { seeds: vec![addr("10.0.0.1", 7000)], username: None, password: None }
+        );
+        let many =
+            parse_cluster("redis+cluster://app:s%40cret@h1:7000/?addr=h2:7001&addr=[::1]:7002").unwrap();
         assert_eq!(many.seeds, [addr("h1", 7000), addr("h2", 7001), addr("::1", 7002)]);
         assert_eq!((many.username.as_deref(), many.password.as_deref()), (Some("app"), Some("s@cret")));
         let info = many.connection(&addr("h9", 7009));

@@ -333,7 +333,10 @@ mod tests {
         map.set(7, &addr("a", 1)).unwrap();
         map.set(8, &addr("a", 1)).unwrap();
         map.set(8, &addr("b", 2)).unwrap();
-        assert_eq!((map.owner(7), map.owner(8), map.owner(9)), (Some(&addr("a", 1)), Some(&addr("b", 2)), None));
+        assert_eq!(
+            (map.owner(7), map.owner(8), map.owner(9)),
+            (Some(&addr("a", 1)), Some(&addr("b", 2)), None)
+        );
         assert!(map.set(SLOTS, &addr("a", 1)).is_err());
         // Masters that serve nothing any more make room for new ones.
         for i in 0..(MASTERS_MAX as u16 + 10) {

@@ -27,7 +27,9 @@ pub(crate) type Replies = Result<Vec<Reply>, Raw>;
 
 /// Called by the connection's reader with a call's replies as they arrive,
 /// before the call's own future sees them (whether or not anybody polls
-/// it): a cluster member records there whether the command ran.
+/// it), or with none when the call failed unwritten (no connection): a
+/// cluster member records there whether the command ran. Not called when
+/// the connection broke after the write (the command may have run).
 pub(crate) type OnReply = Box<dyn FnOnce(&[Reply]) + Send>;
 
 /// One call in the queue.
@@ -42,9 +44,13 @@ pub(super) struct Job {
     pub on_reply: Option<OnReply>,
 }
 
-/// Answers every job with `failure`, unwritten.
+/// Answers every job, unwritten, with `failure` (their `on_reply` sees no
+/// reply at all: the command was not sent).
 pub(super) fn fail(jobs: impl Iterator<Item = Job>, failure: &Raw) {
-    for job in jobs {
+    for mut job in jobs {
+        if let Some(on_reply) = job.on_reply.take() {
+            on_reply(&[]);
+        }
         let _ = job.done.send(Err(failure.clone()));
     }
 }
@@ -89,8 +95,13 @@ impl Link {
         let mut link = Link { write, waiting, reader };
         for (what, cmd) in handshake(info) {
             let (done, answer) = oneshot::channel();
-            let job =
-                Job { bytes: cmd.get_packed_command(), replies: 1, deadline: far_future(), done, on_reply: None };
+            let job = Job {
+                bytes: cmd.get_packed_command(),
+                replies: 1,
+                deadline: far_future(),
+                done,
+                on_reply: None,
+            };
             link.send(&mut vec![job]).await.map_err(Raw::Unreachable)?;
             match answer.await {
                 Ok(Ok(replies)) => match replies.into_iter().next() {

@@ -49,8 +49,8 @@ use tokio::time::{timeout, timeout_at, Instant};
 use crate::quorum::Raw;
 use crate::resp::Reply;
 use address::parse_url;
-pub(crate) use link::{OnReply, Replies};
 use link::{fail, Job, Link};
+pub(crate) use link::{OnReply, Replies};
 
 /// Calls queued for one node and not yet written; more fail at once.
 pub(crate) const QUEUED_MAX: usize = 100_000;

@@ -137,7 +137,10 @@ mod tests {
         );
         assert_eq!(classify_grant(&Raw::TimedOut), Answer::TimedOut);
         let down = "member 2 (redis+cluster://h:1): CLUSTERDOWN The cluster is down";
-        assert_eq!(classify_grant(&Raw::ClusterUnavailable(down.into())), Answer::ClusterUnavailable(down.into()));
+        assert_eq!(
+            classify_grant(&Raw::ClusterUnavailable(down.into())),
+            Answer::ClusterUnavailable(down.into())
+        );
         assert_eq!(
             classify_grant(&Raw::Unreachable("refused".into())),
             Answer::Unreachable("refused".into())
