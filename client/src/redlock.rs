@@ -281,7 +281,11 @@ impl Redlock {
         let tally = Tally::of(&answers);
         match quorum::holds_left(answers.iter()) {
             Some(left) if tally.has_quorum() => Ok(left),
-            _ => Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Exit, tally }),
+            _ => Err(Error::NoQuorum {
+                resource: resource.to_string(),
+                phase: Phase::Exit,
+                tally: tally.into(),
+            }),
         }
     }
 
@@ -354,7 +358,7 @@ mod tests {
                     Err(Error::NoQuorum {
                         resource: "r".into(),
                         phase: crate::Phase::Acquire,
-                        tally: Tally::default(),
+                        tally: Box::default(),
                     })
                 }
             })

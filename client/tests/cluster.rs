@@ -338,7 +338,7 @@ async fn a_killed_master_is_replaced_and_its_lock_is_not_granted_twice() {
 async fn clusterdown_is_that_members_no_and_says_why() {
     let mut cluster = RedisCluster::start(ClusterSpec::new(3, 0));
     let member = cluster.member();
-    let rl = client(&[member.clone()]).await;
+    let rl = client(std::slice::from_ref(&member)).await;
     let victim = cluster.masters()[2].port;
     let key = keys_elsewhere(&cluster, victim, "down").remove(0);
     let index = cluster.nodes.iter().position(|n| n.port == victim).unwrap();

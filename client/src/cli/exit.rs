@@ -256,19 +256,21 @@ mod tests {
     #[test]
     fn errors_map_to_their_codes() {
         let t = tally(&[No, No, No]);
-        let release = Error::NoQuorum { resource: "r".into(), phase: Phase::Release, tally: t.clone() };
+        let release =
+            Error::NoQuorum { resource: "r".into(), phase: Phase::Release, tally: t.clone().into() };
         assert_eq!(code(&release), NOT_HELD);
         assert!(message(&release).starts_with("'r' is not held with this token"), "{}", message(&release));
-        let fence = Error::NoQuorum { resource: "r".into(), phase: Phase::Fence, tally: t.clone() };
+        let fence = Error::NoQuorum { resource: "r".into(), phase: Phase::Fence, tally: t.clone().into() };
         assert_eq!(code(&fence), NO_QUORUM);
-        assert_eq!(code(&Error::Contended { resource: "r".into(), tally: t }), HELD);
+        assert_eq!(code(&Error::Contended { resource: "r".into(), tally: t.into() }), HELD);
         assert_eq!(code(&Error::InvalidArgument("x".into())), USAGE);
         let quarantined = tally(&[Quarantined(Some(1_500)), Quarantined(Some(900)), Yes(1)]);
-        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: quarantined };
+        let acquire =
+            Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: quarantined.into() };
         assert_eq!(code(&acquire), QUARANTINED);
         assert!(message(&acquire).ends_with("; retry in 1500 ms"), "{}", message(&acquire));
         let refused = tally(&[err("ERR bad ttl"), err("ERR bad ttl"), err("ERR bad ttl")]);
-        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: refused };
+        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: refused.into() };
         assert_eq!(
             (code(&acquire), message(&acquire)),
             (USAGE, "the nodes refuse the call (3 of 3 nodes): ERR bad ttl".into())

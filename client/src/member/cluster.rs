@@ -197,12 +197,6 @@ impl Cluster {
         }
     }
 
-    /// The member's slot map and fetch count, for tests.
-    #[cfg(test)]
-    pub fn fetches(&self) -> u64 {
-        self.shared.state().fetches
-    }
-
     fn route(
         &self,
         request: &Request,
@@ -258,7 +252,7 @@ impl Shared {
             if state.nodes.len() >= MASTERS_MAX + super::spelling::SEEDS_MAX {
                 return Err(format!("more than {} nodes named by the cluster", state.nodes.len()));
             }
-            let node = Node::with_info(&addr.to_string(), self.spelling.connection(addr), self.limits)?;
+            let node = Node::with_info(self.spelling.connection(addr), self.limits)?;
             state.nodes.insert(addr.clone(), node);
         }
         state.nodes.get(addr).ok_or_else(|| "the node vanished".to_string())

@@ -226,6 +226,7 @@ impl<N: PartialEq + Clone> Gate<N> {
     }
 
     /// Calls in the gate (unsettled, and settled ones kept as records).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.calls
     }

@@ -32,7 +32,6 @@ use crate::node::{as_value, Limits, Node, Request};
 use crate::quorum::Raw;
 use cluster::Cluster;
 pub(crate) use slot::key_slot;
-pub(crate) use spelling::CLUSTER_FORM;
 
 /// One member of the quorum.
 pub(crate) struct Member {

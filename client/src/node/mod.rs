@@ -68,8 +68,6 @@ pub(crate) struct Limits {
 }
 
 pub(crate) struct Node {
-    /// The address as given, for messages and `info` tables.
-    pub url: String,
     limits: Limits,
     /// The node's queue; its writer task ends when the node is dropped.
     queue: mpsc::UnboundedSender<Job>,
@@ -91,27 +89,22 @@ impl Node {
     /// the node's writer task (so: inside a Tokio runtime). Connects on
     /// the first call.
     pub fn new(url: &str, limits: Limits) -> Result<Node, String> {
-        Node::with_info(url, parse_url(url)?, limits)
+        Node::with_info(parse_url(url)?, limits)
     }
 
-    /// A node at an address already parsed (a cluster's node), named
-    /// `name` in messages.
-    pub fn with_info(name: &str, info: ConnectionInfo, limits: Limits) -> Result<Node, String> {
+    /// A node at an address already parsed (a cluster's node).
+    pub fn with_info(info: ConnectionInfo, limits: Limits) -> Result<Node, String> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "a node must be created inside a Tokio runtime".to_string())?;
         let (queue, jobs) = mpsc::unbounded_channel();
         let state = Arc::new(State::default());
         runtime.spawn(write_in_order(info, limits, jobs, state.clone()));
-        Ok(Node { url: name.to_string(), limits, queue, state })
+        Ok(Node { limits, queue, state })
     }
 
     /// Whether a connection is open now (a call then waits for no connect).
     pub fn connected(&self) -> bool {
         self.state.connected.load(Ordering::Acquire)
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
     }
 
     /// Opens the connection now (used by `Redlock::connect`); a failure is

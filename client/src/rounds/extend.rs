@@ -23,7 +23,11 @@ pub(crate) async fn extend(members: &Members, claim: &Claim, token: &str, ttl: D
     let round = members.every_node_round(claim.extend(token, ttl), claim.quorum(), timeout).await;
     if round.decided() != Some(true) {
         let tally = round.tally();
-        return Err(Error::NoQuorum { resource: claim.label().to_string(), phase: Phase::Extend, tally });
+        return Err(Error::NoQuorum {
+            resource: claim.label().to_string(),
+            phase: Phase::Extend,
+            tally: tally.into(),
+        });
     }
     let elapsed = start.elapsed();
     if quorum::validity(ttl, elapsed).is_none() {

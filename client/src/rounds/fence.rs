@@ -91,5 +91,5 @@ pub(crate) async fn fence(
         return Ok(());
     }
     let tally = round.tally();
-    Err(Error::NoQuorum { resource: claim.label().to_string(), phase: Phase::Fence, tally })
+    Err(Error::NoQuorum { resource: claim.label().to_string(), phase: Phase::Fence, tally: tally.into() })
 }

@@ -129,10 +129,12 @@ pub(crate) async fn grant(
             let tally = rounds[GRANT].tally();
             let resource = kind.label();
             let error = match quorum::verdict(&tally) {
-                Verdict::Contended => Error::Contended { resource, tally },
+                Verdict::Contended => Error::Contended { resource, tally: tally.into() },
                 // A quorum cannot have no highest token; if it ever did,
                 // it fails like any other round short of a majority.
-                Verdict::Quorum | Verdict::NoQuorum => Error::NoQuorum { resource, phase, tally },
+                Verdict::Quorum | Verdict::NoQuorum => {
+                    Error::NoQuorum { resource, phase, tally: tally.into() }
+                }
             };
             undo(members, kind, token, rounds[GRANT].answers()).await;
             return Err(error);
@@ -160,7 +162,7 @@ pub(crate) async fn grant(
                 expired(&kind.label(), ttl, elapsed)
             } else {
                 let tally = rounds[FENCE].tally();
-                Error::NoQuorum { resource: kind.label(), phase: Phase::Fence, tally }
+                Error::NoQuorum { resource: kind.label(), phase: Phase::Fence, tally: tally.into() }
             };
             undo(members, kind, token, rounds[GRANT].answers()).await;
             return Err(error);

@@ -36,6 +36,6 @@ fn released(resource: &str, tally: Tally) -> Result<Tally> {
     if tally.has_quorum() {
         Ok(tally)
     } else {
-        Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Release, tally })
+        Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Release, tally: tally.into() })
     }
 }
