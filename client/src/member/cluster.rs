@@ -583,3 +583,186 @@ fn describe(raw: &Raw) -> String {
         other => format!("unexpected reply {other:?}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The two races of `gate.rs`, played against a scripted fake cluster:
+    //! loopback peers that serve `CLUSTER SHARDS` from a topology the test
+    //! changes, run a lock command when they own its slot (recording it)
+    //! and answer `MOVED` otherwise, and hold their replies until told.
+
+    use std::sync::Mutex as StdMutex;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+    use tokio::sync::watch;
+
+    use super::*;
+    use crate::resp;
+
+    const LONG: Duration = Duration::from_secs(5);
+
+    /// The fake cluster: every slot on one node (`owner`), the commands
+    /// each node ran, in order.
+    #[derive(Default)]
+    struct World {
+        owner: u16,
+        ran: Vec<(u16, String)>,
+    }
+
+    struct Fake {
+        port: u16,
+        /// Replies flow while true.
+        open: watch::Sender<bool>,
+    }
+
+    fn lock<T>(m: &StdMutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap()
+    }
+
+    async fn fake(world: Arc<StdMutex<World>>) -> Fake {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (open, opened) = watch::channel(true);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (world, mut opened) = (world.clone(), opened.clone());
+                tokio::spawn(async move {
+                    let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
+                    while let Ok(n @ 1..) = socket.read(&mut chunk).await {
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Ok(Some((Reply::Array(words), used))) = resp::parse(&buf) {
+                            buf.drain(..used);
+                            let words: Vec<String> = words
+                                .iter()
+                                .map(|w| match w {
+                                    Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+                                    _ => String::new(),
+                                })
+                                .collect();
+                            let _ = opened.wait_for(|open| *open).await;
+                            let answer = answer(&world, port, &words);
+                            if socket.write_all(answer.as_bytes()).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        Fake { port, open }
+    }
+
+    /// What node `port` answers to `words`, given the world now.
+    fn answer(world: &StdMutex<World>, port: u16, words: &[String]) -> String {
+        let mut world = lock(world);
+        match words.first().map(String::as_str) {
+            Some("CLUSTER") => {
+                let node = format!(
+                    "*14\r\n$2\r\nid\r\n$1\r\nx\r\n$4\r\nport\r\n:{0}\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n\
+                     $8\r\nendpoint\r\n$9\r\n127.0.0.1\r\n$4\r\nrole\r\n$6\r\nmaster\r\n\
+                     $18\r\nreplication-offset\r\n:0\r\n$6\r\nhealth\r\n$6\r\nonline\r\n",
+                    world.owner
+                );
+                format!("*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n{node}")
+            }
+            Some("ASKING") => "+OK\r\n".into(),
+            Some(name) if world.owner == port => {
+                world.ran.push((port, name.to_string()));
+                ":1\r\n".into()
+            }
+            Some(_) => {
+                let slot = key_slot(words.get(1).map_or(&b""[..], |k| k.as_bytes()));
+                format!("-MOVED {slot} 127.0.0.1:{}\r\n", world.owner)
+            }
+            None => "-ERR empty\r\n".into(),
+        }
+    }
+
+    fn request(name: &str) -> Request {
+        Request::one(redis::cmd(name).arg("k").clone(), "k")
+    }
+
+    /// A member over `seeds`, its topology fetched.
+    async fn member(seeds: &[u16]) -> Cluster {
+        let addr = |port: u16| Addr { host: "127.0.0.1".into(), port };
+        let spelling = ClusterSpelling {
+            seeds: seeds.iter().map(|&p| addr(p)).collect(),
+            username: None,
+            password: None,
+        };
+        let limits = Limits { connect_timeout: LONG, reconnect_backoff: Duration::from_millis(10) };
+        let cluster = Cluster::new("member 1 (test)".into(), spelling, limits, LONG);
+        cluster.warm_up().await;
+        cluster
+    }
+
+    /// Waits (bounded) until the member's map names `port` for slot `slot`.
+    async fn map_names(cluster: &Cluster, slot: u16, port: u16) {
+        let deadline = Instant::now() + LONG;
+        while cluster.shared.state().map.as_ref().and_then(|m| m.owner(slot)).map(|a| a.port) != Some(port) {
+            assert!(Instant::now() < deadline, "the map never named {port}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Race 1: an acquire is on A when a fetch moves the slot to B; the
+    /// release, issued next, waits until the acquire (answered MOVED by A)
+    /// is written to B, and B runs them in that order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_waits_for_an_acquire_redirected_after_the_map_moved() {
+        let world = Arc::new(StdMutex::new(World::default()));
+        let (a, b) = (fake(world.clone()).await, fake(world.clone()).await);
+        lock(&world).owner = a.port;
+        // B first: its connection never holds a reply.
+        let cluster = member(&[b.port, a.port]).await;
+        let slot = key_slot(b"k");
+        map_names(&cluster, slot, a.port).await;
+
+        a.open.send_replace(false);
+        let acquire = tokio::spawn(cluster.call(&request("ACQUIRE"), LONG));
+        lock(&world).owner = b.port;
+        cluster.shared.refresh();
+        map_names(&cluster, slot, b.port).await;
+        let release = tokio::spawn(cluster.call(&request("RELEASE"), LONG));
+        // The release is issued, and not written anywhere.
+        {
+            let state = cluster.shared.state();
+            let writes = format!("{:?}", state.gate);
+            assert_eq!(writes.matches(", seq:").count(), 1, "only the acquire is written: {writes}");
+        }
+        a.open.send_replace(true);
+        assert_eq!(acquire.await.unwrap(), Raw::Int(1));
+        assert_eq!(release.await.unwrap(), Raw::Int(1));
+        assert_eq!(lock(&world).ran, [(b.port, "ACQUIRE".into()), (b.port, "RELEASE".into())]);
+    }
+
+    /// Race 2: an acquire and a release both on A, both answered MOVED; the
+    /// release's task runs first, yet B runs the acquire first.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_calls_redirected_together_are_sent_again_in_order() {
+        let world = Arc::new(StdMutex::new(World::default()));
+        let (a, b) = (fake(world.clone()).await, fake(world.clone()).await);
+        lock(&world).owner = a.port;
+        let cluster = member(&[b.port, a.port]).await;
+        map_names(&cluster, key_slot(b"k"), a.port).await;
+
+        a.open.send_replace(false);
+        let acquire = cluster.call(&request("ACQUIRE"), LONG);
+        let release = tokio::spawn(cluster.call(&request("RELEASE"), LONG));
+        lock(&world).owner = b.port;
+        a.open.send_replace(true);
+        // Both replies arrived (the node's reader recorded them) while the
+        // acquire's future was not polled at all.
+        let deadline = Instant::now() + LONG;
+        while format!("{:?}", cluster.shared.state().gate).matches("Redirected").count() < 2 {
+            assert!(Instant::now() < deadline, "the MOVED replies never came");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(lock(&world).ran.is_empty(), "the release was sent again before the acquire");
+        assert_eq!(acquire.await, Raw::Int(1));
+        assert_eq!(release.await.unwrap(), Raw::Int(1));
+        assert_eq!(lock(&world).ran, [(b.port, "ACQUIRE".into()), (b.port, "RELEASE".into())]);
+    }
+}
