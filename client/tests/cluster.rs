@@ -210,18 +210,12 @@ async fn ask_during_a_migration_is_followed_once_without_changing_the_map() {
     rl.settle().await;
 }
 
-/// `CONFIG SET lock.quarantine-ms` on every running node: the failover
-/// quarantine a promotion starts (the nodes started without one, as new
-/// nodes that forgot nothing).
-fn set_quarantine(cluster: &RedisCluster, quarantine_ms: u64) {
-    for node in cluster.running() {
-        let _: () = cmd("CONFIG")
-            .arg("SET")
-            .arg("lock.quarantine-ms")
-            .arg(quarantine_ms)
-            .query(&mut node.conn())
-            .unwrap();
-    }
+/// A cluster whose nodes write every grant to disk before replying
+/// (`appendfsync always`: no start-up quarantine) and quarantine a promoted
+/// replica for [`QUARANTINE_MS`].
+fn failover_cluster() -> RedisCluster {
+    let opts = Opts::new().aof_always().module_arg("quarantine-ms", &QUARANTINE_MS.to_string());
+    RedisCluster::start(ClusterSpec::new(3, 1).opts(opts))
 }
 
 /// Waits until `master`'s replicas acknowledged every write so far.
@@ -249,8 +243,7 @@ const QUARANTINE_MS: u64 = 2_000;
 /// the other shards keep granting throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_failover_quarantines_that_shard_only() {
-    let cluster = RedisCluster::start(ClusterSpec::new(3, 1));
-    set_quarantine(&cluster, QUARANTINE_MS);
+    let cluster = failover_cluster();
     let rl = client(&[cluster.member()]).await;
     let (held, fresh) = ("{failover}:held", "{failover}:fresh");
     let master = cluster.master_of(held);
@@ -299,8 +292,7 @@ async fn a_shard_failover_quarantines_that_shard_only() {
 /// TTL); the other shards keep granting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_is_replaced_and_its_lock_is_not_granted_twice() {
-    let mut cluster = RedisCluster::start(ClusterSpec::new(3, 1));
-    set_quarantine(&cluster, QUARANTINE_MS);
+    let mut cluster = failover_cluster();
     let rl = client(&[cluster.member()]).await;
     let key = "{killed}:job";
     let master_port = cluster.master_of(key).port;
