@@ -7,7 +7,8 @@
 //! Tests that only take locks share one cluster (and one set of masters);
 //! a test that moves slots or kills nodes starts its own.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use lock_testkit_client::*;
@@ -211,11 +212,58 @@ async fn ask_during_a_migration_is_followed_once_without_changing_the_map() {
 }
 
 /// A cluster whose nodes write every grant to disk before replying
-/// (`appendfsync always`: no start-up quarantine) and quarantine a promoted
-/// replica for [`QUARANTINE_MS`].
+/// (`appendfsync always`: no start-up quarantine), quarantine a promoted
+/// replica for [`QUARANTINE_MS`], and keep serving the other shards' slots
+/// while one shard has no master (`cluster-require-full-coverage no`, as
+/// docs/operations.md advises).
 fn failover_cluster() -> RedisCluster {
-    let opts = Opts::new().aof_always().module_arg("quarantine-ms", &QUARANTINE_MS.to_string());
+    let opts = Opts::new()
+        .aof_always()
+        .module_arg("quarantine-ms", &QUARANTINE_MS.to_string())
+        .config("cluster-require-full-coverage", "no");
     RedisCluster::start(ClusterSpec::new(3, 1).opts(opts))
+}
+
+/// What a client saw while one shard failed over: per attempt (every 20 ms)
+/// whether the other shards granted, and when the failed shard first
+/// granted again.
+#[derive(Debug, Default)]
+struct Probe {
+    others_granted: usize,
+    others_refused: Vec<String>,
+    /// When the failed shard first granted after `armed`.
+    shard_back_at: Option<std::time::Instant>,
+}
+
+/// Takes and releases a lock on every shard (`keys`, the failed shard's
+/// last) every 20 ms through its own client, until `stop`; the failed
+/// shard from `armed` on (just before the kill), setting `back` when it
+/// grants.
+async fn probe(member: String, keys: Vec<String>, [armed, back, stop]: [Arc<AtomicBool>; 3]) -> Probe {
+    let client = Redlock::connect([member], config()).await.unwrap();
+    let (started, mut seen) = (std::time::Instant::now(), Probe::default());
+    let (shard, others) = keys.split_last().unwrap();
+    while !stop.load(Ordering::Relaxed) {
+        for key in others {
+            match client.try_acquire(key, Mode::Plain, TTL).await {
+                Ok(guard) => {
+                    seen.others_granted += 1;
+                    let _ = guard.release().await;
+                }
+                Err(e) => seen.others_refused.push(format!("{:?}: {e}", started.elapsed())),
+            }
+        }
+        if armed.load(Ordering::Relaxed) && seen.shard_back_at.is_none() {
+            if let Ok(guard) = client.try_acquire(shard, Mode::Plain, TTL).await {
+                seen.shard_back_at = Some(std::time::Instant::now());
+                back.store(true, Ordering::Relaxed);
+                let _ = guard.release().await;
+            }
+        }
+        tokio::time::sleep(ms(20)).await;
+    }
+    client.settle().await;
+    seen
 }
 
 /// Waits until `master`'s replicas acknowledged every write so far.
@@ -300,7 +348,14 @@ async fn a_killed_master_is_replaced_and_its_lock_is_not_granted_twice() {
     let guard = rl.try_acquire(key, Mode::Plain, Duration::from_secs(20)).await.expect("acquire");
     replicated(cluster.node(master_port));
     let index = cluster.nodes.iter().position(|n| n.port == master_port).unwrap();
+    let [armed, back, stop] = [(); 3].map(|()| Arc::new(AtomicBool::new(false)));
+    let mut probed = keys_elsewhere(&cluster, master_port, "killed-probe");
+    probed.push("{killed}:probe".into());
+    let prober = tokio::spawn(probe(cluster.member(), probed, [armed.clone(), back.clone(), stop.clone()]));
+    tokio::time::sleep(ms(200)).await;
 
+    armed.store(true, Ordering::Relaxed);
+    let killed = std::time::Instant::now();
     let promoted = cluster.kill_master_and_wait_promotion(index);
     let promoted = &cluster.nodes[promoted];
     let other = Redlock::connect([cluster.member()], config()).await.unwrap();
@@ -316,6 +371,21 @@ async fn a_killed_master_is_replaced_and_its_lock_is_not_granted_twice() {
     });
     let taken = other.try_acquire(key, Mode::Plain, TTL).await.expect_err("still held");
     assert!(matches!(taken, Error::Contended { .. }), "{taken}");
+    wait_until(Duration::from_secs(10), "the probe's grant on the failed shard", || {
+        back.load(Ordering::Relaxed)
+    });
+    stop.store(true, Ordering::Relaxed);
+    let seen = prober.await.unwrap();
+    eprintln!(
+        "kill -9 of a shard master: the other shards granted {} times and refused {} ({:?}); the failed \
+         shard granted again {:?} after the kill (detection + election + lock.quarantine-ms {QUARANTINE_MS})",
+        seen.others_granted,
+        seen.others_refused.len(),
+        seen.others_refused.first(),
+        seen.shard_back_at.map(|at| at - killed)
+    );
+    assert!(seen.others_refused.is_empty(), "the other shards refused: {:?}", seen.others_refused);
+    assert!(seen.shard_back_at.is_some_and(|at| at - killed > ms(QUARANTINE_MS)), "{seen:?}");
     guard.extend(TTL).await.expect("the holder extends on the promoted master");
     guard.release().await.expect("the holder releases on the promoted master");
     let next = other.try_acquire(key, Mode::Plain, TTL).await.expect("free after the release");
