@@ -59,7 +59,8 @@ pub struct Entered {
     pub lease: Lease,
 }
 
-/// A client for N independent lock nodes. Cheap to clone (shared).
+/// A client for N independent members (lock masters or clusters). Cheap to
+/// clone (shared).
 #[derive(Clone)]
 pub struct Redlock {
     members: Members,
@@ -75,9 +76,14 @@ impl std::fmt::Debug for Redlock {
 }
 
 impl Redlock {
-    /// Parses the node URLs (`redis://host:port/`) and opens one connection
-    /// to each, in parallel. A node that cannot be reached now is not an
-    /// error: it counts as unreachable, and later calls try it again.
+    /// Parses the members, each one master
+    /// (`redis://[[user]:password@]host:port[/db]`) or one cluster
+    /// (`redis+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]`,
+    /// seeds; one vote), and opens their connections, in parallel (a
+    /// cluster: its topology first, then one connection per master). A
+    /// node that cannot be reached now is not an error: it counts as
+    /// unreachable, and later calls try it again. A bad spelling is an
+    /// [`Error::InvalidArgument`] that says what to write.
     pub async fn connect<I, S>(members: I, config: Config) -> Result<Redlock>
     where
         I: IntoIterator<Item = S>,
@@ -86,6 +92,7 @@ impl Redlock {
         Ok(Redlock { members: Members::connect(members, config).await? })
     }
 
+    /// The members, as given.
     pub fn node_urls(&self) -> Vec<String> {
         self.members.list().iter().map(|m| m.text.clone()).collect()
     }
@@ -289,7 +296,8 @@ impl Redlock {
         }
     }
 
-    /// `LOCK.INFO` on every node, in node order.
+    /// `LOCK.INFO` on every member, in member order (for a cluster, from
+    /// the master of the resource's slot, named in [`NodeInfo::shard`]).
     pub async fn info(&self, resource: &str) -> Vec<NodeInfo> {
         info::info(&self.members, resource).await
     }
