@@ -8,7 +8,7 @@
 //! a test that moves slots or kills nodes starts its own.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_testkit_client::*;
@@ -212,7 +212,8 @@ async fn ask_during_a_migration_is_followed_once_without_changing_the_map() {
 }
 
 /// A cluster whose nodes write every grant to disk before replying
-/// (`appendfsync always`: no start-up quarantine), quarantine a promoted
+/// (`appendfsync always`: no start-up quarantine), fail a silent master
+/// over after 1.5 s (`cluster-node-timeout`), quarantine a promoted
 /// replica for [`QUARANTINE_MS`], and keep serving the other shards' slots
 /// while one shard has no master (`cluster-require-full-coverage no`, as
 /// docs/operations.md advises).
@@ -221,25 +222,26 @@ fn failover_cluster() -> RedisCluster {
         .aof_always()
         .module_arg("quarantine-ms", &QUARANTINE_MS.to_string())
         .config("cluster-require-full-coverage", "no");
-    RedisCluster::start(ClusterSpec::new(3, 1).opts(opts))
+    RedisCluster::start(ClusterSpec::new(3, 1).opts(opts).node_timeout_ms(1_500))
 }
 
 /// What a client saw while one shard failed over: per attempt (every 20 ms)
-/// whether the other shards granted, and when the failed shard first
-/// granted again.
+/// whether the other shards granted, and when the failed shard granted.
 #[derive(Debug, Default)]
 struct Probe {
     others_granted: usize,
     others_refused: Vec<String>,
-    /// When the failed shard first granted after `armed`.
-    shard_back_at: Option<std::time::Instant>,
 }
 
 /// Takes and releases a lock on every shard (`keys`, the failed shard's
-/// last) every 20 ms through its own client, until `stop`; the failed
-/// shard from `armed` on (just before the kill), setting `back` when it
-/// grants.
-async fn probe(member: String, keys: Vec<String>, [armed, back, stop]: [Arc<AtomicBool>; 3]) -> Probe {
+/// last) every 20 ms through its own client, until `stop`; each grant on
+/// the failed shard is noted in `shard_grants`.
+async fn probe(
+    member: String,
+    keys: Vec<String>,
+    shard_grants: Arc<Mutex<Vec<std::time::Instant>>>,
+    stop: Arc<AtomicBool>,
+) -> Probe {
     let client = Redlock::connect([member], config()).await.unwrap();
     let (started, mut seen) = (std::time::Instant::now(), Probe::default());
     let (shard, others) = keys.split_last().unwrap();
@@ -253,12 +255,12 @@ async fn probe(member: String, keys: Vec<String>, [armed, back, stop]: [Arc<Atom
                 Err(e) => seen.others_refused.push(format!("{:?}: {e}", started.elapsed())),
             }
         }
-        if armed.load(Ordering::Relaxed) && seen.shard_back_at.is_none() {
-            if let Ok(guard) = client.try_acquire(shard, Mode::Plain, TTL).await {
-                seen.shard_back_at = Some(std::time::Instant::now());
-                back.store(true, Ordering::Relaxed);
-                let _ = guard.release().await;
-            }
+        // A new key of that shard each time: a lock the kill left behind
+        // there is held until its TTL, as it should be.
+        let fresh = format!("{shard}:{}", started.elapsed().as_micros());
+        if let Ok(guard) = client.try_acquire(&fresh, Mode::Plain, TTL).await {
+            shard_grants.lock().unwrap().push(std::time::Instant::now());
+            let _ = guard.release().await;
         }
         tokio::time::sleep(ms(20)).await;
     }
@@ -348,15 +350,14 @@ async fn a_killed_master_is_replaced_and_its_lock_is_not_granted_twice() {
     let guard = rl.try_acquire(key, Mode::Plain, Duration::from_secs(20)).await.expect("acquire");
     replicated(cluster.node(master_port));
     let index = cluster.nodes.iter().position(|n| n.port == master_port).unwrap();
-    let [armed, back, stop] = [(); 3].map(|()| Arc::new(AtomicBool::new(false)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let shard_grants = Arc::new(Mutex::new(Vec::new()));
     let mut probed = keys_elsewhere(&cluster, master_port, "killed-probe");
     probed.push("{killed}:probe".into());
-    let prober = tokio::spawn(probe(cluster.member(), probed, [armed.clone(), back.clone(), stop.clone()]));
-    tokio::time::sleep(ms(200)).await;
+    assert_eq!(cluster.master_of("{killed}:probe:1").port, master_port);
+    let prober = tokio::spawn(probe(cluster.member(), probed, shard_grants.clone(), stop.clone()));
 
-    armed.store(true, Ordering::Relaxed);
-    let killed = std::time::Instant::now();
-    let promoted = cluster.kill_master_and_wait_promotion(index);
+    let (promoted, killed) = cluster.kill_master_and_wait_promotion(index);
     let promoted = &cluster.nodes[promoted];
     let other = Redlock::connect([cluster.member()], config()).await.unwrap();
     for key in &elsewhere {
@@ -371,9 +372,8 @@ async fn a_killed_master_is_replaced_and_its_lock_is_not_granted_twice() {
     });
     let taken = other.try_acquire(key, Mode::Plain, TTL).await.expect_err("still held");
     assert!(matches!(taken, Error::Contended { .. }), "{taken}");
-    wait_until(Duration::from_secs(10), "the probe's grant on the failed shard", || {
-        back.load(Ordering::Relaxed)
-    });
+    let back_after = || shard_grants.lock().unwrap().iter().find(|&&at| at > killed).map(|&at| at - killed);
+    wait_until(Duration::from_secs(10), "the probe's grant on the failed shard", || back_after().is_some());
     stop.store(true, Ordering::Relaxed);
     let seen = prober.await.unwrap();
     eprintln!(
@@ -382,10 +382,10 @@ async fn a_killed_master_is_replaced_and_its_lock_is_not_granted_twice() {
         seen.others_granted,
         seen.others_refused.len(),
         seen.others_refused.first(),
-        seen.shard_back_at.map(|at| at - killed)
+        back_after()
     );
     assert!(seen.others_refused.is_empty(), "the other shards refused: {:?}", seen.others_refused);
-    assert!(seen.shard_back_at.is_some_and(|at| at - killed > ms(QUARANTINE_MS)), "{seen:?}");
+    assert!(back_after().is_some_and(|after| after > ms(QUARANTINE_MS)), "{:?}", back_after());
     guard.extend(TTL).await.expect("the holder extends on the promoted master");
     guard.release().await.expect("the holder releases on the promoted master");
     let next = other.try_acquire(key, Mode::Plain, TTL).await.expect("free after the release");
@@ -398,7 +398,7 @@ async fn a_killed_master_is_replaced_and_its_lock_is_not_granted_twice() {
 /// member's answer is "no", and the error names the member and the cause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterdown_is_that_members_no_and_says_why() {
-    let mut cluster = RedisCluster::start(ClusterSpec::new(3, 0));
+    let mut cluster = RedisCluster::start(ClusterSpec::new(3, 0).node_timeout_ms(1_500));
     let member = cluster.member();
     let rl = client(std::slice::from_ref(&member)).await;
     let victim = cluster.masters()[2].port;

@@ -312,10 +312,10 @@ def start_cluster(
     module_args: Sequence[str] = (),
     args: Sequence[str] = (),
     conf: Optional[str] = None,
-    node_timeout_ms: int = 1500,
+    node_timeout_ms: int = 5000,
     directories: Optional[Sequence[str]] = None,
     dir_prefix: str = "redis-lock-cluster-",
-    deadline: float = 30.0,
+    deadline: float = 60.0,
     detach: bool = False,
 ) -> Cluster:
     """Starts ``shards * (1 + replicas)`` servers in cluster mode (each as
@@ -383,8 +383,8 @@ def main() -> int:
     cluster.add_argument("--conf", default=None)
     cluster.add_argument("--shards", type=int, default=3)
     cluster.add_argument("--replicas", type=int, default=1)
-    cluster.add_argument("--node-timeout-ms", type=int, default=1500)
-    cluster.add_argument("--deadline", type=float, default=30.0)
+    cluster.add_argument("--node-timeout-ms", type=int, default=5000)
+    cluster.add_argument("--deadline", type=float, default=60.0)
     cluster.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args()
     extra = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
