@@ -608,6 +608,10 @@ mod tests {
     struct World {
         owner: u16,
         ran: Vec<(u16, String)>,
+        /// The next this many lock commands get `TRYAGAIN`.
+        try_again: usize,
+        /// Every lock command gets `MOVED` to the node itself (a loop).
+        looping: bool,
     }
 
     struct Fake {
@@ -667,6 +671,11 @@ mod tests {
                 format!("*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n{node}")
             }
             Some("ASKING") => "+OK\r\n".into(),
+            Some(_) if world.try_again > 0 => {
+                world.try_again -= 1;
+                "-TRYAGAIN Multiple keys request during rehashing of slot\r\n".into()
+            }
+            Some(_) if world.looping => format!("-MOVED 1 127.0.0.1:{port}\r\n"),
             Some(name) if world.owner == port => {
                 world.ran.push((port, name.to_string()));
                 ":1\r\n".into()
@@ -764,5 +773,35 @@ mod tests {
         assert_eq!(acquire.await, Raw::Int(1));
         assert_eq!(release.await.unwrap(), Raw::Int(1));
         assert_eq!(lock(&world).ran, [(b.port, "ACQUIRE".into()), (b.port, "RELEASE".into())]);
+    }
+
+    /// `TRYAGAIN` is sent again after a pause, within the call's deadline;
+    /// a redirect loop ends after [`REDIRECTS_MAX`] redirects with the
+    /// member's "no", naming it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tryagain_is_retried_and_a_redirect_loop_is_bounded() {
+        let world = Arc::new(StdMutex::new(World::default()));
+        let a = fake(world.clone()).await;
+        lock(&world).owner = a.port;
+        let cluster = member(&[a.port]).await;
+        lock(&world).try_again = 3;
+        let started = Instant::now();
+        assert_eq!(cluster.call(&request("ACQUIRE"), LONG).await, Raw::Int(1));
+        assert!(started.elapsed() >= TRYAGAIN_PAUSE * 3, "paused between tries");
+        assert_eq!(lock(&world).ran, [(a.port, "ACQUIRE".into())]);
+        // TRYAGAIN until the deadline: the call times out, unsent.
+        lock(&world).try_again = usize::MAX;
+        assert_eq!(cluster.call(&request("ACQUIRE"), Duration::from_millis(50)).await, Raw::TimedOut);
+        lock(&world).try_again = 0;
+
+        lock(&world).looping = true;
+        match cluster.call(&request("ACQUIRE"), LONG).await {
+            Raw::ClusterUnavailable(why) => assert!(
+                why.starts_with("member 1 (test): more than 5 redirects (the last from 127.0.0.1:"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(lock(&world).ran.len(), 1, "nothing ran in the loop");
     }
 }
