@@ -804,4 +804,24 @@ mod tests {
         }
         assert_eq!(lock(&world).ran.len(), 1, "nothing ran in the loop");
     }
+
+    /// No seed answers: the member's "no" says so, with each seed's cause,
+    /// at once within the fetch interval and after a new fetch later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_seed_answering_is_the_members_no() {
+        let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
+        let cluster = member(&[port]).await;
+        for pause in [0, 150] {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            match cluster.call(&request("ACQUIRE"), LONG).await {
+                Raw::ClusterUnavailable(why) => assert!(
+                    why.starts_with(&format!(
+                        "member 1 (test): no seed answered (127.0.0.1:{port}: connect failed"
+                    )),
+                    "{why}"
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 }
