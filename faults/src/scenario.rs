@@ -49,6 +49,19 @@ pub enum Fault {
     SwapDb,
     /// An operator's DEL of a workload resource's key on a node.
     StrayDelete,
+    /// Cluster members: a workload resource's slot migrated to another
+    /// master under load (`MIGRATE` key by key, so that calls meet `ASK`;
+    /// or Valkey's `CLUSTER MIGRATESLOTS`).
+    SlotMigration,
+    /// Cluster members: kill -9 of the master of a resource's slot, its
+    /// replica promoted, the old master back as its replica.
+    ShardFailover,
+    /// Cluster members: the master of a resource's slot paused for 0.2-1 s
+    /// (cut off from clients and from its cluster, below the node timeout).
+    ShardPause,
+    /// Cluster members: a migration under way, and every client connection
+    /// of both masters cut (the replies to redirected calls lost).
+    RedirectCut,
 }
 
 impl Fault {
@@ -69,6 +82,10 @@ impl Fault {
             Fault::Flush => "flush",
             Fault::SwapDb => "swapdb",
             Fault::StrayDelete => "stray DEL",
+            Fault::SlotMigration => "slot migration",
+            Fault::ShardFailover => "shard failover",
+            Fault::ShardPause => "shard pause",
+            Fault::RedirectCut => "redirects cut",
         }
     }
 }
@@ -166,6 +183,9 @@ pub struct Scenario {
     pub replica: bool,
     /// A misuse client runs alongside the workers.
     pub misuse: bool,
+    /// Members that are Redis Clusters (`sharded.rs`; `nodes` is then the
+    /// plain masters beside them): the cluster faults act on these.
+    pub clusters: usize,
 }
 
 impl Scenario {
