@@ -262,8 +262,8 @@ class Cluster:
     @property
     def member(self) -> str:
         """The quorum member that names this cluster (two seeds)."""
-        first, second = self.nodes[0].port, self.nodes[1 % len(self.nodes)].port
-        return f"redis+cluster://127.0.0.1:{first}?addr=127.0.0.1:{second}"
+        first = f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+        return f"{first}?addr=127.0.0.1:{self.nodes[1].port}" if len(self.nodes) > 1 else first
 
     def master_of(self, key: str) -> Server:
         """The master that serves ``key`` now (as CLUSTER SLOTS says)."""
@@ -315,6 +315,7 @@ def start_cluster(
     node_timeout_ms: int = 5000,
     directories: Optional[Sequence[str]] = None,
     dir_prefix: str = "redis-lock-cluster-",
+    prefix: Sequence[str] = (),
     deadline: float = 60.0,
     detach: bool = False,
 ) -> Cluster:
@@ -333,7 +334,8 @@ def start_cluster(
         for i in range(count):
             where = directories[i] if directories else None
             nodes.append(start_server(binary, module=module, module_args=module_args, args=cluster_args, conf=conf,
-                                      directory=where, dir_prefix=dir_prefix, deadline=deadline, detach=detach))
+                                      directory=where, dir_prefix=dir_prefix, prefix=prefix, deadline=deadline,
+                                      detach=detach))
         ids = [call(n.port, "CLUSTER", "MYID") for n in nodes]
         per = 1 + replicas
         for shard in range(shards):
