@@ -27,6 +27,19 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// The round's name, as the bindings spell it: "acquire", "fence",
+    /// "extend", "release", "enter", "exit".
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Acquire => "acquire",
+            Phase::Fence => "fence",
+            Phase::Extend => "extend",
+            Phase::Release => "release",
+            Phase::Enter => "enter",
+            Phase::Exit => "exit",
+        }
+    }
+
     /// What a "yes" and a "no" are called in this round's counts.
     pub(crate) fn words(self) -> (&'static str, &'static str) {
         match self {
@@ -61,6 +74,18 @@ pub enum Lost {
     WatchdogLimit { renewals: u32 },
     /// A renewal could not be confirmed by a majority.
     RenewalFailed(Box<Error>),
+}
+
+impl Lost {
+    /// Why, as the bindings spell it: "expired", "watchdog_limit",
+    /// "renewal_failed".
+    pub fn name(&self) -> &'static str {
+        match self {
+            Lost::Expired => "expired",
+            Lost::WatchdogLimit { .. } => "watchdog_limit",
+            Lost::RenewalFailed(_) => "renewal_failed",
+        }
+    }
 }
 
 impl fmt::Display for Lost {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::IntoPyObjectExt;
-use redlock_client::{Error, Lost, Mode, Phase, RetryPolicy, Tally};
+use redlock_client::{Error, Lost, Mode, RetryPolicy, Tally};
 
 /// Set when the interpreter exits: no thread of the runtime calls into
 /// Python after that.
@@ -26,23 +26,9 @@ pub(crate) fn shut_down() -> bool {
 }
 
 /// A mode from its Python spelling: "plain", "read", "write", or
-/// "permit" with `permits`. "exclusive" is refused as ambiguous (the plain
-/// lock, or the write side of a read-write lock?).
+/// "permit" with `permits` (the client's [`Mode::from_name`]).
 pub(crate) fn mode(name: &str, permits: Option<u32>) -> Result<Mode, Error> {
-    match (name, permits) {
-        ("plain", None) => Ok(Mode::Plain),
-        ("read", None) => Ok(Mode::Read),
-        ("write", None) => Ok(Mode::Write),
-        ("permit", Some(permits)) => Ok(Mode::Permit { permits }),
-        ("permit", None) => Err(Error::InvalidArgument("mode 'permit' needs permits=N".into())),
-        ("exclusive", _) => Err(Error::InvalidArgument(Mode::EXCLUSIVE_IS_AMBIGUOUS.into())),
-        ("plain" | "read" | "write", Some(_)) => {
-            Err(Error::InvalidArgument(format!("permits is only for mode 'permit', not '{name}'")))
-        }
-        _ => Err(Error::InvalidArgument(format!(
-            "unknown mode {name:?} (one of 'plain', 'read', 'write', 'permit')"
-        ))),
-    }
+    Mode::from_name(name, permits).map_err(Error::InvalidArgument)
 }
 
 /// The Python spelling of a mode: its name and, for a permit, the count.
@@ -123,25 +109,6 @@ pub(crate) fn tally_out(tally: &Tally) -> TallyTuple {
     )
 }
 
-fn phase_name(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Acquire => "acquire",
-        Phase::Fence => "fence",
-        Phase::Extend => "extend",
-        Phase::Release => "release",
-        Phase::Enter => "enter",
-        Phase::Exit => "exit",
-    }
-}
-
-fn lost_name(lost: &Lost) -> &'static str {
-    match lost {
-        Lost::Expired => "expired",
-        Lost::WatchdogLimit { .. } => "watchdog_limit",
-        Lost::RenewalFailed(_) => "renewal_failed",
-    }
-}
-
 /// The Python exception for `error` (see `redlock_client/errors.py`).
 pub(crate) fn to_pyerr(py: Python<'_>, error: &Error) -> PyErr {
     match exception(py, error) {
@@ -172,7 +139,7 @@ fn exception<'py>(py: Python<'py>, error: &Error) -> PyResult<Bound<'py, PyAny>>
             ("held", Some(resource.as_ref()), none(), Some(&**tally), none(), None)
         }
         Error::NoQuorum { resource, phase, tally } => {
-            ("no_quorum", Some(resource.as_ref()), Some(phase_name(*phase)), Some(&**tally), none(), None)
+            ("no_quorum", Some(resource.as_ref()), Some(phase.name()), Some(&**tally), none(), None)
         }
         Error::ExpiredBeforeUse { resource, .. } => {
             ("expired_before_use", Some(resource.as_str()), none(), None, none(), None)
@@ -182,7 +149,7 @@ fn exception<'py>(py: Python<'py>, error: &Error) -> PyResult<Bound<'py, PyAny>>
                 Lost::RenewalFailed(inner) => Some(exception(py, inner)?),
                 Lost::Expired | Lost::WatchdogLimit { .. } => None,
             };
-            ("lost", Some(resource.as_str()), none(), None, Some(lost_name(reason)), cause)
+            ("lost", Some(resource.as_str()), none(), None, Some(reason.name()), cause)
         }
         Error::InvalidArgument(_) => ("invalid_argument", None, none(), None, none(), None),
     };

@@ -109,6 +109,26 @@ impl Mode {
         "mode 'exclusive' is ambiguous: use 'plain' (LOCK.ACQUIRE, \
          one holder) or 'write' (the write side of a read-write lock)";
 
+    /// The mode a binding's caller names: "plain", "read", "write", or
+    /// "permit" with `permits`. "exclusive" is refused as ambiguous (the
+    /// plain lock, or the write side of a read-write lock?); so are a
+    /// permit without a count and a count without a permit. The error is
+    /// the message for the caller.
+    pub fn from_name(name: &str, permits: Option<u32>) -> Result<Mode, String> {
+        match (name, permits) {
+            ("plain", None) => Ok(Mode::Plain),
+            ("read", None) => Ok(Mode::Read),
+            ("write", None) => Ok(Mode::Write),
+            ("permit", Some(permits)) => Ok(Mode::Permit { permits }),
+            ("permit", None) => Err("mode 'permit' needs a permit count".into()),
+            ("exclusive", _) => Err(Mode::EXCLUSIVE_IS_AMBIGUOUS.into()),
+            ("plain" | "read" | "write", Some(_)) => {
+                Err(format!("a permit count is only for mode 'permit', not '{name}'"))
+            }
+            _ => Err(format!("unknown mode {name:?} (one of 'plain', 'read', 'write', 'permit')")),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Mode::Plain => "plain",
@@ -216,6 +236,26 @@ mod tests {
         for n in 1..=NODES_MAX {
             assert!(2 * majority(n) > n, "n = {n}");
         }
+    }
+
+    #[test]
+    fn modes_by_name_round_trip_and_refuse_what_is_not_one() {
+        for mode in [Mode::Plain, Mode::Read, Mode::Write, Mode::Permit { permits: 3 }] {
+            let permits = match mode {
+                Mode::Permit { permits } => Some(permits),
+                _ => None,
+            };
+            assert_eq!(Mode::from_name(mode.name(), permits), Ok(mode));
+        }
+        assert_eq!(Mode::from_name("exclusive", None), Err(Mode::EXCLUSIVE_IS_AMBIGUOUS.to_string()));
+        let refused = |name: &str, permits: Option<u32>, says: &str| {
+            let error = Mode::from_name(name, permits).expect_err(name);
+            assert!(error.contains(says), "{name}: {error}");
+        };
+        refused("permit", None, "needs a permit count");
+        refused("read", Some(2), "only for mode 'permit', not 'read'");
+        refused("Plain", None, "unknown mode \"Plain\"");
+        refused("", None, "unknown mode");
     }
 
     #[test]

@@ -1,0 +1,63 @@
+#!/usr/bin/env node
+"use strict";
+// Builds the native module from source with cargo and puts it beside
+// index.js as redlock_client.node. The package's install script (npm
+// install runs it), and the way to rebuild by hand: `node build.js`.
+//
+// cargo builds the crate redlock-client-node (this folder) in release, in
+// the repository's workspace (its target/ directory, or
+// $CARGO_TARGET_DIR); the built library's path comes from cargo's own
+// report of its artifacts, not from a guess. $CARGO names the cargo
+// binary (default: cargo on the PATH, then ~/.cargo/bin/cargo).
+
+const { spawnSync } = require("node:child_process");
+const fs = require("node:fs");
+const os = require("node:os");
+const path = require("node:path");
+
+const OUT = path.join(__dirname, "redlock_client.node");
+const CRATE = "redlock-client-node";
+
+function cargo() {
+  if (process.env.CARGO) return process.env.CARGO;
+  const probe = spawnSync("cargo", ["--version"], { stdio: "ignore" });
+  if (probe.status === 0) return "cargo";
+  const home = path.join(os.homedir(), ".cargo", "bin", "cargo");
+  if (fs.existsSync(home)) return home;
+  fail("cargo not found: install Rust (https://rustup.rs) or set $CARGO, then run `node build.js` here");
+}
+
+function fail(message) {
+  process.stderr.write(`redlock-client build: ${message}\n`);
+  process.exit(1);
+}
+
+function main() {
+  const args = ["build", "--release", "--package", CRATE, "--message-format=json-render-diagnostics"];
+  process.stderr.write(`redlock-client build: cargo ${args.join(" ")} (a first build takes a few minutes)\n`);
+  // stdout: cargo's JSON messages; stderr (progress, diagnostics): the user's.
+  const built = spawnSync(cargo(), args, {
+    cwd: __dirname,
+    stdio: ["ignore", "pipe", "inherit"],
+    encoding: "utf8",
+    maxBuffer: 256 * 1024 * 1024,
+  });
+  if (built.error) fail(`cargo did not run: ${built.error.message}`);
+  if (built.status !== 0) fail(`cargo build failed (exit ${built.status})`);
+  let library = null;
+  for (const line of built.stdout.split("\n")) {
+    if (!line.startsWith("{")) continue;
+    const message = JSON.parse(line);
+    if (message.reason === "compiler-artifact" && message.target && message.target.name === "redlock_client_node") {
+      library = message.filenames.find((f) => /\.(so|dylib|dll)$/.test(f)) || library;
+    }
+  }
+  if (!library) fail("cargo reported no library for the crate");
+  // A copy renamed into place: a process that has the old one loaded keeps it.
+  const tmp = `${OUT}.${process.pid}.tmp`;
+  fs.copyFileSync(library, tmp);
+  fs.renameSync(tmp, OUT);
+  process.stderr.write(`redlock-client build: ${OUT}\n`);
+}
+
+main();

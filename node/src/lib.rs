@@ -1,0 +1,29 @@
+//! The Node.js bindings of the quorum client (napi-rs), loaded by the
+//! package's `index.js` as `redlock_client.node`.
+//!
+//! Every decision (majority, validity, the fencing round, the semaphore
+//! quorum, ordered release, the watchdog and its loss report) stays in the
+//! `redlock_client` crate. This layer only converts: JavaScript arguments
+//! into the crate's types (modes, milliseconds, retry policies), its
+//! results into JavaScript values, and its futures into Promises, run on
+//! napi-rs's Tokio runtime (one per process).
+//!
+//! - `client.rs`: [`client::Client`], a `Redlock`, and [`client::connect`];
+//! - `held.rs`: [`held::Held`], a `Guard`, and its loss report;
+//! - `convert.rs`: modes, durations, tallies, lock reports, and errors,
+//!   which come back as a [`convert::Failure`] for `errors.js` to turn into
+//!   its error classes.
+//!
+//! A Promise, once started, runs to its end on the runtime: a release is
+//! never cut in half, and a lock whose JavaScript object is garbage
+//! collected is released in the background.
+
+// The client's `Error` (128 bytes) is passed through as it is, in its own
+// `Result`s, as the client crate itself does.
+#![allow(clippy::result_large_err)]
+
+// Public so that what only napi-rs's registration uses (`connect`) counts
+// as used in every build.
+pub mod client;
+pub mod convert;
+pub mod held;
