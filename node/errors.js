@@ -74,7 +74,7 @@ const KINDS = {
 function noQuorumClass(tally) {
   if (tally) {
     if (tally.quarantined && tally.yes + tally.quarantined >= tally.need) return QuarantinedError;
-    const silent = tally.unreachable + tally.timedOut;
+    const silent = tally.unreachable + tally.timedOut + tally.clusterUnavailable;
     if (silent && tally.yes + silent >= tally.need) return NodesUnreachableError;
   }
   return NoQuorumError;
@@ -96,6 +96,8 @@ function tallyOf(native) {
     failed: native.failed,
     firstFailure: native.firstFailure ?? null,
     pending: native.pending,
+    clusterUnavailable: native.clusterUnavailable,
+    firstClusterUnavailable: native.firstClusterUnavailable ?? null,
   });
 }
 

@@ -74,6 +74,10 @@ export interface Tally {
   readonly firstFailure: string | null;
   /** Nodes still to answer when the round returned at its quorum. */
   readonly pending: number;
+  /** Cluster members that could not route the call (CLUSTERDOWN, no master for the slot, too many redirects, no seed answering). */
+  readonly clusterUnavailable: number;
+  /** Why, for the first of them (it names the member). */
+  readonly firstClusterUnavailable: string | null;
 }
 
 export interface ResourceHeld {
@@ -123,7 +127,10 @@ export interface LockInfo {
 }
 
 export interface NodeInfo {
+  /** The member as given (`redis://...` or `redis+cluster://...`). */
   readonly node: string;
+  /** For a cluster member, the master that answered (`host:port`); null otherwise. */
+  readonly shard: string | null;
   /** null when no lock is held there. */
   readonly info: LockInfo | null;
   /** Why the node gave no answer. */

@@ -522,7 +522,9 @@ class Redlock {
   /** LOCK.INFO from every node, in node order: [{ node, info, error }]. */
   async info(resource) {
     const reports = await this.#open().info(text(resource, "resource"));
-    return reports.map((r) => Object.freeze({ node: r.node, info: r.info ? lockInfo(r.info) : null, error: r.error ?? null }));
+    return reports.map((r) =>
+      Object.freeze({ node: r.node, shard: r.shard ?? null, info: r.info ? lockInfo(r.info) : null, error: r.error ?? null }),
+    );
   }
 
   /** Waits (bounded) for the calls that rounds left running in the background: call it before the process exits. */

@@ -13,91 +13,22 @@ use std::time::{Duration, Instant};
 use redis::cluster::{ClusterClient, ClusterConnection};
 use redis::{ErrorKind, RedisResult};
 
-/// The slot ranges given to node 0, 1 and 2.
-const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10922), (10923, 16383)];
+/// The slot ranges the test kit gives node 0, 1 and 2 (equal shares).
+const RANGES: [(u16, u16); 3] = [(0, 5460), (5461, 10921), (10922, 16383)];
 
-/// How long the cluster may take to agree that all slots are served.
-const CONVERGE_DEADLINE: Duration = Duration::from_secs(30);
-
-fn cluster_opts() -> Opts {
-    Opts::new()
-        .config("cluster-enabled", "yes")
-        .config("cluster-config-file", "nodes.conf")
-        .config("cluster-node-timeout", "5000")
-}
-
-/// `CLUSTER INFO` as (field, value) pairs.
-fn cluster_info(c: &mut Connection) -> Vec<(String, String)> {
-    let text: String = cmd("CLUSTER").arg("INFO").query(c).expect("CLUSTER INFO");
-    text.lines()
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect()
-}
-
-fn field<'a>(info: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    info.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
-}
-
-/// Three masters with the module, slots assigned, met, and agreeing that the
-/// cluster is ok. Returns the servers in slot-range order.
-fn start_cluster() -> Vec<Server> {
-    let started = Instant::now();
-    let nodes: Vec<Server> = (0..3).map(|_| Server::with(cluster_opts())).collect();
-    for (node, &(first, last)) in nodes.iter().zip(RANGES.iter()) {
-        let mut c = node.conn();
-        let reply: String = cmd("CLUSTER")
-            .arg("ADDSLOTSRANGE")
-            .arg(first)
-            .arg(last)
-            .query(&mut c)
-            .unwrap_or_else(|e| panic!("ADDSLOTSRANGE on {}: {e}", node.port));
-        assert_eq!(reply, "OK");
+/// Three masters with the module, the slots in [`RANGES`], met, and
+/// agreeing that the cluster is ok (the test kit's [`RedisCluster`]).
+fn start_cluster() -> RedisCluster {
+    let cluster = RedisCluster::start(ClusterSpec::new(3, 0));
+    for (node, &(first, last)) in cluster.nodes.iter().zip(RANGES.iter()) {
+        assert_eq!(cluster.master_of_slot(first).port, node.port, "slot {first}");
+        assert_eq!(cluster.master_of_slot(last).port, node.port, "slot {last}");
     }
-    let mut first = nodes[0].conn();
-    for other in &nodes[1..] {
-        let reply: String = cmd("CLUSTER")
-            .arg("MEET")
-            .arg("127.0.0.1")
-            .arg(other.port)
-            .query(&mut first)
-            .expect("CLUSTER MEET");
-        assert_eq!(reply, "OK");
-    }
-    let mut conns: Vec<Connection> = nodes.iter().map(Server::conn).collect();
-    let deadline = Instant::now() + CONVERGE_DEADLINE;
-    loop {
-        let infos: Vec<Vec<(String, String)>> = conns.iter_mut().map(cluster_info).collect();
-        let ready = infos.iter().all(|info| {
-            field(info, "cluster_state") == Some("ok")
-                && field(info, "cluster_known_nodes") == Some("3")
-                && field(info, "cluster_slots_assigned") == Some("16384")
-                && field(info, "cluster_slots_ok") == Some("16384")
-        });
-        if ready {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "cluster not ok after {CONVERGE_DEADLINE:?}: {infos:?}\nlogs:\n{}",
-            nodes.iter().map(Server::log).collect::<Vec<_>>().join("\n----\n")
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    eprintln!(
-        "cluster of 3 masters (ports {:?}) ok after {:?}",
-        nodes.iter().map(|n| n.port).collect::<Vec<_>>(),
-        started.elapsed()
-    );
-    nodes
+    cluster
 }
 
 fn owner_of(slot: u16) -> usize {
     RANGES.iter().position(|&(first, last)| (first..=last).contains(&slot)).expect("slot in range")
-}
-
-fn keyslot(c: &mut Connection, key: &str) -> u16 {
-    cmd("CLUSTER").arg("KEYSLOT").arg(key).query(c).expect("CLUSTER KEYSLOT")
 }
 
 /// `count` keys with the given prefix for each node, with their slots.
@@ -162,11 +93,12 @@ fn exists(c: &mut Connection, key: &str) -> RedisResult<i64> {
 #[test]
 fn lock_commands_route_to_the_owner_of_each_slot() {
     let started = Instant::now();
-    let nodes = start_cluster();
+    let cluster = start_cluster();
+    let nodes = &cluster.nodes;
     let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
     let plain_keys = keys_per_node(&mut direct[0], "plain", 2);
     let reentrant_keys = keys_per_node(&mut direct[0], "reentrant", 2);
-    let mut cc = cluster_conn(&nodes);
+    let mut cc = cluster_conn(nodes);
     let grants_before: Vec<i64> = direct.iter_mut().map(|c| info_stat(c, "grants")).collect();
 
     // Plain locks: every command through the cluster client, on keys of
@@ -255,7 +187,8 @@ fn lock_commands_route_to_the_owner_of_each_slot() {
 
 #[test]
 fn wrong_node_answers_moved_for_every_lock_command() {
-    let nodes = start_cluster();
+    let cluster = start_cluster();
+    let nodes = &cluster.nodes;
     let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
     let keys = keys_per_node(&mut direct[0], "moved", 1);
     for (owner, keys) in keys.iter().enumerate() {
@@ -332,7 +265,8 @@ fn map_get<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
 
 #[test]
 fn command_metadata_declares_the_key() {
-    let nodes = start_cluster();
+    let cluster = start_cluster();
+    let nodes = &cluster.nodes;
     let mut c = nodes[0].conn();
 
     let getkeys = |c: &mut Connection, call: &[&str]| -> Vec<String> {
@@ -449,16 +383,17 @@ fn assign_slot(direct: &mut [Connection], slot: u16, owner: &str) {
 /// fencing token on the new owner.
 #[test]
 fn held_lock_moves_with_its_slot_and_the_client_follows_moved() {
-    let nodes = start_cluster();
+    let cluster = start_cluster();
+    let nodes = &cluster.nodes;
     let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
     let (key, slot) = keys_per_node(&mut direct[0], "migrating", 1)[0][0].clone();
-    let mut cc = cluster_conn(&nodes);
+    let mut cc = cluster_conn(nodes);
     let fence = as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", &key, "tok-a", "30000"]).unwrap());
     assert_eq!(exists(&mut direct[0], &key).unwrap(), 1);
     let expire_at: i64 = cmd("PEXPIRETIME").arg(&key).query(&mut direct[0]).unwrap();
 
     // The standard slot migration, node 0 -> node 1.
-    let to = migrate_key(&nodes, &mut direct, slot, &key);
+    let to = migrate_key(nodes, &mut direct, slot, &key);
     assign_slot(&mut direct, slot, &to);
     assert_eq!(exists(&mut direct[1], &key).unwrap(), 1, "key on new owner");
     let e = exists(&mut direct[0], &key).expect_err("old owner redirects");
@@ -558,7 +493,8 @@ fn retry_finds_the_lock_on_the_new_owner(nodes: &[Server], new_owner: usize, key
 /// while the holder's lock lived on the new one).
 #[test]
 fn migrate_tells_waiters_on_the_old_owner_to_retry() {
-    let nodes = start_cluster();
+    let cluster = start_cluster();
+    let nodes = &cluster.nodes;
     let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
     let (key, slot) = keys_per_node(&mut direct[0], "resharded", 1)[0][0].clone();
     let fence = as_int(&run(&mut direct[0], &[b"LOCK.ACQUIRE", key.as_bytes(), b"tok-a", b"30000"]).unwrap());
@@ -567,7 +503,7 @@ fn migrate_tells_waiters_on_the_old_owner_to_retry() {
     let c = spawn_waiter(&nodes[0], &key, "tok-c");
     wait_until(Duration::from_secs(5), "two waiters queued", || waiters(&mut direct[0], &key) == 2);
 
-    let to = migrate_key(&nodes, &mut direct, slot, &key);
+    let to = migrate_key(nodes, &mut direct, slot, &key);
     assert_told_to_retry(b, "waiter tok-b");
     assert_told_to_retry(c, "waiter tok-c");
     assign_slot(&mut direct, slot, &to);
@@ -578,7 +514,7 @@ fn migrate_tells_waiters_on_the_old_owner_to_retry() {
     assert_eq!(info_stat(&mut direct[0], "grants"), grants, "the old owner granted a waiter");
     assert_eq!(info_stat(&mut direct[0], "waits_failed"), 2);
     assert_eq!(info_stat(&mut direct[0], "waiters"), 0);
-    retry_finds_the_lock_on_the_new_owner(&nodes, 1, &key, fence);
+    retry_finds_the_lock_on_the_new_owner(nodes, 1, &key, fence);
 }
 
 /// `CLUSTER GETSLOTMIGRATIONS` on the source until the job succeeded.
@@ -612,7 +548,8 @@ fn atomic_slot_migration_moves_locks_and_answers_waiters() {
         eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9 ({} here)", server_name());
         return;
     }
-    let nodes = start_cluster();
+    let cluster = start_cluster();
+    let nodes = &cluster.nodes;
     let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
     // Three keys in one slot of node 0 (a shared hash tag).
     let tag = (0..1000)
@@ -660,7 +597,7 @@ fn atomic_slot_migration_moves_locks_and_answers_waiters() {
     let count: i64 = cmd("CLUSTER").arg("COUNTKEYSINSLOT").arg(slot).query(&mut direct[0]).unwrap();
     assert_eq!(count, 0, "keys left (or a lock granted) on the old owner");
     assert_eq!(info_stat(&mut direct[0], "waiters"), 0);
-    retry_finds_the_lock_on_the_new_owner(&nodes, 1, &plain, fence);
+    retry_finds_the_lock_on_the_new_owner(nodes, 1, &plain, fence);
 }
 
 /// A set of keys in one slot (hash tags) goes to the slot's owner and is
@@ -668,8 +605,9 @@ fn atomic_slot_migration_moves_locks_and_answers_waiters() {
 /// on the owner itself too, and nothing is taken.
 #[test]
 fn a_set_needs_one_slot_and_goes_to_its_owner() {
-    let nodes = start_cluster();
-    let mut cc = cluster_conn(&nodes);
+    let cluster = start_cluster();
+    let nodes = &cluster.nodes;
+    let mut cc = cluster_conn(nodes);
     let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
     let tagged = ["{order:7}:stock", "{order:7}:payment", "{order:7}:ship"];
     let slot = keyslot(&mut direct[0], tagged[0]);

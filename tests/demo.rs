@@ -89,3 +89,45 @@ fn scripts_run_starts_masters_and_shows_locks_working() {
     assert!(stop.status.success());
     assert!(!demo.state.exists(), "stop removes the state");
 }
+
+/// `scripts/run cluster`: a cluster of 3 masters with a replica each, the
+/// module on every node; the demo takes locks through it with `redis-cli
+/// -c` and the CLI (one member, the cluster), writes `run/env` naming that
+/// member, and `scripts/run stop` stops every node.
+#[test]
+fn scripts_run_cluster_starts_a_cluster_and_shows_locks_through_it() {
+    let scratch = std::env::temp_dir();
+    let state = scratch.join(format!("redis-lock-demo-cluster-{}", std::process::id()));
+    let target = scratch.join(format!("redis-lock-demo-cluster-target-{}", std::process::id()));
+    std::os::unix::fs::symlink(target_dir(), &target).expect("symlink the target directory");
+    let demo = Demo { state, target };
+    let out = demo.run(&["cluster"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "scripts/run cluster failed:\n{stdout}\n{stderr}");
+    for expected in [
+        "A cluster of 3 masters and 3 replicas with the lock module",
+        "LOCK.RELEASE orders:1 demo (-c) -> 1",
+        "REDLOCK_FENCING_TOKEN=",
+        "      released\n",
+        "are in different hash slots",
+        "child holds {orders}:1 and the rest of its set, fencing token",
+    ] {
+        assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
+    }
+    assert!(!stdout.contains("QUARANTINE"), "the demo's cluster refused grants:\n{stdout}");
+    let env = std::fs::read_to_string(demo.state.join("env")).expect("run/env");
+    assert!(env.contains("export REDLOCK_NODES=redis+cluster://127.0.0.1:"), "{env}");
+    let pids: Vec<u32> = std::fs::read_dir(&demo.state)
+        .expect("state dir")
+        .filter_map(|e| e.ok().map(|e| e.path().join("redis.pid")))
+        .filter_map(|p| std::fs::read_to_string(p).ok()?.trim().parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 6, "six nodes keep running");
+    let stop = demo.run(&["stop"]);
+    assert!(stop.status.success());
+    assert!(!demo.state.exists(), "stop removes the state");
+    for pid in pids {
+        assert!(!Path::new(&format!("/proc/{pid}/exe")).exists(), "node {pid} still runs");
+    }
+}

@@ -12,6 +12,8 @@
 //!
 //! Without `--ports` it starts N masters itself, through the test kit
 //! (`testkit/`: `LOCK_SERVER_BIN`, `LOCK_MODULE_SO` as for the tests).
+//! `--members` names the quorum's members instead (masters or clusters,
+//! `redis+cluster://host:port?addr=host:port`: `scripts/bench-cluster`).
 //!
 //! One cycle is an acquire (the grant round on all N nodes in parallel,
 //! returning at its majority; with `--fenced` also the fencing round, as a
@@ -47,7 +49,10 @@ struct Args {
     /// its own, the tests' servers).
     #[arg(long, value_delimiter = ',')]
     ports: Vec<u16>,
-    /// Use the first N ports.
+    /// The members, as the client takes them (instead of --ports).
+    #[arg(long, value_delimiter = ',')]
+    members: Vec<String>,
+    /// Use the first N ports (or members).
     #[arg(long)]
     n: usize,
     /// Measured cycles (over all tasks).
@@ -247,15 +252,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = Args::parse();
     // Without --ports: N masters with the module, the tests' own (free
     // ports, own directories, killed by PID when the run ends).
-    let own = if args.ports.is_empty() { lock_testkit_client::cluster(args.n) } else { Vec::new() };
+    let own = if args.ports.is_empty() && args.members.is_empty() {
+        lock_testkit_client::cluster(args.n)
+    } else {
+        Vec::new()
+    };
     args.ports.extend(own.iter().map(|server| server.port));
     if args.set > 1 && (args.shared > 0 || args.fenced) {
         return Err("--set runs uncontended and unfenced cycles only".into());
     }
-    if args.n == 0 || args.n > args.ports.len() {
-        return Err(format!("--n {} must be 1..={} (the ports given)", args.n, args.ports.len()).into());
+    let mut nodes: Vec<String> = args.ports.iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect();
+    if !args.members.is_empty() {
+        nodes.clone_from(&args.members);
     }
-    let nodes: Vec<String> = args.ports[..args.n].iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect();
+    if args.n == 0 || args.n > nodes.len() {
+        return Err(format!("--n {} must be 1..={} (the members given)", args.n, nodes.len()).into());
+    }
+    nodes.truncate(args.n);
     let config =
         Config { command_timeout: Duration::from_millis(args.command_timeout_ms), ..Config::default() };
     let redlock = Redlock::connect(&nodes, config).await?;

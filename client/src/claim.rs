@@ -25,6 +25,7 @@ use std::time::Duration;
 use redis::Cmd;
 
 use crate::error::{Error, Result};
+use crate::member::key_slot;
 use crate::node::Request;
 use crate::quorum::{self, Answer, Mode, Quorum, Raw};
 
@@ -87,6 +88,24 @@ impl Claim {
         Ok(Claim { keys, label })
     }
 
+    /// Refuses a set whose keys are in different hash slots (for a quorum
+    /// with a cluster member, where a node grants a set only in one slot:
+    /// see `docs/design.md`), naming two of them and how to write them.
+    pub fn check_one_slot(&self) -> Result<()> {
+        let mut names = self.names();
+        let Some(first) = names.next() else { return Ok(()) };
+        let slot = key_slot(first.as_bytes());
+        match names.find(|name| key_slot(name.as_bytes()) != slot) {
+            None => Ok(()),
+            Some(other) => Err(Error::InvalidArgument(format!(
+                "'{first}' (slot {slot}) and '{other}' (slot {}) are in different hash slots, and a \
+                 cluster member grants a set only within one slot: give the set's resources a \
+                 common hash tag, e.g. {{orders}}:1 and {{orders}}:2 (the part in braces picks the slot)",
+                key_slot(other.as_bytes())
+            ))),
+        }
+    }
+
     pub fn keys(&self) -> &[(String, Mode)] {
         &self.keys
     }
@@ -126,15 +145,15 @@ impl Claim {
         let ttl = millis(ttl);
         let (resource, mode) = self.first();
         if !self.is_set() {
-            return match mode {
+            let cmd = match mode {
                 Mode::Plain => command(names::text(names::ACQUIRE), resource, token, &[ttl]),
                 Mode::Read => command(names::text(names::SHARED), resource, token, &[ttl]),
                 Mode::Write => command(names::text(names::EXCLUSIVE), resource, token, &[ttl]),
                 Mode::Permit { permits } => {
                     command(names::text(names::SEMAPHORE), resource, token, &[u64::from(permits), ttl])
                 }
-            }
-            .into();
+            };
+            return Request::one(cmd, resource);
         }
         let mut cmd = redis::cmd(names::text(names::MACQUIRE));
         cmd.arg(token).arg(ttl).arg(self.keys.len());
@@ -151,27 +170,33 @@ impl Claim {
         } else if mode != Mode::Plain {
             cmd.arg("MODES").arg(mode_word(mode));
         }
-        cmd.into()
+        Request::one(cmd, resource)
     }
 
     /// The fencing round's request for the quorum token `floor`.
     pub fn fence(&self, token: &str, floor: u64) -> (Request, Classify) {
         if !self.is_set() {
             return (
-                command(names::text(names::FENCE), self.first().0, token, &[floor]).into(),
+                Request::one(
+                    command(names::text(names::FENCE), self.first().0, token, &[floor]),
+                    self.first().0,
+                ),
                 quorum::classify_flag,
             );
         }
         let fences =
             self.names().map(|resource| command(names::text(names::FENCE), resource, token, &[floor]));
-        (Request::each(fences), quorum::classify_every_flag)
+        (Request::each(fences, self.first().0), quorum::classify_every_flag)
     }
 
     /// The extend round's request (by hand or by the watchdog).
     pub fn extend(&self, token: &str, ttl: Duration) -> (Request, Classify) {
         if !self.is_set() {
             return (
-                command(names::text(names::EXTEND), self.first().0, token, &[millis(ttl)]).into(),
+                Request::one(
+                    command(names::text(names::EXTEND), self.first().0, token, &[millis(ttl)]),
+                    self.first().0,
+                ),
                 quorum::classify_flag,
             );
         }
@@ -180,14 +205,17 @@ impl Claim {
         for name in self.names() {
             cmd.arg(name);
         }
-        (cmd.into(), quorum::classify_every_flag)
+        (Request::one(cmd, self.first().0), quorum::classify_every_flag)
     }
 
     /// The release round's request (also the undo of a failed grant).
     pub fn release(&self, token: &str) -> (Request, Classify) {
         if !self.is_set() {
             return (
-                command(names::text(names::RELEASE), self.first().0, token, &[]).into(),
+                Request::one(
+                    command(names::text(names::RELEASE), self.first().0, token, &[]),
+                    self.first().0,
+                ),
                 quorum::classify_flag,
             );
         }
@@ -196,7 +224,7 @@ impl Claim {
         for name in self.names() {
             cmd.arg(name);
         }
-        (cmd.into(), quorum::classify_every_flag)
+        (Request::one(cmd, self.first().0), quorum::classify_every_flag)
     }
 }
 
@@ -352,6 +380,20 @@ mod tests {
             "not even alone: take it with try_acquire"
         );
         assert!(refused(&[("a", Mode::Plain), ("", Mode::Plain)]).contains("resource must be"));
+        // In one slot (a hash tag), or not.
+        let tagged = Claim::set(&[("{orders}:1", Mode::Plain), ("{orders}:2", Mode::Read)]).unwrap();
+        assert_eq!(tagged.check_one_slot(), Ok(()));
+        assert_eq!(Claim::one("a", Mode::Plain).unwrap().check_one_slot(), Ok(()));
+        let spread = Claim::set(&[("a", Mode::Plain), ("{a}:x", Mode::Plain), ("b", Mode::Plain)]).unwrap();
+        match spread.check_one_slot() {
+            Err(Error::InvalidArgument(why)) => assert_eq!(
+                why,
+                "'a' (slot 15495) and 'b' (slot 3300) are in different hash slots, and a cluster member \
+                 grants a set only within one slot: give the set's resources a common hash tag, e.g. \
+                 {orders}:1 and {orders}:2 (the part in braces picks the slot)"
+            ),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
         let too_many: Vec<(String, Mode)> =
             (0..=quorum::SET_KEYS_MAX).map(|i| (format!("k{i}"), Mode::Plain)).collect();
         assert!(matches!(Claim::set(&too_many), Err(Error::InvalidArgument(_))));

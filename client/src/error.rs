@@ -104,10 +104,12 @@ impl fmt::Display for Lost {
 pub enum Error {
     /// Another owner holds the lock (on a majority, or on every node that
     /// did not grant). Retrying later may succeed.
-    Contended { resource: String, tally: Tally },
+    /// (The counts are boxed, here and below, to keep every `Result` of
+    /// the client small.)
+    Contended { resource: String, tally: Box<Tally> },
     /// No majority, for reasons other than (only) another holder: nodes
     /// unreachable, quarantined, timing out, or answering errors.
-    NoQuorum { resource: String, phase: Phase, tally: Tally },
+    NoQuorum { resource: String, phase: Phase, tally: Box<Tally> },
     /// A majority granted, but the rounds took so long that no validity was
     /// left (`ttl - elapsed - drift <= 0`). The grants were released.
     ExpiredBeforeUse { resource: String, ttl: Duration, elapsed: Duration, drift: Duration },
@@ -190,7 +192,7 @@ mod tests {
             Answer::Quarantined(Some(1700)),
             Answer::Quarantined(Some(1900)),
         ]);
-        let e = Error::NoQuorum { resource: "res".into(), phase: Phase::Acquire, tally };
+        let e = Error::NoQuorum { resource: "res".into(), phase: Phase::Acquire, tally: tally.into() };
         assert_eq!(
             e.to_string(),
             "no quorum for 'res': 2 of 5 granted (need 3); 3 quarantined (up to 1900 ms left)"
@@ -198,7 +200,7 @@ mod tests {
         assert!(e.is_retryable());
 
         let tally = Tally::of(&[Answer::Yes(1), Answer::No, Answer::No]);
-        let e = Error::Contended { resource: "job".into(), tally };
+        let e = Error::Contended { resource: "job".into(), tally: tally.into() };
         assert_eq!(
             e.to_string(),
             "'job' is held by another owner: 1 of 3 granted (need 2); 2 held by another owner"
@@ -206,7 +208,7 @@ mod tests {
 
         let tally =
             Tally::of(&[Answer::Yes(1), Answer::Unreachable("x".into()), Answer::Unreachable("y".into())]);
-        let e = Error::NoQuorum { resource: "r".into(), phase: Phase::Extend, tally };
+        let e = Error::NoQuorum { resource: "r".into(), phase: Phase::Extend, tally: tally.into() };
         assert_eq!(e.to_string(), "no quorum for 'r' to extend: 1 of 3 extended (need 2); 2 unreachable");
 
         let e = Error::ExpiredBeforeUse {

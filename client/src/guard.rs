@@ -19,7 +19,7 @@ use crate::error::{Error, Lost, Result};
 use crate::lifetime::{run_watchdog, Lifetime, Renewal, Status, Watchdog};
 use crate::quorum::{self, Answer, Mode, Tally};
 use crate::rounds::extend::extend;
-use crate::rounds::fanout::Nodes;
+use crate::rounds::fanout::Members;
 use crate::rounds::fence::fence;
 use crate::rounds::grant::Granted;
 use crate::rounds::lease::{check_ttl, Lease};
@@ -27,7 +27,7 @@ use crate::rounds::release::release_quorum;
 
 pub(crate) struct Shared {
     /// The nodes it was granted on, where its own rounds run.
-    nodes: Nodes,
+    members: Members,
     /// What was granted (one resource, or a set); its quorum is also the
     /// extensions' and release's.
     claim: Claim,
@@ -91,9 +91,9 @@ impl std::fmt::Debug for Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(nodes: Nodes, claim: Claim, token: String, granted: Granted) -> Guard {
+    pub(crate) fn new(members: Members, claim: Claim, token: String, granted: Granted) -> Guard {
         let shared = Shared {
-            nodes,
+            members,
             claim,
             token,
             floor: granted.floor,
@@ -257,7 +257,7 @@ impl Drop for Guard {
         // Counted as background work, so that `Redlock::settle` waits for it.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let shared = self.shared.clone();
-            let background = shared.nodes.background();
+            let background = shared.members.background();
             runtime.spawn(async move {
                 let _background = background;
                 let _ = shared.release().await;
@@ -274,7 +274,7 @@ impl Shared {
         let label = self.claim.label();
         self.life.check_held(label)?;
         let deadline = self.life.lease().deadline;
-        fence(&self.nodes, &self.claim, &self.token, self.floor, &self.grants, deadline).await?;
+        fence(&self.members, &self.claim, &self.token, self.floor, &self.grants, deadline).await?;
         // The majority must have answered within the validity.
         self.life.check_held(label)?;
         Ok(self.floor)
@@ -284,7 +284,7 @@ impl Shared {
         let _op = self.op.lock().await;
         self.life.check_held(self.claim.label())?;
         let ttl = check_ttl(ttl)?;
-        match extend(&self.nodes, &self.claim, &self.token, ttl).await {
+        match extend(&self.members, &self.claim, &self.token, ttl).await {
             Ok(lease) => {
                 self.life.renewed(lease);
                 Ok(quorum::remaining(lease.deadline, Instant::now()))
@@ -301,7 +301,7 @@ impl Shared {
         // Waits for an extension in flight (an aborted watchdog lets go of
         // the lock at once), so the RELEASE is queued after its EXTEND.
         let _op = self.op.lock().await;
-        let result = release_quorum(&self.nodes, &self.claim, &self.token).await;
+        let result = release_quorum(&self.members, &self.claim, &self.token).await;
         self.life.released();
         result
     }

@@ -5,8 +5,9 @@ use futures_util::future::join_all;
 use lock_protocol::command as names;
 use redis::Value;
 
+use crate::node::Request;
 use crate::quorum::Raw;
-use crate::rounds::fanout::Nodes;
+use crate::rounds::fanout::Members;
 
 /// One node's view of a lock, from `LOCK.INFO`.
 ///
@@ -55,26 +56,32 @@ pub struct HolderInfo {
     pub deadline_ms: i64,
 }
 
-/// `LOCK.INFO` on one node: `Ok(None)` when no lock is held there.
+/// `LOCK.INFO` on one member: `Ok(None)` when no lock is held there.
 #[derive(Clone, Debug)]
 pub struct NodeInfo {
+    /// The member as given (`redis://...` or `redis+cluster://...`).
     pub node: String,
+    /// For a cluster member, the address of the shard's master that gave
+    /// the answer (`host:port`).
+    pub shard: Option<String>,
     pub info: std::result::Result<Option<LockInfo>, String>,
 }
 
-/// `LOCK.INFO` on every node, in node order (waiting for every answer).
-pub(crate) async fn info(nodes: &Nodes, resource: &str) -> Vec<NodeInfo> {
+/// `LOCK.INFO` on every member, in member order (waiting for every answer).
+pub(crate) async fn info(members: &Members, resource: &str) -> Vec<NodeInfo> {
     let mut cmd = redis::cmd(names::text(names::INFO));
     cmd.arg(resource);
-    let timeout = nodes.config().command_timeout;
-    let queries: Vec<_> = nodes.list().iter().map(|n| n.query(&cmd, timeout)).collect();
+    let request = Request::one(cmd, resource);
+    let timeout = members.config().command_timeout;
+    let queries: Vec<_> = members.list().iter().map(|m| m.query(&request, timeout)).collect();
     let replies = join_all(queries).await;
-    nodes
+    members
         .list()
         .iter()
         .zip(replies)
-        .map(|(node, reply)| NodeInfo {
-            node: node.url.clone(),
+        .map(|(member, (reply, shard))| NodeInfo {
+            node: member.text.clone(),
+            shard,
             info: match reply {
                 Ok(value) => parse_info(value),
                 Err(raw) => Err(describe_raw(&raw)),
@@ -88,6 +95,7 @@ fn describe_raw(raw: &Raw) -> String {
         Raw::ServerError { code, detail } => crate::quorum::error_text(code, detail),
         Raw::TimedOut => "timed out".into(),
         Raw::Unreachable(why) => format!("unreachable: {why}"),
+        Raw::ClusterUnavailable(why) => format!("cluster unavailable: {why}"),
         Raw::Int(n) => format!("unexpected reply {n}"),
         Raw::Nil => "unexpected nil".into(),
         Raw::Other(what) => format!("unexpected reply {what}"),

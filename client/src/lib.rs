@@ -1,7 +1,9 @@
 //! A quorum (Redlock) client for the `lock` Redis module.
 //!
-//! It runs the Redlock majority protocol over N independent masters that
-//! load the module, and adds what plain Redlock lacks: a fencing token that
+//! It runs the Redlock majority protocol over N independent members that
+//! load the module, each one master (`redis://host:port`) or one Redis /
+//! Valkey Cluster (`redis+cluster://host:port?addr=host:port`, one vote
+//! whatever its shards), and adds what plain Redlock lacks: a fencing token that
 //! strictly increases across holders without relying on clocks, release
 //! that never leaves a lock behind, and a watchdog that says at once when a
 //! lock is lost.
@@ -54,7 +56,7 @@
 //! - `info`: `LOCK.INFO` on every node, read into [`LockInfo`].
 //! - `status`: `INFO lock` on every node, read into a [`QuorumStatus`]
 //!   (pure parsing and verdict, unit-tested).
-//! - `rounds`: the quorum rounds below both: the fan-out to all N nodes
+//! - `rounds`: the quorum rounds below both: the fan-out to all N members
 //!   and why a round may return at its majority (`fanout`), the lease
 //!   (`lease`), grant and undo (`grant`), the fencing round and why it is
 //!   safe late and for sets (`fence`), `extend`, `release`.
@@ -62,6 +64,12 @@
 //!   each round sends for it: the single-key commands for one resource,
 //!   `LOCK.MACQUIRE` / `RENEW` / `MRELEASE` and pipelined `LOCK.FENCE`s
 //!   for a set; pure, unit-tested.
+//! - `member`: one member of the quorum, a master or a cluster, behind one
+//!   call per round: how it is written; for a cluster, the slot of a key,
+//!   the slot map, the redirects, the topology fetch's throttle and the
+//!   ordering gate (pure, unit- and property-tested: why a call never
+//!   overtakes an earlier one of its slot, redirects included), and the
+//!   routing over one node per master (`cluster.rs`).
 //! - `node`: one node's address, its queue of calls (in the order they were
 //!   made) and the one connection its writer task writes them on, with the
 //!   connect and per-command timeouts; `resp`: the RESP2 reply reader.
@@ -110,6 +118,7 @@ mod error;
 mod guard;
 mod info;
 mod lifetime;
+mod member;
 mod node;
 pub mod quorum;
 mod redlock;

@@ -13,9 +13,10 @@ use crate::claim::{check_name, command, Claim};
 use crate::error::{Error, Phase, Result};
 use crate::guard::Guard;
 use crate::info::{self, NodeInfo};
+use crate::node::Request;
 use crate::quorum::{self, Mode, RetryPolicy, Tally};
 use crate::rounds::extend::extend;
-use crate::rounds::fanout::{Config, Nodes};
+use crate::rounds::fanout::{Config, Members};
 use crate::rounds::grant::{grant, Kind};
 use crate::rounds::lease::{check_ttl, Lease};
 use crate::rounds::release::release_by_token;
@@ -59,51 +60,58 @@ pub struct Entered {
     pub lease: Lease,
 }
 
-/// A client for N independent lock nodes. Cheap to clone (shared).
+/// A client for N independent members (lock masters or clusters). Cheap to
+/// clone (shared).
 #[derive(Clone)]
 pub struct Redlock {
-    nodes: Nodes,
+    members: Members,
 }
 
 impl std::fmt::Debug for Redlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Redlock")
             .field("nodes", &self.node_urls())
-            .field("config", &self.nodes.config())
+            .field("config", &self.members.config())
             .finish()
     }
 }
 
 impl Redlock {
-    /// Parses the node URLs (`redis://host:port/`) and opens one connection
-    /// to each, in parallel. A node that cannot be reached now is not an
-    /// error: it counts as unreachable, and later calls try it again.
-    pub async fn connect<I, S>(nodes: I, config: Config) -> Result<Redlock>
+    /// Parses the members, each one master
+    /// (`redis://[[user]:password@]host:port[/db]`) or one cluster
+    /// (`redis+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]`,
+    /// seeds; one vote), and opens their connections, in parallel (a
+    /// cluster: its topology first, then one connection per master). A
+    /// node that cannot be reached now is not an error: it counts as
+    /// unreachable, and later calls try it again. A bad spelling is an
+    /// [`Error::InvalidArgument`] that says what to write.
+    pub async fn connect<I, S>(members: I, config: Config) -> Result<Redlock>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        Ok(Redlock { nodes: Nodes::connect(nodes, config).await? })
+        Ok(Redlock { members: Members::connect(members, config).await? })
     }
 
+    /// The members, as given.
     pub fn node_urls(&self) -> Vec<String> {
-        self.nodes.list().iter().map(|n| n.url.clone()).collect()
+        self.members.list().iter().map(|m| m.text.clone()).collect()
     }
 
     /// How many nodes must agree: `N / 2 + 1`.
     pub fn majority(&self) -> usize {
-        quorum::majority(self.nodes.len())
+        quorum::majority(self.members.len())
     }
 
     /// How many nodes must grant (and extend) a lock taken in `mode`: a
     /// majority, except for a semaphore with 2 or more permits (see
     /// [`quorum::semaphore_quorum`]: 4 of 5 nodes for 2 permits).
     pub fn quorum(&self, mode: Mode) -> usize {
-        mode.quorum().need(self.nodes.len())
+        mode.quorum().need(self.members.len())
     }
 
     pub fn config(&self) -> Config {
-        self.nodes.config()
+        self.members.config()
     }
 
     /// Waits until the work that earlier calls left running in the
@@ -116,7 +124,7 @@ impl Redlock {
     /// Bounded: it returns after `2 * (2 * connect_timeout +
     /// command_timeout)` at the latest.
     pub async fn settle(&self) {
-        self.nodes.settle().await;
+        self.members.settle().await;
     }
 
     /// One attempt to take `resource` in `mode` for `ttl`: the grant
@@ -170,7 +178,10 @@ impl Redlock {
     /// A set of one resource is [`Redlock::try_acquire`] (the single-key
     /// commands). Refused before any round ([`Error::InvalidArgument`]):
     /// no resource, more than [`quorum::SET_KEYS_MAX`], a resource named
-    /// twice, a [`Mode::Permit`] (semaphores are not taken in sets).
+    /// twice, a [`Mode::Permit`] (semaphores are not taken in sets), and,
+    /// when a member is a cluster, resources in different hash slots (the
+    /// error names two and suggests a hash tag: `{orders}:1`,
+    /// `{orders}:2`).
     ///
     /// No deadlock whatever the order: a node grants the set at once or
     /// refuses it at once, so no client ever holds part of a set while it
@@ -183,7 +194,7 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<Guard> {
         let ttl = check_ttl(ttl)?;
-        self.take(Claim::set(resources)?, ttl).await
+        self.take(self.set(resources)?, ttl).await
     }
 
     /// [`Redlock::try_acquire_many`], retried like [`Redlock::acquire`].
@@ -194,15 +205,15 @@ impl Redlock {
         policy: &RetryPolicy,
     ) -> Result<Guard> {
         let ttl = check_ttl(ttl)?;
-        let claim = Claim::set(resources)?;
+        let claim = self.set(resources)?;
         policy.retry(|| self.take(claim.clone(), ttl)).await
     }
 
     /// One grant round for `claim` under a new random token.
     async fn take(&self, claim: Claim, ttl: Duration) -> Result<Guard> {
         let token = quorum::token_from_bits(rand::random());
-        let granted = grant(&self.nodes, Kind::Lock(&claim), &token, ttl, false).await?;
-        Ok(Guard::new(self.nodes.clone(), claim, token, granted))
+        let granted = grant(&self.members, Kind::Lock(&claim), &token, ttl, false).await?;
+        Ok(Guard::new(self.members.clone(), claim, token, granted))
     }
 
     /// `LOCK.RELEASE` of the lock held with `token` (taken in `mode`) on
@@ -215,7 +226,7 @@ impl Redlock {
     /// returns at the quorum instead.
     pub async fn release(&self, resource: &str, token: &str, mode: Mode) -> Result<Tally> {
         check_name("token", token)?;
-        release_by_token(&self.nodes, &Claim::one(resource, mode)?, token).await
+        release_by_token(&self.members, &Claim::one(resource, mode)?, token).await
     }
 
     /// [`Redlock::release`] of a set taken with
@@ -224,7 +235,7 @@ impl Redlock {
     /// (the modes do not matter: a set needs a majority).
     pub async fn release_many<R: AsRef<str>>(&self, resources: &[R], token: &str) -> Result<Tally> {
         check_name("token", token)?;
-        release_by_token(&self.nodes, &by_token(resources)?, token).await
+        release_by_token(&self.members, &self.by_token(resources)?, token).await
     }
 
     /// `LOCK.EXTEND` of the lock held with `token` (taken in `mode`) on
@@ -236,7 +247,7 @@ impl Redlock {
     pub async fn extend(&self, resource: &str, token: &str, mode: Mode, ttl: Duration) -> Result<Lease> {
         let ttl = check_ttl(ttl)?;
         check_name("token", token)?;
-        extend(&self.nodes, &Claim::one(resource, mode)?, token, ttl).await
+        extend(&self.members, &Claim::one(resource, mode)?, token, ttl).await
     }
 
     /// [`Redlock::extend`] of a set taken with
@@ -250,7 +261,7 @@ impl Redlock {
     ) -> Result<Lease> {
         let ttl = check_ttl(ttl)?;
         check_name("token", token)?;
-        extend(&self.nodes, &by_token(resources)?, token, ttl).await
+        extend(&self.members, &self.by_token(resources)?, token, ttl).await
     }
     /// Reentrant acquire (`LOCK.ENTER` on every node, then the fencing
     /// round at once): the first entry by `owner` grants a new fencing
@@ -263,7 +274,7 @@ impl Redlock {
         let ttl = check_ttl(ttl)?;
         check_name("resource", resource)?;
         check_name("owner", owner)?;
-        let granted = grant(&self.nodes, Kind::Reentrant(resource), owner, ttl, true).await?;
+        let granted = grant(&self.members, Kind::Reentrant(resource), owner, ttl, true).await?;
         Ok(Entered { fencing_token: granted.floor, lease: granted.lease })
     }
 
@@ -272,19 +283,24 @@ impl Redlock {
     /// that answered). `Err(NoQuorum)` unless a majority answered.
     pub async fn exit(&self, resource: &str, owner: &str) -> Result<u64> {
         check_name("owner", owner)?;
-        let request = command(names::text(names::EXIT), resource, owner, &[]).into();
+        let request = Request::one(command(names::text(names::EXIT), resource, owner, &[]), resource);
         let answers =
-            self.nodes.round(&request, self.nodes.config().command_timeout, quorum::classify_exit).await;
+            self.members.round(&request, self.members.config().command_timeout, quorum::classify_exit).await;
         let tally = Tally::of(&answers);
         match quorum::holds_left(answers.iter()) {
             Some(left) if tally.has_quorum() => Ok(left),
-            _ => Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Exit, tally }),
+            _ => Err(Error::NoQuorum {
+                resource: resource.to_string(),
+                phase: Phase::Exit,
+                tally: tally.into(),
+            }),
         }
     }
 
-    /// `LOCK.INFO` on every node, in node order.
+    /// `LOCK.INFO` on every member, in member order (for a cluster, from
+    /// the master of the resource's slot, named in [`NodeInfo::shard`]).
     pub async fn info(&self, resource: &str) -> Vec<NodeInfo> {
-        info::info(&self.nodes, resource).await
+        info::info(&self.members, resource).await
     }
 
     /// `INFO lock` on every node, waiting for every answer (or its
@@ -294,7 +310,7 @@ impl Redlock {
     /// settings turn off; the settings that differ between nodes; and
     /// whether a majority can grant right now ([`QuorumStatus::summary`]).
     pub async fn status(&self) -> QuorumStatus {
-        status::status(&self.nodes).await
+        status::status(&self.members).await
     }
 
     /// `LOCK.CHECK resource fencing_token` on every node, waiting for every
@@ -309,17 +325,29 @@ impl Redlock {
         check_name("resource", resource)?;
         let mut cmd = redis::cmd(names::text(names::CHECK));
         cmd.arg(resource).arg(fencing_token);
-        let timeout = self.nodes.config().command_timeout;
-        let answers = self.nodes.round(&cmd.into(), timeout, quorum::classify_flag).await;
+        let timeout = self.members.config().command_timeout;
+        let answers = self.members.round(&Request::one(cmd, resource), timeout, quorum::classify_flag).await;
         Ok(Tally::of(&answers))
     }
 }
 
-/// The set a by-token release or extension names: the modes do not change
-/// its commands, and a set of two or more needs a majority.
-fn by_token<R: AsRef<str>>(resources: &[R]) -> Result<Claim> {
-    let keys: Vec<(&str, Mode)> = resources.iter().map(|r| (r.as_ref(), Mode::Plain)).collect();
-    Claim::set(&keys)
+impl Redlock {
+    /// A set to take: [`Claim::set`], and with a cluster member among the
+    /// quorum, every key in one hash slot ([`Claim::check_one_slot`]).
+    fn set<R: AsRef<str>>(&self, resources: &[(R, Mode)]) -> Result<Claim> {
+        let claim = Claim::set(resources)?;
+        if self.members.has_cluster() {
+            claim.check_one_slot()?;
+        }
+        Ok(claim)
+    }
+
+    /// The set a by-token release or extension names: the modes do not
+    /// change its commands, and a set of two or more needs a majority.
+    fn by_token<R: AsRef<str>>(&self, resources: &[R]) -> Result<Claim> {
+        let keys: Vec<(&str, Mode)> = resources.iter().map(|r| (r.as_ref(), Mode::Plain)).collect();
+        self.set(&keys)
+    }
 }
 
 #[cfg(test)]
@@ -349,7 +377,7 @@ mod tests {
                     Err(Error::NoQuorum {
                         resource: "r".into(),
                         phase: crate::Phase::Acquire,
-                        tally: Tally::default(),
+                        tally: Box::default(),
                     })
                 }
             })

@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 
 use futures_util::future::join_all;
 
+use crate::node::Request;
 use crate::quorum::{majority, Raw};
-use crate::rounds::fanout::Nodes;
+use crate::rounds::fanout::Members;
 
 /// The settings `INFO lock` reports (`lock_<name>`), compared between
 /// nodes: a quorum whose nodes disagree on them behaves unevenly (a TTL one
@@ -127,8 +128,8 @@ impl NodeStatus {
     }
 }
 
-/// One quorum member (one vote): one master, or later one cluster with a
-/// node per shard master.
+/// One quorum member (one vote): one master, or one cluster with a node
+/// per shard master.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberStatus {
     /// The member as configured (its URL).
@@ -344,20 +345,26 @@ fn differences(members: &[MemberStatus]) -> Vec<Difference> {
         .collect()
 }
 
-/// `INFO lock` on every node, waiting for every answer (or its timeout).
-pub(crate) async fn status(nodes: &Nodes) -> QuorumStatus {
+/// `INFO lock` on every node (each master of a cluster member), waiting
+/// for every answer (or its timeout).
+pub(crate) async fn status(members: &Members) -> QuorumStatus {
     let mut cmd = redis::cmd("INFO");
     cmd.arg("lock");
-    let timeout = nodes.config().command_timeout;
-    let queries: Vec<_> = nodes.list().iter().map(|n| n.query(&cmd, timeout)).collect();
+    // Keyless: the key only routes a cluster's keyed calls.
+    let request = Request::one(cmd, "");
+    let timeout = members.config().command_timeout;
+    let queries: Vec<_> = members.list().iter().map(|m| m.query_every_node(&request, timeout)).collect();
     let replies = join_all(queries).await;
-    let members = nodes
+    let members = members
         .list()
         .iter()
         .zip(replies)
-        .map(|(node, reply)| MemberStatus {
-            member: node.url.clone(),
-            nodes: vec![NodeStatus { node: node.url.clone(), health: health(reply) }],
+        .map(|(member, nodes)| MemberStatus {
+            member: member.text.clone(),
+            nodes: nodes
+                .into_iter()
+                .map(|(node, reply)| NodeStatus { node, health: health(reply) })
+                .collect(),
         })
         .collect();
     QuorumStatus::of(members)
@@ -372,6 +379,7 @@ fn health(reply: Result<redis::Value, Raw>) -> Result<NodeHealth, Blocker> {
         Err(Raw::TimedOut) => Err(Blocker::Unreachable("timed out".into())),
         Err(Raw::Unreachable(why)) => Err(Blocker::Unreachable(why)),
         Err(Raw::ServerError { code, detail }) => Err(Blocker::Failed(format!("{code} {detail}"))),
+        Err(Raw::ClusterUnavailable(why)) => Err(Blocker::Unreachable(why)),
         Err(other) => Err(Blocker::Failed(format!("unexpected INFO reply {other:?}"))),
     }
 }

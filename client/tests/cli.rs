@@ -97,7 +97,7 @@ fn acquire_extend_info_release_by_hand() {
     let out = run_bounded(info, Duration::from_secs(10));
     let table = text(&out.stdout);
     assert_eq!(table.lines().count(), 6, "{table}");
-    assert!(table.lines().next().unwrap().starts_with("node"));
+    assert!(table.lines().next().unwrap().starts_with("member"));
     assert_eq!(table.lines().filter(|l| l.contains(&token) && l.contains("held")).count(), 5, "{table}");
 
     let mut wrong = redlock(&servers);
@@ -291,8 +291,8 @@ fn help_is_short_and_each_command_has_a_long_one() {
     }
 }
 
-/// A node URL that cannot be used: a usage error that names the URL and
-/// says what to write instead (before any node is contacted).
+/// A member that cannot be used: a usage error that names it and says
+/// what to write instead (before any node is contacted).
 #[test]
 fn bad_node_urls_say_what_to_write() {
     for (url, says) in [
@@ -304,13 +304,19 @@ fn bad_node_urls_say_what_to_write() {
         ("rediss://10.0.0.1:6379", "TLS (rediss://) is not supported"),
         ("redis://10.0.0.1:port", "invalid port number"),
         ("redis://10.0.0.1:6379/zero", "not a number"),
+        ("redis+cluster://10.0.0.1:7000/1", "a cluster has database 0 only"),
+        (
+            "redis+cluster://10.0.0.1:7000?seed=10.0.0.2:7000",
+            "unknown parameter \"seed\" (only addr=host:port)",
+        ),
+        ("redis+cluster://10.0.0.1:7000?addr=10.0.0.2", "addr=10.0.0.2 is not host:port"),
     ] {
         let mut cmd = Command::new(BIN);
         cmd.env("REDLOCK_NODES", format!("redis://127.0.0.1:1,{url}")).args(["acquire", "x"]);
         let out = run_bounded(cmd, Duration::from_secs(10));
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(USAGE), "{url}: {stderr}");
-        assert!(stderr.contains(&format!("node {url:?}")) && stderr.contains(says), "{url}: {stderr}");
+        assert!(stderr.contains(&format!("member {url:?}")) && stderr.contains(says), "{url}: {stderr}");
         assert!(
             !stderr.contains("InvalidClientConfig") && !stderr.contains("did not parse"),
             "{url}: {stderr}"

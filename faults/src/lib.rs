@@ -1,5 +1,6 @@
 //! The Jepsen-style safety suite's parts (the suite is `tests/jepsen.rs`): the
-//! nodes and their faults (`cluster`, `proxy`), the scenarios and the
+//! nodes and their faults (`cluster`, `proxy`; members that are Redis
+//! Clusters and the faults inside them: `sharded`), the scenarios and the
 //! nemesis with its probes (`scenario`, `nemesis`), the clients (`worker`
 //! for the quorum client and the contrast recipes in `classic`, `onenode`
 //! for one node spoken to directly, `misuse`), the history and its checker.
@@ -14,4 +15,5 @@ pub mod nemesis;
 pub mod onenode;
 pub mod proxy;
 pub mod scenario;
+pub mod sharded;
 pub mod worker;

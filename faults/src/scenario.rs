@@ -54,6 +54,19 @@ pub enum Fault {
     /// An operator's MOVE of a workload resource's key on a node to
     /// another database.
     StrayMove,
+    /// Cluster members: a workload resource's slot migrated to another
+    /// master under load (`MIGRATE` key by key, so that calls meet `ASK`;
+    /// or Valkey's `CLUSTER MIGRATESLOTS`).
+    SlotMigration,
+    /// Cluster members: kill -9 of the master of a resource's slot, its
+    /// replica promoted, the old master back as its replica.
+    ShardFailover,
+    /// Cluster members: the master of a resource's slot paused for 0.2-1 s
+    /// (cut off from clients and from its cluster, below the node timeout).
+    ShardPause,
+    /// Cluster members: a migration under way, and every client connection
+    /// of both masters cut (the replies to redirected calls lost).
+    RedirectCut,
 }
 
 impl Fault {
@@ -76,6 +89,10 @@ impl Fault {
             Fault::StrayDelete => "stray DEL",
             Fault::StrayRename => "stray RENAME",
             Fault::StrayMove => "stray MOVE",
+            Fault::SlotMigration => "slot migration",
+            Fault::ShardFailover => "shard failover",
+            Fault::ShardPause => "shard pause",
+            Fault::RedirectCut => "redirects cut",
         }
     }
 }
@@ -190,6 +207,9 @@ pub struct Scenario {
     pub replica: bool,
     /// A misuse client runs alongside the workers.
     pub misuse: bool,
+    /// Members that are Redis Clusters (`sharded.rs`; `nodes` is then the
+    /// plain masters beside them): the cluster faults act on these.
+    pub clusters: usize,
 }
 
 impl Scenario {

@@ -51,6 +51,7 @@ use lock_faults::misuse::Misuse;
 use lock_faults::nemesis::Run;
 use lock_faults::onenode::{OneNode, Role};
 use lock_faults::scenario::{Fault, Probe, Scenario, Workload, VICTIM};
+use lock_faults::sharded::{self, Sharded};
 use lock_faults::worker::{Ctx, Impl, Kind, Locker, Resource, Work, Worker};
 use lock_testkit_client::test_config;
 use rand::rngs::StdRng;
@@ -109,6 +110,7 @@ const BASE: Scenario = Scenario {
     tolerance_ms: None,
     replica: false,
     misuse: false,
+    clusters: 0,
 };
 
 /// `lock.clock-jump-tolerance-ms` where nodes restart from an AOF: the
@@ -312,7 +314,26 @@ const SCENARIOS: &[Scenario] = &[
         quarantine_ms: QUARANTINE_MS,
         ..BASE
     },
+    Scenario {
+        name: "clusters",
+        // Inside two cluster members (3 shards, a master and a replica
+        // each) beside one master: slots migrated under load, shard masters
+        // killed and replaced (the old one back as a replica), paused,
+        // connections cut during a migration.
+        faults: &[Fault::SlotMigration, Fault::ShardFailover, Fault::ShardPause, Fault::RedirectCut],
+        nodes: 1,
+        clusters: 2,
+        work: Work::Long,
+        quarantine_ms: QUARANTINE_MS,
+        aof: true,
+        tolerance_ms: Some(RESTART_TOLERANCE_MS),
+        ..BASE
+    },
 ];
+
+/// `cluster-node-timeout` of the cluster members: a shard's master fails
+/// over in seconds; a shard pause stays below it.
+const CLUSTER_NODE_TIMEOUT_MS: u64 = 2_000;
 
 /// The one-node workers: three plain (WAIT and not), two reentrant, three
 /// permit holders, three read-write.
@@ -543,6 +564,9 @@ fn spec(scenario: &Scenario, imp: Impl) -> Spec {
 }
 
 async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, index: u64) -> Report {
+    if scenario.clusters > 0 {
+        return run_sharded(scenario, imp, settings, index).await;
+    }
     let started = Instant::now();
     let seed = mix(settings.seed, index);
     let module = imp == Impl::Module;
@@ -709,6 +733,129 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
         violations,
         probes,
         inconclusive,
+        elapsed: started.elapsed(),
+        phases,
+        skipped: false,
+    }
+}
+
+/// A run whose quorum has cluster members (`sharded.rs`): the workers go
+/// through the quorum client over the members; the nemesis injects the
+/// faults inside the clusters (no probes: the ordering across redirects is
+/// the client's own, tested deterministically in its crate).
+async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings, index: u64) -> Report {
+    let started = Instant::now();
+    let seed = mix(settings.seed, index);
+    let spec = sharded::Spec {
+        clusters: scenario.clusters,
+        // Three: a failover needs a majority of the masters to vote.
+        shards: 3,
+        masters: scenario.nodes,
+        quarantine_ms: scenario.quarantine_ms,
+        node_timeout_ms: CLUSTER_NODE_TIMEOUT_MS,
+    };
+    let members = Sharded::start(spec).await;
+    let setup = started.elapsed();
+    let urls = members.urls();
+    let ttl = scenario.ttl();
+    let ctx = Arc::new(Ctx::new(true, ttl, CLIENTS));
+    let Workload::Quorum(list) = scenario.workload else { panic!("{}: a quorum workload", scenario.name) };
+    let resources: Vec<Resource> =
+        list.iter().map(|&(name, kind)| Resource { name: name.to_string(), kind }).collect();
+    let mut handles = Vec::new();
+    for id in 0..CLIENTS {
+        let worker =
+            Worker { id, locker: Locker::connect(imp, &urls, test_config()).await, ctx: ctx.clone() };
+        handles.push(tokio::spawn(worker.run(resources.clone(), scenario.work, mix(seed, 100 + id as u64))));
+    }
+    let names: Vec<String> = list.iter().map(|(name, _)| name.to_string()).collect();
+    // A failover takes the node timeout and an election on top of the
+    // quarantine; the fault's event ends when the cluster agrees again.
+    let bound = ttl + ms(scenario.quarantine_ms) + scenario.restart_grace() + scenario.hold_max() + SLACK;
+
+    let mut rng = StdRng::seed_from_u64(seed);
+    tokio::time::sleep(ms(300)).await;
+    let until = ctx.rec.now() + Duration::from_secs_f64(settings.run_seconds);
+    let mut dead_seen = BTreeSet::new();
+    while !ABORT.load(Ordering::SeqCst) {
+        let gap = ms(rng.gen_range(settings.gap_ms.0..=settings.gap_ms.1));
+        if ctx.rec.now() + gap >= until {
+            break;
+        }
+        tokio::time::sleep(gap).await;
+        let fault = scenario.faults[rng.gen_range(0..scenario.faults.len())];
+        let member = rng.gen_range(0..scenario.clusters);
+        let key = names[rng.gen_range(0..names.len())].clone();
+        let start = ctx.rec.now();
+        let detail = match fault {
+            Fault::SlotMigration => {
+                let pause = ms(rng.gen_range(20..200));
+                members.migrate(member, key, pause, rng.gen_bool(0.5)).await
+            }
+            Fault::ShardFailover => members.fail_over(member, key).await,
+            Fault::ShardPause => members.pause(member, key, ms(rng.gen_range(200..1_000))).await,
+            Fault::RedirectCut => members.cut_redirects(member, key, ms(rng.gen_range(50..300))).await,
+            other => panic!("{}: {} is not a cluster fault", scenario.name, other.name()),
+        };
+        ctx.rec.event(fault.name(), format!("member {member}: {detail}"), start, ctx.rec.now());
+        for dead in members.dead().await {
+            if dead_seen.insert(dead.clone()) {
+                ctx.rec.found(lock_faults::history::Found::NodeDied, dead);
+            }
+        }
+    }
+
+    let last_heal = ctx.rec.last_heal();
+    while !ctx.rec.all_granted_after(&names, last_heal) && ctx.rec.now() < last_heal + bound + ms(200) {
+        tokio::time::sleep(ms(20)).await;
+    }
+    ctx.stop.store(true, Ordering::SeqCst);
+    for handle in handles {
+        if tokio::time::timeout(bound + Duration::from_secs(10), handle).await.is_err() {
+            panic!("{} ({}): a worker did not stop", scenario.name, imp.name());
+        }
+    }
+    let run_end = ctx.rec.now();
+    let stopping = Instant::now();
+    members.shut_down().await;
+    let phases = format!(
+        "start {:.1} s, run {:.1} s (last heal {:.1} s), shut down {:.1} s",
+        setup.as_secs_f64(),
+        run_end.as_secs_f64(),
+        last_heal.as_secs_f64(),
+        stopping.elapsed().as_secs_f64()
+    );
+    let ops = ctx.rec.ops();
+    let events = ctx.rec.events();
+    let registers = ctx.regs.snapshot();
+    let rules = Rules { workload: &names, run_end, bound, ttl, lock_delay: None };
+    let violations = check(&ops, &events, &registers, &ctx.rec.found_all(), &rules);
+    if violations.total() > 0 || settings.history_dir.is_some() {
+        let dir = settings.history_dir.clone().unwrap_or_else(|| target_dir().join("jepsen"));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join(format!("{}-{}.tsv", scenario.name, imp.name()));
+        let _ = std::fs::write(&path, ctx.rec.dump());
+        if violations.total() > 0 {
+            eprintln!("history with violations written to {}", path.display());
+        }
+    }
+    let count = |f: &dyn Fn(&lock_faults::history::Op) -> bool| ops.iter().filter(|op| f(op)).count();
+    Report {
+        scenario,
+        imp,
+        attempts: ops.len(),
+        granted: count(&|op| op.outcome == Outcome::Ok),
+        unknown: count(&|op| op.outcome == Outcome::Unknown),
+        writes_accepted: count(&|op| op.write == Some(Access::Accepted)),
+        writes_rejected: count(&|op| {
+            op.write == Some(Access::Rejected) || op.read.is_some_and(|(a, _)| a == Access::Rejected)
+        }),
+        stale_rejected: count(&|op| op.paused && op.write == Some(Access::Rejected)),
+        lost_reported: count(&|op| op.lost.is_some()),
+        faults: events.len(),
+        violations,
+        probes: Vec::new(),
+        inconclusive: Vec::new(),
         elapsed: started.elapsed(),
         phases,
         skipped: false,

@@ -95,9 +95,9 @@ pub struct CauseInfo {
 impl CauseInfo {
     fn of(error: &Error) -> CauseInfo {
         let (kind, resource, phase, tally) = match error {
-            Error::Contended { resource, tally } => ("held", Some(resource), None, Some(tally)),
+            Error::Contended { resource, tally } => ("held", Some(resource), None, Some(&**tally)),
             Error::NoQuorum { resource, phase, tally } => {
-                ("no_quorum", Some(resource), Some(phase.name()), Some(tally))
+                ("no_quorum", Some(resource), Some(phase.name()), Some(&**tally))
             }
             Error::ExpiredBeforeUse { resource, .. } => ("expired_before_use", Some(resource), None, None),
             Error::Lost { resource, .. } => ("lost", Some(resource), None, None),
@@ -131,6 +131,11 @@ pub struct TallyInfo {
     pub first_failure: Option<String>,
     /// Nodes still to answer when the round returned (at its quorum).
     pub pending: u32,
+    /// Cluster members that could not route the call (CLUSTERDOWN, no
+    /// master for the slot, too many redirects, no seed answering), and why
+    /// for the first (naming it).
+    pub cluster_unavailable: u32,
+    pub first_cluster_unavailable: Option<String>,
 }
 
 impl TallyInfo {
@@ -148,6 +153,8 @@ impl TallyInfo {
             failed: count(tally.failed),
             first_failure: tally.first_failure.as_deref().map(str::to_string),
             pending: count(tally.pending()),
+            cluster_unavailable: count(tally.cluster_unavailable),
+            first_cluster_unavailable: tally.first_cluster_unavailable.as_deref().map(str::to_string),
         }
     }
 }
@@ -206,10 +213,12 @@ pub fn policy(retry: &Retry) -> Result<RetryPolicy, Error> {
     Ok(policy)
 }
 
-/// One node's answer to `info`.
+/// One member's answer to `info`.
 #[napi(object)]
 pub struct NodeReport {
     pub node: String,
+    /// For a cluster member, the master that answered (`host:port`).
+    pub shard: Option<String>,
     /// `null` when no lock is held there.
     pub info: Option<LockReport>,
     /// Why the node gave no answer.
@@ -256,7 +265,7 @@ pub fn node_report(node: NodeInfo) -> NodeReport {
         Ok(info) => (info.map(lock_report), None),
         Err(error) => (None, Some(error)),
     };
-    NodeReport { node: node.node, info, error }
+    NodeReport { node: node.node, shard: node.shard, info, error }
 }
 
 fn lock_report(info: LockInfo) -> LockReport {

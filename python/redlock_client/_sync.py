@@ -50,10 +50,12 @@ from .errors import LockLostError, RedlockError
 
 
 class Redlock(ClientBase["LockContext"]):
-    """A quorum (Redlock) client over N independent Redis masters that load
-    the lock module. Connects at once (in parallel, bounded by
-    ``connect_timeout``); a node that cannot be reached now is no error: it
-    counts as unreachable, and later calls try it again.
+    """A quorum (Redlock) client over N independent members that load the
+    lock module, each one master (``redis://host:port``) or one cluster
+    (``redis+cluster://host:port?addr=host:port``: one vote). Connects at
+    once (in parallel, bounded by ``connect_timeout``); a node that cannot be
+    reached now is no error: it counts as unreachable, and later calls try
+    it again.
 
     ::
 

@@ -10,7 +10,8 @@ from typing import Optional
 
 @dataclass(frozen=True)
 class Tally:
-    """The per-node counts of one quorum round."""
+    """The per-member counts of one quorum round (a member is one master or
+    one cluster)."""
 
     #: Nodes the round went to.
     nodes: int
@@ -30,6 +31,11 @@ class Tally:
     #: Nodes whose answer was still in flight when the round was decided
     #: (they finish in the background; always 0 in an error's tally).
     pending: int
+    #: Cluster members that could not route the call (``CLUSTERDOWN``, no
+    #: master for the key's slot, too many redirects, no seed answering);
+    #: why, for the first (it names the member).
+    cluster_unavailable: int = 0
+    first_cluster_unavailable: Optional[str] = None
 
     @property
     def has_quorum(self) -> bool:
@@ -38,4 +44,6 @@ class Tally:
     @classmethod
     def _from_native(cls, t: tuple) -> "Tally":
         left_ms = t[5]
-        return cls(t[0], t[1], t[2], t[3], t[4], None if left_ms is None else left_ms / 1000.0, *t[6:])
+        quarantine_left = None if left_ms is None else left_ms / 1000.0
+        cluster_unavailable, first_cluster_unavailable = t[11]
+        return cls(t[0], t[1], t[2], t[3], t[4], quarantine_left, *t[6:11], cluster_unavailable, first_cluster_unavailable)

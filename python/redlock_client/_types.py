@@ -87,12 +87,14 @@ class LockInfo:
 
 @dataclass(frozen=True)
 class NodeInfo:
-    """One node's answer to ``info``: ``info`` is None when no lock is held
-    there; ``error`` says why there is no answer."""
+    """One member's answer to ``info``: ``info`` is None when no lock is held
+    there; ``error`` says why there is no answer. For a cluster member,
+    ``shard`` is the address (``host:port``) of the master that answered."""
 
     node: str
     info: Optional[LockInfo]
     error: Optional[str]
+    shard: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,7 @@ def tally(t: tuple) -> Tally:
 
 def node_infos(rows: list) -> List[NodeInfo]:
     out = []
-    for node, row, error in rows:
+    for node, shard, row, error in rows:
         info = None
         if row is not None:
             kind, holder, holds, fence, ttl_ms, deadline_ms, waiters, permits, holders = row
@@ -287,7 +289,7 @@ def node_infos(rows: list) -> List[NodeInfo]:
                 permits,
                 [HolderInfo(h, m, f, t / 1000.0, d) for h, m, f, t, d in holders],
             )
-        out.append(NodeInfo(node, info, error))
+        out.append(NodeInfo(node, info, error, shard))
     return out
 
 

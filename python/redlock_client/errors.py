@@ -125,7 +125,7 @@ def _no_quorum_class(tally: Optional[Tally]) -> type:
     if tally is not None:
         if tally.quarantined and tally.yes + tally.quarantined >= tally.need:
             return QuarantinedError
-        silent = tally.unreachable + tally.timed_out
+        silent = tally.unreachable + tally.timed_out + tally.cluster_unavailable
         if silent and tally.yes + silent >= tally.need:
             return NodesUnreachableError
     return NoQuorumError

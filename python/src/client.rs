@@ -247,7 +247,8 @@ impl Client {
         run(py, How::new(waiter, false), work, py_any)
     }
 
-    /// `LOCK.INFO` on every node: [(node, info tuple or None, error or None)].
+    /// `LOCK.INFO` on every member: [(member, shard or None, info tuple or
+    /// None, error or None)].
     #[pyo3(signature = (resource, waiter=None))]
     fn info(&self, py: Python<'_>, resource: String, waiter: Option<Waiter>) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
@@ -282,10 +283,10 @@ impl Client {
 type HolderRow = (String, String, i64, i64, i64);
 type InfoRow = (String, String, i64, i64, i64, i64, i64, Option<i64>, Vec<HolderRow>);
 
-fn info_row(node: NodeInfo) -> (String, Option<InfoRow>, Option<String>) {
+fn info_row(node: NodeInfo) -> (String, Option<String>, Option<InfoRow>, Option<String>) {
     match node.info {
-        Ok(None) => (node.node, None, None),
-        Err(error) => (node.node, None, Some(error)),
+        Ok(None) => (node.node, node.shard, None, None),
+        Err(error) => (node.node, node.shard, None, Some(error)),
         Ok(Some(info)) => {
             let holders = info
                 .holders
@@ -303,7 +304,7 @@ fn info_row(node: NodeInfo) -> (String, Option<InfoRow>, Option<String>) {
                 info.permits,
                 holders,
             );
-            (node.node, Some(row), None)
+            (node.node, node.shard, Some(row), None)
         }
     }
 }

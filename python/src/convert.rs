@@ -75,9 +75,22 @@ pub(crate) fn policy(
     Ok(policy)
 }
 
-/// A tally as the tuple `redlock_client.Tally` is built from.
-pub(crate) type TallyTuple =
-    (usize, usize, usize, usize, usize, Option<u64>, usize, usize, usize, Option<String>, usize);
+/// A tally as the tuple `redlock_client.Tally` is built from (the cluster
+/// counts in a tuple of their own: pyo3 converts tuples of up to 12).
+pub(crate) type TallyTuple = (
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    Option<u64>,
+    usize,
+    usize,
+    usize,
+    Option<String>,
+    usize,
+    (usize, Option<String>),
+);
 
 pub(crate) fn tally_out(tally: &Tally) -> TallyTuple {
     (
@@ -92,6 +105,7 @@ pub(crate) fn tally_out(tally: &Tally) -> TallyTuple {
         tally.failed,
         tally.first_failure.as_deref().map(str::to_string),
         tally.pending(),
+        (tally.cluster_unavailable, tally.first_cluster_unavailable.as_deref().map(str::to_string)),
     )
 }
 
@@ -122,10 +136,10 @@ fn exception<'py>(py: Python<'py>, error: &Error) -> PyResult<Bound<'py, PyAny>>
     let none = || -> Option<&str> { None };
     let (kind, resource, phase, tally, reason, cause) = match error {
         Error::Contended { resource, tally } => {
-            ("held", Some(resource.as_str()), none(), Some(tally), none(), None)
+            ("held", Some(resource.as_ref()), none(), Some(&**tally), none(), None)
         }
         Error::NoQuorum { resource, phase, tally } => {
-            ("no_quorum", Some(resource.as_str()), Some(phase.name()), Some(tally), none(), None)
+            ("no_quorum", Some(resource.as_ref()), Some(phase.name()), Some(&**tally), none(), None)
         }
         Error::ExpiredBeforeUse { resource, .. } => {
             ("expired_before_use", Some(resource.as_str()), none(), None, none(), None)

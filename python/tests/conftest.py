@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from nodes import Cluster, server_name  # noqa: E402
+from nodes import Cluster, RedisCluster, server_name  # noqa: E402
 
 from redlock_client import AsyncRedlock, Redlock  # noqa: E402
 
@@ -41,6 +41,15 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
 def own_cluster(request: pytest.FixtureRequest) -> Cluster:
     """5 masters of this test's own (it may kill or pause them)."""
     nodes = Cluster(5)
+    request.addfinalizer(nodes.close)
+    return nodes
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(request: pytest.FixtureRequest) -> RedisCluster:
+    """A Redis Cluster of 3 shards (a master and a replica each), shared by
+    the tests that disturb nothing."""
+    nodes = RedisCluster(3, 1)
     request.addfinalizer(nodes.close)
     return nodes
 

@@ -165,6 +165,38 @@ class Cluster:
             server.close()
 
 
+class RedisCluster:
+    """A Redis Cluster (or Valkey Cluster) with the module on every node:
+    ``shards`` masters with ``replicas`` replicas each (scripts/lib/servers.py's
+    ``start_cluster``), killed by PID by :meth:`close`. Used as one quorum
+    member: :attr:`member`."""
+
+    def __init__(self, shards: int = 3, replicas: int = 1) -> None:
+        self.cluster = servers.start_cluster(
+            server_bin(), shards=shards, replicas=replicas, module=module_so(),
+            module_args=["quarantine-ms", "0"], args=["--save", "", "--appendonly", "no", "--protected-mode", "no"],
+            dir_prefix="redlock-py-cluster-",
+        )  # fmt: skip
+
+    @property
+    def member(self) -> str:
+        return self.cluster.member
+
+    def master_of(self, key: str) -> "servers.Server":
+        return self.cluster.master_of(key)
+
+    def holder(self, resource: str) -> Optional[str]:
+        """The holder of ``resource`` on the master that serves it."""
+        info = self.master_of(resource).call("LOCK.INFO", resource)
+        if not isinstance(info, list):
+            return None
+        fields = dict(zip(info[::2], info[1::2]))
+        return fields.get("holder")  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.cluster.close()
+
+
 class DelayProxy:
     """scripts/bench-peers/delay_proxy.py in front of some servers: every
     reply arrives ``delay`` seconds late. Stopped by PID by :meth:`close`."""

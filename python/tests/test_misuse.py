@@ -106,8 +106,8 @@ def test_bad_names_and_sets(locks: Redlock, resource: str) -> None:
 @pytest.mark.parametrize(
     "nodes, message",
     [
-        ([], "no nodes given"),
-        (["http://127.0.0.1:1"], "node \"http://127.0.0.1:1\""),
+        ([], "no members given"),
+        (["http://127.0.0.1:1"], "member \"http://127.0.0.1:1\""),
         (["rediss://127.0.0.1:1"], "TLS|plain TCP"),
         (["redis://127.0.0.1:1", "redis://127.0.0.1:1"], "listed twice"),
     ],

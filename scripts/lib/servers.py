@@ -16,6 +16,11 @@ From Python (the scripts add ``scripts/lib`` to ``sys.path``)::
     ...  server.port, server.pid, server.dir, server.call("PING")
     server.close()          # SIGKILL by PID, and its own directory removed
 
+A Redis Cluster of such servers (masters with their replicas, slots
+assigned, every wait bounded) is ``start_cluster(...)``; from bash
+``servers.py cluster --dir DIR --shards 3 --replicas 1 -- ARGS`` prints
+``PORT PID`` per node.
+
 From bash, the server keeps running after the command (in a session of its
 own) and is the caller's to stop, by PID::
 
@@ -240,6 +245,129 @@ def start_server(
     raise RuntimeError(f"could not start {server_name(binary)}:\n" + "\n".join(failures))
 
 
+class Cluster:
+    """A Redis Cluster (or Valkey Cluster) of started servers: ``shards``
+    masters, each with ``replicas`` replicas; :meth:`close` kills them all."""
+
+    def __init__(self, nodes: Sequence[Server], shards: int, replicas: int) -> None:
+        self.nodes = list(nodes)
+        self.shards = shards
+        self.replicas = replicas
+
+    @property
+    def masters(self) -> list:
+        """The running masters."""
+        return [n for n in self.nodes if n.process is not None and _role(n.port) == "master"]
+
+    @property
+    def member(self) -> str:
+        """The quorum member that names this cluster (two seeds)."""
+        first = f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+        return f"{first}?addr=127.0.0.1:{self.nodes[1].port}" if len(self.nodes) > 1 else first
+
+    def master_of(self, key: str) -> Server:
+        """The master that serves ``key`` now (as CLUSTER SLOTS says)."""
+        slot = call(self.nodes[0].port, "CLUSTER", "KEYSLOT", key)
+        for first, last, master, *_ in call(self.nodes[0].port, "CLUSTER", "SLOTS"):  # type: ignore[union-attr]
+            if first <= slot <= last:
+                return next(n for n in self.nodes if n.port == master[1])
+        raise RuntimeError(f"no master serves slot {slot}")
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+
+def _role(port: int) -> str:
+    info = call(port, "INFO", "replication")
+    for line in str(info).splitlines():
+        if line.startswith("role:"):
+            return line[5:].strip()
+    return ""
+
+
+def _cluster_info(port: int) -> dict:
+    text = call(port, "CLUSTER", "INFO")
+    return dict(line.split(":", 1) for line in str(text).split("\r\n") if ":" in line)
+
+
+def _wait(what: str, check, deadline: float) -> None:
+    until = time.monotonic() + deadline
+    while time.monotonic() < until:
+        try:
+            if check():
+                return
+        except (OSError, ConnectionError):
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"cluster: timed out after {deadline} s waiting for {what}")
+
+
+def start_cluster(
+    binary: Optional[str] = None,
+    *,
+    shards: int = 3,
+    replicas: int = 1,
+    module: Optional[str] = None,
+    module_args: Sequence[str] = (),
+    args: Sequence[str] = (),
+    conf: Optional[str] = None,
+    node_timeout_ms: int = 5000,
+    directories: Optional[Sequence[str]] = None,
+    dir_prefix: str = "redis-lock-cluster-",
+    prefix: Sequence[str] = (),
+    deadline: float = 60.0,
+    detach: bool = False,
+) -> Cluster:
+    """Starts ``shards * (1 + replicas)`` servers in cluster mode (each as
+    :func:`start_server` starts one: free port, answering as itself), gives
+    each master an equal range of slots, meets them, attaches the replicas,
+    and waits (bounded by ``deadline``) until every node says
+    ``cluster_state:ok``, knows every other, and every replica is in sync.
+    On any failure the servers started so far are killed."""
+    count = shards * (1 + replicas)
+    cluster_args = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                    "--cluster-node-timeout", str(node_timeout_ms), "--cluster-replica-validity-factor", "0",
+                    "--repl-diskless-sync-delay", "0", *args]  # fmt: skip
+    nodes: list = []
+    try:
+        for i in range(count):
+            where = directories[i] if directories else None
+            nodes.append(start_server(binary, module=module, module_args=module_args, args=cluster_args, conf=conf,
+                                      directory=where, dir_prefix=dir_prefix, prefix=prefix, deadline=deadline,
+                                      detach=detach))
+        ids = [call(n.port, "CLUSTER", "MYID") for n in nodes]
+        per = 1 + replicas
+        for shard in range(shards):
+            first, last = shard * 16384 // shards, (shard + 1) * 16384 // shards - 1
+            reply = call(nodes[shard * per].port, "CLUSTER", "ADDSLOTSRANGE", first, last)
+            if reply != "OK":
+                raise RuntimeError(f"CLUSTER ADDSLOTSRANGE: {reply}")
+        for node in nodes[1:]:
+            call(nodes[0].port, "CLUSTER", "MEET", "127.0.0.1", node.port)
+        known = str(count)
+        _wait("every node to know every other",
+              lambda: all(_cluster_info(n.port).get("cluster_known_nodes") == known for n in nodes), deadline)
+        for shard in range(shards):
+            for replica in nodes[shard * per + 1:(shard + 1) * per]:
+                reply = call(replica.port, "CLUSTER", "REPLICATE", ids[shard * per])
+                if reply != "OK":
+                    raise RuntimeError(f"CLUSTER REPLICATE: {reply}")
+
+        def ok(node: Server) -> bool:
+            info = _cluster_info(node.port)
+            replication = str(call(node.port, "INFO", "replication"))
+            in_sync = "role:master" in replication or "master_link_status:up" in replication
+            return info.get("cluster_state") == "ok" and info.get("cluster_slots_ok") == "16384" and in_sync
+
+        _wait("cluster_state:ok on every node, every replica in sync", lambda: all(ok(n) for n in nodes), deadline)
+    except BaseException:
+        for node in nodes:
+            node.close()
+        raise
+    return Cluster(nodes, shards, replicas)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description="Starts a server on a free loopback port; prints 'PORT PID'. The server keeps running.")
@@ -251,8 +379,32 @@ def main() -> int:
     start.add_argument("--prefix", default="", help='a command that execs the server, e.g. "taskset -c 0"')
     start.add_argument("--deadline", type=float, default=START_DEADLINE)
     start.add_argument("args", nargs=argparse.REMAINDER)
+    cluster = sub.add_parser("cluster", help="start a cluster; prints 'PORT PID' per node, masters first in each shard")
+    cluster.add_argument("--bin", default=None)
+    cluster.add_argument("--dir", required=True, help="a directory per node is made in it (node1, node2, ...)")
+    cluster.add_argument("--conf", default=None)
+    cluster.add_argument("--shards", type=int, default=3)
+    cluster.add_argument("--replicas", type=int, default=1)
+    cluster.add_argument("--node-timeout-ms", type=int, default=5000)
+    cluster.add_argument("--deadline", type=float, default=60.0)
+    cluster.add_argument("args", nargs=argparse.REMAINDER)
     ns = parser.parse_args()
     extra = ns.args[1:] if ns.args[:1] == ["--"] else ns.args
+    if ns.what == "cluster":
+        count = ns.shards * (1 + ns.replicas)
+        dirs = [os.path.join(ns.dir, f"node{i + 1}") for i in range(count)]
+        for d in dirs:
+            os.makedirs(d, exist_ok=True)
+        try:
+            started = start_cluster(ns.bin, shards=ns.shards, replicas=ns.replicas, args=extra, conf=ns.conf,
+                                    node_timeout_ms=ns.node_timeout_ms, directories=dirs, deadline=ns.deadline,
+                                    detach=True)
+        except RuntimeError as e:
+            print(f"servers.py: {e}", file=sys.stderr)
+            return 1
+        for node in started.nodes:
+            print(node.port, node.pid, flush=True)
+        return 0
     os.makedirs(ns.dir, exist_ok=True)
     try:
         server = start_server(ns.bin, args=extra, conf=ns.conf, prefix=shlex.split(ns.prefix), directory=ns.dir,

@@ -13,6 +13,9 @@
 //! ran against. The module is `$LOCK_MODULE_SO`, or else built once per
 //! test binary.
 //!
+//! A Redis Cluster of such servers (S shards of a master and R replicas),
+//! and the faults done to it, is [`RedisCluster`].
+//!
 //! Everything is exported at the top: a test says `use lock_testkit::*;`.
 //! The quorum client over these servers is in `lock-testkit-client`
 //! (`testkit-client/`), so that the module's tests do not depend on it.
@@ -23,6 +26,7 @@ mod dirs;
 mod forget;
 mod nodes;
 mod ports;
+mod rediscluster;
 mod replies;
 mod server;
 mod wait;
@@ -39,6 +43,7 @@ pub use nodes::{
 };
 pub use ports::free_port;
 pub use redis::{cmd, Connection, Value};
+pub use rediscluster::{cluster_info, keyslot, role, ClusterSpec, RedisCluster, CLUSTER_DEADLINE};
 pub use replies::{
     command_calls, err_text, holders_in, info_field, info_int, info_stat, int, is_held, lock_info,
     lock_snapshot, refusal, refused_code, run, stored_bytes, LockSnapshot,

@@ -217,6 +217,11 @@ impl Server {
         );
     }
 
+    /// Whether its process runs (not killed, not exited).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("server is running").id()
     }

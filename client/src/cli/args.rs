@@ -25,6 +25,7 @@ Exit codes:
   3    not held: release, extend or check with a token that does not hold
        the lock on a majority (already released, expired, or taken)
   68   unreachable: too many nodes refuse the connection or do not answer
+       (or, for a cluster, cannot serve the key: CLUSTERDOWN, no master)
   69   no quorum: too many nodes fail for mixed reasons, or the rounds
        took longer than the TTL
   73   held by another owner (acquire, exec; also after --wait)
@@ -191,11 +192,12 @@ Example:
     exit_codes!()
 );
 
-/// Quorum locks (Redlock, with fencing tokens) over N Redis masters running the lock module
+/// Quorum locks (Redlock, with fencing tokens) over N Redis masters or clusters running the lock module
 #[derive(Parser, Debug)]
 #[command(name = "redlock", version, after_help = SHORT_HELP, disable_help_subcommand = true)]
 pub struct Cli {
-    /// The lock nodes: redis://host:port[/db],...
+    /// The quorum's members, each one master (redis://host:port[/db]) or one
+    /// cluster (redis+cluster://host:port[?addr=host:port&addr=host:port])
     #[arg(long, env = "REDLOCK_NODES", value_name = "URL,...", value_delimiter = ',', required = true)]
     pub nodes: Vec<String>,
 

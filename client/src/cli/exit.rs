@@ -103,7 +103,7 @@ pub fn cause_of(tally: &Tally, no: Cause) -> Cause {
         no
     } else if tally.quarantined > spare {
         Cause::Quarantined
-    } else if tally.unreachable + tally.timed_out > spare {
+    } else if tally.unreachable + tally.timed_out + tally.cluster_unavailable > spare {
         Cause::Unreachable
     } else {
         Cause::NoQuorum
@@ -275,19 +275,21 @@ mod tests {
     #[test]
     fn errors_map_to_their_codes() {
         let t = tally(&[No, No, No]);
-        let release = Error::NoQuorum { resource: "r".into(), phase: Phase::Release, tally: t.clone() };
+        let release =
+            Error::NoQuorum { resource: "r".into(), phase: Phase::Release, tally: t.clone().into() };
         assert_eq!(code(&release), NOT_HELD);
         assert!(message(&release).starts_with("'r' is not held with this token"), "{}", message(&release));
-        let fence = Error::NoQuorum { resource: "r".into(), phase: Phase::Fence, tally: t.clone() };
+        let fence = Error::NoQuorum { resource: "r".into(), phase: Phase::Fence, tally: t.clone().into() };
         assert_eq!(code(&fence), NO_QUORUM);
-        assert_eq!(code(&Error::Contended { resource: "r".into(), tally: t }), HELD);
+        assert_eq!(code(&Error::Contended { resource: "r".into(), tally: t.into() }), HELD);
         assert_eq!(code(&Error::InvalidArgument("x".into())), USAGE);
         let quarantined = tally(&[Quarantined(Some(1_500)), Quarantined(Some(900)), Yes(1)]);
-        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: quarantined };
+        let acquire =
+            Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: quarantined.into() };
         assert_eq!(code(&acquire), QUARANTINED);
         assert!(message(&acquire).ends_with("; retry in 1500 ms"), "{}", message(&acquire));
         let down = tally(&[unreachable(), unreachable(), unreachable()]);
-        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: down };
+        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: down.into() };
         assert_eq!(
             (code(&acquire), message(&acquire)),
             (
@@ -299,7 +301,7 @@ mod tests {
             "exit 68 does not say 'no quorum', which is 69's"
         );
         let refused = tally(&[err("ERR bad ttl"), err("ERR bad ttl"), err("ERR bad ttl")]);
-        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: refused };
+        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: refused.into() };
         assert_eq!(
             (code(&acquire), message(&acquire)),
             (USAGE, "the nodes refuse the call (3 of 3 nodes): ERR bad ttl".into())

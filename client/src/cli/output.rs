@@ -14,13 +14,19 @@ pub fn shell_quote(text: &str) -> String {
     }
 }
 
-/// One row per node, or per holder on a node that has several (a
-/// read-write lock's readers, a semaphore's permit holders).
+/// One row per member, or per holder on a member that has several (a
+/// read-write lock's readers, a semaphore's permit holders). With a cluster
+/// among the members, a `shard` column says which master answered.
 pub fn info_table(nodes: &[NodeInfo]) -> String {
-    let header = ["node", "state", "kind", "mode", "holder", "holds", "fence", "ttl-ms", "waiters"];
+    let clusters = nodes.iter().any(|n| n.shard.is_some());
+    let mut header = vec!["member", "state", "kind", "mode", "holder", "holds", "fence", "ttl-ms", "waiters"];
+    if clusters {
+        header.insert(1, "shard");
+    }
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
     let dash = || "-".to_string();
     for node in nodes {
+        let first = rows.len();
         let url = node.node.clone();
         match &node.info {
             Ok(None) => rows
@@ -67,6 +73,12 @@ pub fn info_table(nodes: &[NodeInfo]) -> String {
                 }
             }
             Err(why) => rows.push(vec![url, format!("error: {why}")]),
+        }
+        if clusters {
+            let shard = node.shard.clone().unwrap_or_else(dash);
+            for row in rows.iter_mut().skip(first) {
+                row.insert(1, shard.clone());
+            }
         }
     }
     table(rows)
@@ -213,6 +225,7 @@ mod tests {
         let nodes = [
             NodeInfo {
                 node: "n1".into(),
+                shard: None,
                 info: Ok(Some(LockInfo {
                     kind: "semaphore".into(),
                     holds: 2,
@@ -221,14 +234,44 @@ mod tests {
                     ..LockInfo::default()
                 })),
             },
-            NodeInfo { node: "n2".into(), info: Ok(None) },
+            NodeInfo { node: "n2".into(), shard: None, info: Ok(None) },
         ];
         let table = info_table(&nodes);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 4, "{table}");
-        assert!(lines[0].starts_with("node") && lines[0].contains("mode"), "{table}");
+        assert!(lines[0].starts_with("member") && lines[0].contains("mode"), "{table}");
+        assert!(!lines[0].contains("shard"), "no cluster, no shard column: {table}");
         assert!(lines[1].contains("semaphore/2") && lines[1].contains("aaa") && lines[1].contains("permit"));
         assert!(lines[2].contains("bbb") && lines[2].contains(" 9 "), "{table}");
         assert!(lines[3].starts_with("n2") && lines[3].contains("free"), "{table}");
+    }
+
+    /// A cluster member's row says which shard's master answered.
+    #[test]
+    fn info_names_the_shard_of_a_cluster_member() {
+        let nodes = [
+            NodeInfo { node: "redis://m1".into(), shard: None, info: Ok(None) },
+            NodeInfo {
+                node: "redis+cluster://c1:7000".into(),
+                shard: Some("10.0.0.2:7001".into()),
+                info: Ok(Some(LockInfo {
+                    kind: "plain".into(),
+                    holder: "t".into(),
+                    holds: 1,
+                    ..LockInfo::default()
+                })),
+            },
+            NodeInfo {
+                node: "redis+cluster://c2:7000".into(),
+                shard: None,
+                info: Err("cluster unavailable".into()),
+            },
+        ];
+        let table = info_table(&nodes);
+        let lines: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(lines[0][..3], ["member", "shard", "state"], "{table}");
+        assert_eq!(lines[1][..3], ["redis://m1", "-", "free"], "{table}");
+        assert_eq!(lines[2][..4], ["redis+cluster://c1:7000", "10.0.0.2:7001", "held", "plain"], "{table}");
+        assert_eq!(lines[3][..3], ["redis+cluster://c2:7000", "-", "error:"], "{table}");
     }
 }

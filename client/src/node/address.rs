@@ -20,7 +20,12 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
         "unix" | "redis+unix" => {
             return Err(format!("Unix sockets are not supported: write it as {URL_FORM}"))
         }
-        other => return Err(format!("the scheme is {other}://, not redis://: write it as {URL_FORM}")),
+        other => {
+            return Err(format!(
+                "the scheme is {other}://, not redis:// (one master) or redis+cluster:// (a cluster): \
+                 write it as {URL_FORM}"
+            ))
+        }
     }
     let parsed = url::Url::parse(url).map_err(|e| format!("{e}: write it as {URL_FORM}"))?;
     if parsed.host_str().is_none_or(str::is_empty) {

@@ -23,7 +23,14 @@ use crate::resp::{self, Reply};
 pub(super) const IN_FLIGHT_MAX: usize = 100_000;
 
 /// A reply, or why there is none; a pipeline's replies in order.
-pub(super) type Replies = Result<Vec<Reply>, Raw>;
+pub(crate) type Replies = Result<Vec<Reply>, Raw>;
+
+/// Called by the connection's reader with a call's replies as they arrive,
+/// before the call's own future sees them (whether or not anybody polls
+/// it), or with none when the call failed unwritten (no connection): a
+/// cluster member records there whether the command ran. Not called when
+/// the connection broke after the write (the command may have run).
+pub(crate) type OnReply = Box<dyn FnOnce(&[Reply]) + Send>;
 
 /// One call in the queue.
 pub(super) struct Job {
@@ -34,11 +41,16 @@ pub(super) struct Job {
     /// When the caller stops waiting.
     pub deadline: Instant,
     pub done: oneshot::Sender<Replies>,
+    pub on_reply: Option<OnReply>,
 }
 
-/// Answers every job with `failure`, unwritten.
+/// Answers every job, unwritten, with `failure` (their `on_reply` sees no
+/// reply at all: the command was not sent).
 pub(super) fn fail(jobs: impl Iterator<Item = Job>, failure: &Raw) {
-    for job in jobs {
+    for mut job in jobs {
+        if let Some(on_reply) = job.on_reply.take() {
+            on_reply(&[]);
+        }
         let _ = job.done.send(Err(failure.clone()));
     }
 }
@@ -63,6 +75,7 @@ struct Written {
     expected: usize,
     replies: Vec<Reply>,
     done: oneshot::Sender<Replies>,
+    on_reply: Option<OnReply>,
 }
 
 impl Link {
@@ -82,7 +95,13 @@ impl Link {
         let mut link = Link { write, waiting, reader };
         for (what, cmd) in handshake(info) {
             let (done, answer) = oneshot::channel();
-            let job = Job { bytes: cmd.get_packed_command(), replies: 1, deadline: far_future(), done };
+            let job = Job {
+                bytes: cmd.get_packed_command(),
+                replies: 1,
+                deadline: far_future(),
+                done,
+                on_reply: None,
+            };
             link.send(&mut vec![job]).await.map_err(Raw::Unreachable)?;
             match answer.await {
                 Ok(Ok(replies)) => match replies.into_iter().next() {
@@ -137,6 +156,7 @@ impl Link {
                     expected: job.replies,
                     replies: Vec::new(),
                     done: job.done,
+                    on_reply: job.on_reply,
                 });
             }
         }
@@ -216,17 +236,24 @@ async fn read_replies(mut read: OwnedReadHalf, waiting: Arc<Mutex<Waiting>>) {
 }
 
 /// Gives `value` to the oldest waiting call (which completes with its last
-/// reply).
+/// reply; its `on_reply` runs first, outside the lock).
 fn deliver(waiting: &Mutex<Waiting>, reply: Reply) -> Result<(), String> {
-    let mut waiting = lock(waiting);
-    let Some(call) = waiting.calls.front_mut() else {
-        return Err("a reply no call asked for".into());
-    };
-    call.replies.push(reply);
-    if call.replies.len() >= call.expected {
-        if let Some(call) = waiting.calls.pop_front() {
-            let _ = call.done.send(Ok(call.replies));
+    let complete = {
+        let mut waiting = lock(waiting);
+        let Some(call) = waiting.calls.front_mut() else {
+            return Err("a reply no call asked for".into());
+        };
+        call.replies.push(reply);
+        if call.replies.len() < call.expected {
+            return Ok(());
         }
+        waiting.calls.pop_front()
+    };
+    if let Some(mut call) = complete {
+        if let Some(on_reply) = call.on_reply.take() {
+            on_reply(&call.replies);
+        }
+        let _ = call.done.send(Ok(call.replies));
     }
     Ok(())
 }

@@ -49,7 +49,8 @@ use tokio::time::{timeout, timeout_at, Instant};
 use crate::quorum::Raw;
 use crate::resp::Reply;
 use address::parse_url;
-use link::{fail, Job, Link, Replies};
+use link::{fail, Job, Link};
+pub(crate) use link::{OnReply, Replies};
 
 /// Calls queued for one node and not yet written; more fail at once.
 pub(crate) const QUEUED_MAX: usize = 100_000;
@@ -67,8 +68,6 @@ pub(crate) struct Limits {
 }
 
 pub(crate) struct Node {
-    /// The address as given, for messages and `info` tables.
-    pub url: String,
     limits: Limits,
     /// The node's queue; its writer task ends when the node is dropped.
     queue: mpsc::UnboundedSender<Job>,
@@ -90,19 +89,31 @@ impl Node {
     /// the node's writer task (so: inside a Tokio runtime). Connects on
     /// the first call.
     pub fn new(url: &str, limits: Limits) -> Result<Node, String> {
-        let info = parse_url(url)?;
+        Node::with_info(parse_url(url)?, limits)
+    }
+
+    /// A node at an address already parsed (a cluster's node).
+    pub fn with_info(info: ConnectionInfo, limits: Limits) -> Result<Node, String> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "a node must be created inside a Tokio runtime".to_string())?;
         let (queue, jobs) = mpsc::unbounded_channel();
         let state = Arc::new(State::default());
         runtime.spawn(write_in_order(info, limits, jobs, state.clone()));
-        Ok(Node { url: url.to_string(), limits, queue, state })
+        Ok(Node { limits, queue, state })
+    }
+
+    /// Whether a connection is open now (a call then waits for no connect).
+    pub fn connected(&self) -> bool {
+        self.state.connected.load(Ordering::Acquire)
     }
 
     /// Opens the connection now (used by `Redlock::connect`); a failure is
     /// remembered and reported by the next calls.
-    pub async fn warm_up(&self) {
-        let _ = self.issue(Vec::new(), 0, Duration::ZERO).await;
+    pub fn warm_up(&self) -> impl Future<Output = ()> + Send + 'static {
+        let opened = self.issue(Vec::new(), 0, self.deadline(Duration::ZERO), None);
+        async move {
+            let _ = opened.await;
+        }
     }
 
     /// Queues `request` now, and returns the wait for its reply (a
@@ -113,19 +124,56 @@ impl Node {
         request: &Request,
         command_timeout: Duration,
     ) -> impl Future<Output = Raw> + Send + 'static {
-        let (bytes, replies) = match request {
-            Request::One(cmd) => (cmd.get_packed_command(), 1),
-            Request::Each { pipeline, commands } => (pipeline.get_packed_pipeline(), *commands),
+        let deadline = self.deadline(command_timeout);
+        let replies = self.send(request, deadline, false, None);
+        let pipelined = request.is_pipeline();
+        async move { as_raw(replies.await, pipelined) }
+    }
+
+    /// Queues `request` now, preceded by `ASKING` in the same write when
+    /// `asking` (a cluster's `ASK` redirect), and returns the wait for its
+    /// replies until `deadline` (`ASKING`'s taken off: refused, it is the
+    /// call's answer). `on_reply` sees the replies as they arrive.
+    pub fn send(
+        &self,
+        request: &Request,
+        deadline: Instant,
+        asking: bool,
+        on_reply: Option<OnReply>,
+    ) -> impl Future<Output = Replies> + Send + 'static {
+        let (mut bytes, mut replies) = match &request.body {
+            Body::One(cmd) => (cmd.get_packed_command(), 1),
+            Body::Each { pipeline, commands } => (pipeline.get_packed_pipeline(), *commands),
         };
-        let pipelined = matches!(request, Request::Each { .. });
-        let reply = self.issue(bytes, replies, command_timeout);
-        async move {
-            match reply.await {
-                Ok(replies) if pipelined => Raw::Array(replies.into_iter().map(raw).collect()),
-                Ok(replies) => replies.into_iter().next().map_or(Raw::Nil, raw),
-                Err(raw) => raw,
-            }
+        if asking {
+            let mut asked = redis::cmd("ASKING").get_packed_command();
+            asked.append(&mut bytes);
+            (bytes, replies) = (asked, replies + 1);
         }
+        let reply = self.issue(bytes, replies, deadline, on_reply);
+        async move {
+            let mut replies = reply.await?;
+            if asking && !replies.is_empty() {
+                match replies.remove(0) {
+                    Reply::Status(ok) if ok == "OK" => {}
+                    Reply::Error { code, detail } => {
+                        return Err(Raw::ServerError { code, detail: format!("{detail} (to ASKING)") })
+                    }
+                    other => return Err(Raw::Other(format!("ASKING answered {other:?}"))),
+                }
+            }
+            Ok(replies)
+        }
+    }
+
+    /// When a call issued now with `command_timeout` stops waiting: plus
+    /// the connect timeout while no connection is open.
+    pub fn deadline(&self, command_timeout: Duration) -> Instant {
+        let mut wait = command_timeout;
+        if !self.connected() {
+            wait = wait.saturating_add(self.limits.connect_timeout);
+        }
+        Instant::now() + wait
     }
 
     /// One command, queued now, keeping a successful reply as a [`Value`];
@@ -135,8 +183,8 @@ impl Node {
         cmd: &Cmd,
         command_timeout: Duration,
     ) -> impl Future<Output = Result<Value, Raw>> + Send + 'static {
-        let reply = self.issue(cmd.get_packed_command(), 1, command_timeout);
-        async move { value(reply.await?.into_iter().next().unwrap_or(Reply::Nil)) }
+        let reply = self.issue(cmd.get_packed_command(), 1, self.deadline(command_timeout), None);
+        async move { as_value(reply.await) }
     }
 
     /// Puts one job into the queue (or refuses it at once), and returns the
@@ -145,18 +193,14 @@ impl Node {
         &self,
         bytes: Vec<u8>,
         replies: usize,
-        command_timeout: Duration,
+        deadline: Instant,
+        on_reply: Option<OnReply>,
     ) -> impl Future<Output = Replies> + Send + 'static {
         let (done, answer) = oneshot::channel();
-        let mut wait = command_timeout;
-        if !self.state.connected.load(Ordering::Acquire) {
-            wait = wait.saturating_add(self.limits.connect_timeout);
-        }
-        let deadline = Instant::now() + wait;
         let refused = if self.state.queued.fetch_add(1, Ordering::AcqRel) >= QUEUED_MAX {
             self.state.queued.fetch_sub(1, Ordering::AcqRel);
             Some(format!("{QUEUED_MAX} calls are already queued for this node"))
-        } else if self.queue.send(Job { bytes, replies, deadline, done }).is_err() {
+        } else if self.queue.send(Job { bytes, replies, deadline, done, on_reply }).is_err() {
             self.state.queued.fetch_sub(1, Ordering::AcqRel);
             Some("the node's connection task has ended".to_string())
         } else {
@@ -260,39 +304,72 @@ async fn connect(
     Err(failure)
 }
 
-/// What one call sends to a node: one command, or several written at once
-/// (a pipeline: the fencing round's `LOCK.FENCE` on each key of a set).
-pub(crate) enum Request {
+/// What one call sends: one command, or several written at once (a
+/// pipeline: the fencing round's `LOCK.FENCE` on each key of a set), and
+/// the key that routes it in a cluster (every key of a request shares
+/// its slot there: see `member/`).
+#[derive(Clone)]
+pub(crate) struct Request {
+    body: Body,
+    key: String,
+}
+
+#[derive(Clone)]
+enum Body {
     One(Cmd),
     Each { pipeline: Pipeline, commands: usize },
 }
 
-impl From<Cmd> for Request {
-    fn from(cmd: Cmd) -> Request {
-        Request::One(cmd)
-    }
-}
-
 impl Request {
-    /// The commands, in one pipeline (one of them: a plain request).
-    pub fn each(cmds: impl IntoIterator<Item = Cmd>) -> Request {
+    /// One command, routed by `key`.
+    pub fn one(cmd: Cmd, key: &str) -> Request {
+        Request { body: Body::One(cmd), key: key.to_string() }
+    }
+
+    /// The commands, in one pipeline, routed by `key`.
+    pub fn each(cmds: impl IntoIterator<Item = Cmd>, key: &str) -> Request {
         let mut pipeline = Pipeline::new();
         let mut commands = 0;
         for cmd in cmds {
             pipeline.add_command(cmd);
             commands += 1;
         }
-        Request::Each { pipeline, commands }
+        Request { body: Body::Each { pipeline, commands }, key: key.to_string() }
+    }
+
+    pub fn is_pipeline(&self) -> bool {
+        matches!(self.body, Body::Each { .. })
+    }
+
+    /// The key whose slot a cluster member sends it to.
+    pub fn key(&self) -> &str {
+        &self.key
     }
 
     /// The commands, for tests.
     #[cfg(test)]
     pub fn commands(&self) -> Vec<&Cmd> {
-        match self {
-            Request::One(cmd) => vec![cmd],
-            Request::Each { pipeline, .. } => pipeline.cmd_iter().collect(),
+        match &self.body {
+            Body::One(cmd) => vec![cmd],
+            Body::Each { pipeline, .. } => pipeline.cmd_iter().collect(),
         }
     }
+}
+
+/// A request's replies as the quorum code reads them: one reply, or a
+/// pipeline's replies as one [`Raw::Array`].
+pub(crate) fn as_raw(replies: Replies, pipelined: bool) -> Raw {
+    match replies {
+        Ok(replies) if pipelined => Raw::Array(replies.into_iter().map(raw).collect()),
+        Ok(replies) => replies.into_iter().next().map_or(Raw::Nil, raw),
+        Err(raw) => raw,
+    }
+}
+
+/// A one-command request's reply kept as a [`Value`]; error replies,
+/// timeouts and connection failures as `Err`.
+pub(crate) fn as_value(replies: Replies) -> Result<Value, Raw> {
+    value(replies?.into_iter().next().unwrap_or(Reply::Nil))
 }
 
 /// A reply as the quorum code reads it.
@@ -376,7 +453,7 @@ mod tests {
     }
 
     fn request(name: &str) -> Request {
-        redis::cmd(name).into()
+        Request::one(redis::cmd(name), "k")
     }
 
     /// The property the release relies on: a call is queued when it is
@@ -399,7 +476,7 @@ mod tests {
     async fn pipelines_and_error_replies() {
         let (url, _) = recorder().await;
         let node = Node::new(&url, limits()).unwrap();
-        let fences = Request::each([redis::cmd("FENCE"), redis::cmd("FAIL"), redis::cmd("FENCE")]);
+        let fences = Request::each([redis::cmd("FENCE"), redis::cmd("FAIL"), redis::cmd("FENCE")], "k");
         let error = || Raw::ServerError { code: "WRONGTYPE".into(), detail: "not a lock".into() };
         assert_eq!(node.call(&fences, LONG).await, Raw::Array(vec![Raw::Int(1), error(), Raw::Int(3)]));
         assert_eq!(node.call(&request("FAIL"), LONG).await, error());

@@ -22,6 +22,10 @@ pub enum Raw {
     TimedOut,
     /// No connection, or the connection broke (the command may have run).
     Unreachable(String),
+    /// A cluster member could not route the call (`CLUSTERDOWN`, no master
+    /// for the slot, too many redirects, no seed answered): why, naming
+    /// the member. The command did not run.
+    ClusterUnavailable(String),
 }
 
 /// One node's answer to one quorum round, after interpretation.
@@ -35,6 +39,8 @@ pub enum Answer {
     Quarantined(Option<u64>),
     TimedOut,
     Unreachable(String),
+    /// A cluster member could not route the call: why, naming the member.
+    ClusterUnavailable(String),
     /// An error reply or an unexpected reply.
     Failed(String),
 }
@@ -96,6 +102,7 @@ fn classify_failure(raw: &Raw) -> Answer {
         Raw::ServerError { code, detail } => Answer::Failed(error_text(code, detail)),
         Raw::TimedOut => Answer::TimedOut,
         Raw::Unreachable(why) => Answer::Unreachable(why.clone()),
+        Raw::ClusterUnavailable(why) => Answer::ClusterUnavailable(why.clone()),
         Raw::Int(n) => Answer::Failed(format!("unexpected integer reply {n}")),
         Raw::Nil => Answer::Failed("unexpected nil reply".into()),
         Raw::Other(what) => Answer::Failed(format!("unexpected reply {what}")),
@@ -145,6 +152,11 @@ mod tests {
             Answer::Failed("WRONGTYPE Operation".into())
         );
         assert_eq!(classify_grant(&Raw::TimedOut), Answer::TimedOut);
+        let down = "member 2 (redis+cluster://h:1): CLUSTERDOWN The cluster is down";
+        assert_eq!(
+            classify_grant(&Raw::ClusterUnavailable(down.into())),
+            Answer::ClusterUnavailable(down.into())
+        );
         assert_eq!(
             classify_grant(&Raw::Unreachable("refused".into())),
             Answer::Unreachable("refused".into())

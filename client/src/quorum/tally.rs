@@ -31,6 +31,11 @@ pub struct Tally {
     /// The longest quarantine left among the quarantined nodes.
     pub quarantine_left_ms: Option<u64>,
     pub unreachable: usize,
+    /// Cluster members that could not route the call (`CLUSTERDOWN`, no
+    /// master for the key's slot, too many redirects, no seed answered).
+    pub cluster_unavailable: usize,
+    /// Why, for the first of them (it names the member).
+    pub first_cluster_unavailable: Option<Box<str>>,
     pub timed_out: usize,
     pub failed: usize,
     /// The first error text, to show what "other errors" were. A boxed
@@ -60,6 +65,10 @@ impl Tally {
                 }
                 Answer::TimedOut => tally.timed_out += 1,
                 Answer::Unreachable(_) => tally.unreachable += 1,
+                Answer::ClusterUnavailable(why) => {
+                    tally.cluster_unavailable += 1;
+                    tally.first_cluster_unavailable.get_or_insert_with(|| why.as_str().into());
+                }
                 Answer::Failed(why) => {
                     tally.failed += 1;
                     tally.first_failure.get_or_insert_with(|| why.as_str().into());
@@ -74,8 +83,13 @@ impl Tally {
     /// background (see `Redlock::settle`). Always 0 in an error's counts:
     /// a failed round waits for every answer.
     pub fn pending(&self) -> usize {
-        let answered =
-            self.yes + self.no + self.quarantined + self.timed_out + self.unreachable + self.failed;
+        let answered = self.yes
+            + self.no
+            + self.quarantined
+            + self.timed_out
+            + self.unreachable
+            + self.cluster_unavailable
+            + self.failed;
         self.nodes.saturating_sub(answered)
     }
 
@@ -118,6 +132,14 @@ impl Tally {
             },
         );
         part(self.unreachable, "unreachable".to_string());
+        part(
+            self.cluster_unavailable,
+            match &self.first_cluster_unavailable {
+                Some(why) if self.cluster_unavailable == 1 => format!("cluster unavailable ({why})"),
+                Some(why) => format!("clusters unavailable (first: {why})"),
+                None => "clusters unavailable".to_string(),
+            },
+        );
         part(self.timed_out, "timed out".to_string());
         part(
             self.failed,

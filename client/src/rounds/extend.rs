@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use crate::claim::Claim;
 use crate::error::{Error, Phase, Result};
 use crate::quorum;
-use crate::rounds::fanout::Nodes;
+use crate::rounds::fanout::Members;
 use crate::rounds::lease::{expired, Lease};
 
 /// Held again for `ttl` from the start of the round when the claim's
@@ -17,13 +17,17 @@ use crate::rounds::lease::{expired, Lease};
 /// holders). Returns at that quorum (the other nodes' calls go on in the
 /// background, queued before any later command to them); a failure waits
 /// for every answer.
-pub(crate) async fn extend(nodes: &Nodes, claim: &Claim, token: &str, ttl: Duration) -> Result<Lease> {
+pub(crate) async fn extend(members: &Members, claim: &Claim, token: &str, ttl: Duration) -> Result<Lease> {
     let start = Instant::now();
-    let timeout = nodes.config().command_timeout.min(ttl);
-    let round = nodes.every_node_round(claim.extend(token, ttl), claim.quorum(), timeout).await;
+    let timeout = members.config().command_timeout.min(ttl);
+    let round = members.every_node_round(claim.extend(token, ttl), claim.quorum(), timeout).await;
     if round.decided() != Some(true) {
         let tally = round.tally();
-        return Err(Error::NoQuorum { resource: claim.label().to_string(), phase: Phase::Extend, tally });
+        return Err(Error::NoQuorum {
+            resource: claim.label().to_string(),
+            phase: Phase::Extend,
+            tally: tally.into(),
+        });
     }
     let elapsed = start.elapsed();
     if quorum::validity(ttl, elapsed).is_none() {

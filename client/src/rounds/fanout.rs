@@ -11,7 +11,7 @@
 //! release rounds: see `quorum::semaphore_quorum`); the calls to the
 //! nodes that have not answered yet are not abandoned: they go on in one
 //! background task (each still bounded by its own timeouts, see
-//! [`Nodes::settle`]). A round that fails waits for every answer (again
+//! [`Members::settle`]). A round that fails waits for every answer (again
 //! bounded by the per-node timeouts) before it returns, so that its error
 //! gives exact counts and the undo knows which nodes granted.
 //!
@@ -49,7 +49,8 @@ use tokio::time::Instant;
 
 use crate::claim::Classify;
 use crate::error::{Error, Result};
-use crate::node::{Limits, Node, Request};
+use crate::member::Member;
+use crate::node::{Limits, Request};
 use crate::quorum::{self, Answer, Progress, Quorum};
 
 /// Timeouts. Every network call is bounded by one of them; nothing is
@@ -78,11 +79,11 @@ impl Default for Config {
 }
 
 struct Inner {
-    nodes: Vec<Node>,
+    members: Vec<Member>,
     config: Config,
     /// How many background tasks are running: calls left in flight by a
     /// round that returned at its majority, and releases of dropped guards.
-    /// [`Nodes::settle`] waits for zero, woken by `idle`.
+    /// [`Members::settle`] waits for zero, woken by `idle`.
     background: AtomicUsize,
     idle: Notify,
 }
@@ -91,11 +92,11 @@ struct Inner {
 /// background work: what every round runs on. Cheap to clone (shared);
 /// held by the `Redlock` handle and by every guard it gave out.
 #[derive(Clone)]
-pub(crate) struct Nodes {
+pub(crate) struct Members {
     inner: Arc<Inner>,
 }
 
-/// Counts one background task while alive (see [`Nodes::settle`]). It
+/// Counts one background task while alive (see [`Members::settle`]). It
 /// keeps the nodes, and so their connections, alive until the task ends.
 pub(crate) struct Background(Arc<Inner>);
 
@@ -119,7 +120,7 @@ pub(crate) struct Reply {
 /// One call of a round, queued on its node NOW (see `node/mod.rs`: the order
 /// of calls to a node is the order of these calls, whenever and by
 /// whichever task the returned future is polled). The future owns what it
-/// uses, so that it can outlive the round: see [`Nodes::detach`].
+/// uses, so that it can outlive the round: see [`Members::detach`].
 /// Bounded by the node's timeouts.
 fn call(
     inner: &Inner,
@@ -129,7 +130,7 @@ fn call(
     timeout: Duration,
     classify: Classify,
 ) -> impl Future<Output = Reply> + Send + 'static {
-    let reply = inner.nodes.get(node).map(|target| target.call(request, timeout));
+    let reply = inner.members.get(node).map(|target| target.call(request, timeout));
     async move {
         let answer = match reply {
             Some(reply) => classify(&reply.await),
@@ -157,55 +158,61 @@ pub(crate) async fn drive<F>(
     }
 }
 
-impl Nodes {
+impl Members {
     /// Parses the node URLs and starts each node's connection task;
     /// opens one connection to each, in parallel. A node that cannot be
     /// reached now is not an error: it counts as unreachable, and later
     /// calls try it again.
-    pub(crate) async fn connect<I, S>(urls: I, config: Config) -> Result<Nodes>
+    pub(crate) async fn connect<I, S>(urls: I, config: Config) -> Result<Members>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
         let limits =
             Limits { connect_timeout: config.connect_timeout, reconnect_backoff: config.reconnect_backoff };
-        let mut parsed: Vec<Node> = Vec::new();
-        for url in urls {
-            let url = url.as_ref().trim();
-            if parsed.iter().any(|n| n.url == url) {
-                return Err(Error::InvalidArgument(format!("node {url} is listed twice")));
+        if config.command_timeout.is_zero() || config.connect_timeout.is_zero() {
+            return Err(Error::InvalidArgument("timeouts must be above zero".into()));
+        }
+        let mut parsed: Vec<Member> = Vec::new();
+        for text in urls {
+            let text = text.as_ref().trim();
+            if parsed.iter().any(|m| m.text == text) {
+                return Err(Error::InvalidArgument(format!("member {text} is listed twice")));
             }
-            let node =
-                Node::new(url, limits).map_err(|e| Error::InvalidArgument(format!("node {url:?}: {e}")))?;
-            parsed.push(node);
+            let number = parsed.len() + 1;
+            let member = Member::new(number, text, limits, config.command_timeout)
+                .map_err(|e| Error::InvalidArgument(format!("member {text:?}: {e}")))?;
+            parsed.push(member);
         }
         if parsed.is_empty() {
-            return Err(Error::InvalidArgument("no nodes given".into()));
+            return Err(Error::InvalidArgument("no members given".into()));
         }
         if parsed.len() > quorum::NODES_MAX {
             return Err(Error::InvalidArgument(format!(
-                "{} nodes given, at most {} are supported",
+                "{} members given, at most {} are supported",
                 parsed.len(),
                 quorum::NODES_MAX
             )));
         }
-        if config.command_timeout.is_zero() || config.connect_timeout.is_zero() {
-            return Err(Error::InvalidArgument("timeouts must be above zero".into()));
-        }
-        let inner = Inner { nodes: parsed, config, background: AtomicUsize::new(0), idle: Notify::new() };
-        let nodes = Nodes { inner: Arc::new(inner) };
-        join_all(nodes.inner.nodes.iter().map(Node::warm_up)).await;
-        Ok(nodes)
+        let inner = Inner { members: parsed, config, background: AtomicUsize::new(0), idle: Notify::new() };
+        let members = Members { inner: Arc::new(inner) };
+        join_all(members.inner.members.iter().map(Member::warm_up)).await;
+        Ok(members)
     }
 
-    /// Every node, in the order given.
-    pub(crate) fn list(&self) -> &[Node] {
-        &self.inner.nodes
+    /// Every member, in the order given.
+    pub(crate) fn list(&self) -> &[Member] {
+        &self.inner.members
+    }
+
+    /// Whether any member is a cluster.
+    pub(crate) fn has_cluster(&self) -> bool {
+        self.inner.members.iter().any(Member::is_cluster)
     }
 
     /// N.
     pub(crate) fn len(&self) -> usize {
-        self.inner.nodes.len()
+        self.inner.members.len()
     }
 
     pub(crate) fn config(&self) -> Config {
@@ -246,11 +253,11 @@ impl Nodes {
     }
 
     pub(crate) fn every_node(&self) -> Vec<usize> {
-        (0..self.inner.nodes.len()).collect()
+        (0..self.inner.members.len()).collect()
     }
 
     /// One call of `request` as round `round` per node listed in `nodes`
-    /// (all: [`Nodes::every_node`]), each with its own timeout: queued
+    /// (all: [`Members::every_node`]), each with its own timeout: queued
     /// on their nodes now, in node order.
     pub(crate) fn calls_to(
         &self,
@@ -258,9 +265,9 @@ impl Nodes {
         request: Request,
         timeout: Duration,
         classify: Classify,
-        nodes: Vec<usize>,
+        members: Vec<usize>,
     ) -> Vec<impl Future<Output = Reply> + Send + 'static> {
-        nodes.into_iter().map(|node| call(&self.inner, round, node, &request, timeout, classify)).collect()
+        members.into_iter().map(|node| call(&self.inner, round, node, &request, timeout, classify)).collect()
     }
 
     /// Lets the calls still in flight run to their end in one background
@@ -310,14 +317,14 @@ impl Nodes {
         round
     }
 
-    /// [`Nodes::quorum_round`] on every node, needing `quorum`.
+    /// [`Members::quorum_round`] on every node, needing `quorum`.
     pub(crate) async fn every_node_round(
         &self,
         request: (Request, Classify),
         quorum: Quorum,
         timeout: Duration,
     ) -> Progress {
-        let round = Progress::with_quorum(self.inner.nodes.len(), quorum);
+        let round = Progress::with_quorum(self.inner.members.len(), quorum);
         self.quorum_round(request, round, self.every_node(), timeout).await
     }
 
@@ -329,7 +336,7 @@ impl Nodes {
         timeout: Duration,
         classify: Classify,
     ) -> Vec<Answer> {
-        let calls: Vec<_> = self.inner.nodes.iter().map(|node| node.call(request, timeout)).collect();
+        let calls: Vec<_> = self.inner.members.iter().map(|member| member.call(request, timeout)).collect();
         join_all(calls).await.iter().map(classify).collect()
     }
 }

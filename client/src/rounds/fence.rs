@@ -65,7 +65,7 @@ use tokio::time::Instant;
 use crate::claim::Claim;
 use crate::error::{Error, Phase, Result};
 use crate::quorum::{self, Answer, Progress};
-use crate::rounds::fanout::Nodes;
+use crate::rounds::fanout::Members;
 
 /// The fencing round of a lock (or set) granted earlier: `LOCK.FENCE
 /// key token floor` (on each key of a set, one pipeline per node; a
@@ -76,7 +76,7 @@ use crate::rounds::fanout::Nodes;
 /// majority answered yes. The caller checks that the round ended
 /// within the validity.
 pub(crate) async fn fence(
-    nodes: &Nodes,
+    members: &Members,
     claim: &Claim,
     token: &str,
     floor: u64,
@@ -85,11 +85,11 @@ pub(crate) async fn fence(
 ) -> Result<()> {
     let (round, targets) = Progress::fencing(grants, floor);
     let left = quorum::remaining(deadline, Instant::now());
-    let timeout = nodes.config().command_timeout.min(left);
-    let round = nodes.quorum_round(claim.fence(token, floor), round, targets, timeout).await;
+    let timeout = members.config().command_timeout.min(left);
+    let round = members.quorum_round(claim.fence(token, floor), round, targets, timeout).await;
     if round.decided() == Some(true) {
         return Ok(());
     }
     let tally = round.tally();
-    Err(Error::NoQuorum { resource: claim.label().to_string(), phase: Phase::Fence, tally })
+    Err(Error::NoQuorum { resource: claim.label().to_string(), phase: Phase::Fence, tally: tally.into() })
 }

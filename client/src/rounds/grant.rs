@@ -21,7 +21,7 @@ use crate::claim::{command, millis, Claim, Classify};
 use crate::error::{Error, Phase, Result};
 use crate::node::Request;
 use crate::quorum::{self, Answer, Progress, Quorum, Verdict};
-use crate::rounds::fanout::{drive, Nodes};
+use crate::rounds::fanout::{drive, Members};
 use crate::rounds::lease::{expired, Lease};
 use crate::rounds::release::release_all;
 
@@ -55,7 +55,7 @@ impl Kind<'_> {
         match self {
             Kind::Lock(claim) => claim.grant(token, ttl),
             Kind::Reentrant(resource) => {
-                command(names::text(names::ENTER), resource, token, &[millis(ttl)]).into()
+                Request::one(command(names::text(names::ENTER), resource, token, &[millis(ttl)]), resource)
             }
         }
     }
@@ -64,7 +64,8 @@ impl Kind<'_> {
         match self {
             Kind::Lock(claim) => claim.fence(token, floor),
             Kind::Reentrant(resource) => {
-                (command(names::text(names::FENCE), resource, token, &[floor]).into(), quorum::classify_flag)
+                let fence = command(names::text(names::FENCE), resource, token, &[floor]);
+                (Request::one(fence, resource), quorum::classify_flag)
             }
         }
     }
@@ -100,7 +101,7 @@ const FENCE: usize = 1;
 /// counts, the grants known node by node, and the undo queued after every
 /// grant call ended.
 pub(crate) async fn grant(
-    nodes: &Nodes,
+    members: &Members,
     kind: Kind<'_>,
     token: &str,
     ttl: Duration,
@@ -111,13 +112,13 @@ pub(crate) async fn grant(
         Kind::Reentrant(_) => Phase::Enter,
     };
     let start = Instant::now();
-    let timeout = nodes.config().command_timeout;
+    let timeout = members.config().command_timeout;
     let request = kind.grant(token, ttl);
-    let mut flight: FuturesUnordered<_> = nodes
-        .calls_to(GRANT, request, timeout.min(ttl), quorum::classify_grant, nodes.every_node())
+    let mut flight: FuturesUnordered<_> = members
+        .calls_to(GRANT, request, timeout.min(ttl), quorum::classify_grant, members.every_node())
         .into_iter()
         .collect();
-    let mut rounds = [Progress::with_quorum(nodes.len(), kind.quorum()), Progress::new(nodes.len())];
+    let mut rounds = [Progress::with_quorum(members.len(), kind.quorum()), Progress::new(members.len())];
     drive(&mut flight, &mut rounds, |r| r[GRANT].decided().is_some()).await;
 
     // T: the highest token of the grants received so far (a quorum).
@@ -128,19 +129,21 @@ pub(crate) async fn grant(
             let tally = rounds[GRANT].tally();
             let resource = kind.label();
             let error = match quorum::verdict(&tally) {
-                Verdict::Contended => Error::Contended { resource, tally },
+                Verdict::Contended => Error::Contended { resource, tally: tally.into() },
                 // A quorum cannot have no highest token; if it ever did,
                 // it fails like any other round short of a majority.
-                Verdict::Quorum | Verdict::NoQuorum => Error::NoQuorum { resource, phase, tally },
+                Verdict::Quorum | Verdict::NoQuorum => {
+                    Error::NoQuorum { resource, phase, tally: tally.into() }
+                }
             };
-            undo(nodes, kind, token, rounds[GRANT].answers()).await;
+            undo(members, kind, token, rounds[GRANT].answers()).await;
             return Err(error);
         }
     };
     let Some(left) = quorum::validity(ttl, start.elapsed()) else {
         let error = expired(&kind.label(), ttl, start.elapsed());
         drive(&mut flight, &mut rounds, |_| false).await;
-        undo(nodes, kind, token, rounds[GRANT].answers()).await;
+        undo(members, kind, token, rounds[GRANT].answers()).await;
         return Err(error);
     };
     if fence {
@@ -149,7 +152,7 @@ pub(crate) async fn grant(
         let (fencing, targets) = Progress::fencing(rounds[GRANT].answers(), floor);
         rounds[FENCE] = fencing;
         let (request, classify) = kind.fence(token, floor);
-        flight.extend(nodes.calls_to(FENCE, request, timeout.min(left), classify, targets));
+        flight.extend(members.calls_to(FENCE, request, timeout.min(left), classify, targets));
         drive(&mut flight, &mut rounds, |r| r[FENCE].decided().is_some()).await;
         let fenced = rounds[FENCE].decided() == Some(true);
         let elapsed = start.elapsed();
@@ -159,37 +162,37 @@ pub(crate) async fn grant(
                 expired(&kind.label(), ttl, elapsed)
             } else {
                 let tally = rounds[FENCE].tally();
-                Error::NoQuorum { resource: kind.label(), phase: Phase::Fence, tally }
+                Error::NoQuorum { resource: kind.label(), phase: Phase::Fence, tally: tally.into() }
             };
-            undo(nodes, kind, token, rounds[GRANT].answers()).await;
+            undo(members, kind, token, rounds[GRANT].answers()).await;
             return Err(error);
         }
     }
-    nodes.detach(flight);
+    members.detach(flight);
     let [grants, _] = rounds;
     Ok(Granted { floor, lease: Lease::new(start, ttl), grants: grants.into_answers() })
 }
 
 /// Takes back a failed grant round (`answers`: the grant round's, all
 /// in).
-async fn undo(nodes: &Nodes, kind: Kind<'_>, token: &str, answers: &[Option<Answer>]) {
+async fn undo(members: &Members, kind: Kind<'_>, token: &str, answers: &[Option<Answer>]) {
     match kind {
         // Release on all N, also where the grant's outcome is unknown: a
         // release by a token that does not hold the lock changes nothing
         // (for a set: MRELEASE, which frees whatever of the set the
         // token holds there).
         Kind::Lock(claim) => {
-            release_all(nodes, claim, token).await;
+            release_all(members, claim, token).await;
         }
         Kind::Reentrant(resource) => {
-            let request = command(names::text(names::EXIT), resource, token, &[]).into();
-            let timeout = nodes.config().command_timeout;
-            let exits: Vec<_> = nodes
+            let request = Request::one(command(names::text(names::EXIT), resource, token, &[]), resource);
+            let timeout = members.config().command_timeout;
+            let exits: Vec<_> = members
                 .list()
                 .iter()
                 .zip(answers)
                 .filter(|(_, answer)| matches!(answer, Some(Answer::Yes(_))))
-                .map(|(node, _)| node.call(&request, timeout))
+                .map(|(member, _)| member.call(&request, timeout))
                 .collect();
             join_all(exits).await;
         }

@@ -1,7 +1,7 @@
 //! The quorum rounds, below both `Redlock` and `Guard`: each sends one
 //! command to all N nodes at once and counts the answers against a quorum.
 //!
-//! - `fanout`: the nodes of one client ([`fanout::Nodes`]: their
+//! - `fanout`: the nodes of one client ([`fanout::Members`]: their
 //!   connections, timeouts and background work), one call per node, the
 //!   answers recorded as they come; why a round may return at its majority.
 //! - `lease`: the validity a round obtains, the TTL checks.
@@ -13,7 +13,7 @@
 //! - `extend`, `release`: the rounds a held lock ends with, or lives on by.
 //!
 //! `Redlock` runs them for its callers and hands out guards; a `Guard`
-//! holds the [`fanout::Nodes`] it was granted on and runs its own fencing,
+//! holds the [`fanout::Members`] it was granted on and runs its own fencing,
 //! extend and release rounds there, so it needs nothing of `Redlock`.
 //! Nothing here imports either of them.
 

@@ -6,29 +6,29 @@
 use crate::claim::Claim;
 use crate::error::{Error, Phase, Result};
 use crate::quorum::Tally;
-use crate::rounds::fanout::Nodes;
+use crate::rounds::fanout::Members;
 
 /// A guard's release: returns once the claim's quorum released; the nodes
 /// that have not answered yet get theirs in the background (counted as
 /// `pending`). A failure waits for every answer.
-pub(crate) async fn release_quorum(nodes: &Nodes, claim: &Claim, token: &str) -> Result<Tally> {
+pub(crate) async fn release_quorum(members: &Members, claim: &Claim, token: &str) -> Result<Tally> {
     let request = claim.release(token);
-    let round = nodes.every_node_round(request, claim.quorum(), nodes.config().command_timeout).await;
+    let round = members.every_node_round(request, claim.quorum(), members.config().command_timeout).await;
     released(claim.label(), round.tally())
 }
 
 /// A release by token (for tools): waits for every answer (or its
 /// timeout), for exact counts; `Ok` when the claim's quorum released.
-pub(crate) async fn release_by_token(nodes: &Nodes, claim: &Claim, token: &str) -> Result<Tally> {
-    let tally = release_all(nodes, claim, token).await.with_quorum(claim.quorum());
+pub(crate) async fn release_by_token(members: &Members, claim: &Claim, token: &str) -> Result<Tally> {
+    let tally = release_all(members, claim, token).await.with_quorum(claim.quorum());
     released(claim.label(), tally)
 }
 
 /// The release round on every node, waiting for every answer (also the
 /// undo of a failed grant round).
-pub(crate) async fn release_all(nodes: &Nodes, claim: &Claim, token: &str) -> Tally {
+pub(crate) async fn release_all(members: &Members, claim: &Claim, token: &str) -> Tally {
     let (request, classify) = claim.release(token);
-    let answers = nodes.round(&request, nodes.config().command_timeout, classify).await;
+    let answers = members.round(&request, members.config().command_timeout, classify).await;
     Tally::of(&answers)
 }
 
@@ -36,6 +36,6 @@ fn released(resource: &str, tally: Tally) -> Result<Tally> {
     if tally.has_quorum() {
         Ok(tally)
     } else {
-        Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Release, tally })
+        Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Release, tally: tally.into() })
     }
 }

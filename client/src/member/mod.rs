@@ -1,0 +1,135 @@
+//! Quorum members, below the rounds and above the nodes: a member is one
+//! master (one [`Node`]) or one cluster (its seeds, slot map, one node per
+//! master, the ordering gate: `cluster.rs`). A member gets one call per
+//! round and gives one answer, so the rounds (`rounds/`), `info` and
+//! `check` work unchanged for either kind: a cluster is one vote.
+//!
+//! - `spelling`: how a member is written (`redis://...` or
+//!   `redis+cluster://host:port?addr=host:port...`).
+//! - `slot`: a key's hash slot. `topology`: the slot map, read from
+//!   `CLUSTER SHARDS` / `CLUSTER SLOTS`. `redirect`: `MOVED`, `ASK`,
+//!   `TRYAGAIN`, `CLUSTERDOWN` read from error replies. `throttle`: how
+//!   often the topology is fetched. `gate`: the ordering gate and why a
+//!   call never overtakes an earlier one of its slot. All pure and
+//!   unit-tested.
+//! - `cluster`: the routing of one cluster member (I/O).
+
+mod cluster;
+mod gate;
+mod redirect;
+mod slot;
+mod spelling;
+mod throttle;
+mod topology;
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::future::Either;
+use redis::Value;
+
+use crate::node::{as_value, Limits, Node, Request};
+use crate::quorum::Raw;
+use cluster::Cluster;
+pub(crate) use slot::key_slot;
+
+/// Each node's address with its answer (see [`Member::query_every_node`]).
+pub(crate) type NodeAnswers = Vec<(String, Result<Value, Raw>)>;
+
+/// One member of the quorum.
+pub(crate) struct Member {
+    /// As given (`redis://...` or `redis+cluster://...`).
+    pub text: String,
+    kind: Kind,
+}
+
+enum Kind {
+    Master(Node),
+    Cluster(Cluster),
+}
+
+impl Member {
+    /// Member number `number` (from 1, for messages) as written in `text`;
+    /// starts its connection tasks (so: inside a Tokio runtime), connects on
+    /// first use.
+    pub fn new(
+        number: usize,
+        text: &str,
+        limits: Limits,
+        command_timeout: Duration,
+    ) -> Result<Member, String> {
+        let kind = if spelling::is_cluster(text) {
+            let spelling = spelling::parse_cluster(text)?;
+            Kind::Cluster(Cluster::new(
+                format!("member {number} ({text})"),
+                spelling,
+                limits,
+                command_timeout,
+            ))
+        } else {
+            Kind::Master(Node::new(text, limits)?)
+        };
+        Ok(Member { text: text.to_string(), kind })
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.kind, Kind::Cluster(_))
+    }
+
+    /// Opens the connections now (a cluster: fetches its topology first).
+    pub async fn warm_up(&self) {
+        match &self.kind {
+            Kind::Master(node) => node.warm_up().await,
+            Kind::Cluster(cluster) => cluster.warm_up().await,
+        }
+    }
+
+    /// `request`, issued now (see `node/mod.rs` and `member/gate.rs`: calls
+    /// issued in order run in order), and the wait for the member's answer.
+    pub fn call(&self, request: &Request, timeout: Duration) -> impl Future<Output = Raw> + Send + 'static {
+        match &self.kind {
+            Kind::Master(node) => Either::Left(node.call(request, timeout)),
+            Kind::Cluster(cluster) => Either::Right(cluster.call(request, timeout)),
+        }
+    }
+
+    /// [`Member::call`] of a one-command request, keeping the reply as a
+    /// [`Value`]; with the address of the node that answered, for a cluster.
+    pub fn query(
+        &self,
+        request: &Request,
+        timeout: Duration,
+    ) -> impl Future<Output = (Result<Value, Raw>, Option<String>)> + Send + 'static {
+        match &self.kind {
+            Kind::Master(node) => {
+                let replies = node.send(request, node.deadline(timeout), false, None);
+                Either::Left(async move { (as_value(replies.await), None) })
+            }
+            Kind::Cluster(cluster) => Either::Right(cluster.query(request, timeout)),
+        }
+    }
+
+    /// `request` (keyless, as `INFO lock`) on every node that speaks for
+    /// the member: the master, or each master of a cluster (or, when a
+    /// cluster has no slot map, the member itself with why). Each with its
+    /// address (the member's text for a master) and answer.
+    pub fn query_every_node(
+        &self,
+        request: &Request,
+        timeout: Duration,
+    ) -> impl Future<Output = NodeAnswers> + Send + 'static {
+        let text = self.text.clone();
+        match &self.kind {
+            Kind::Master(node) => {
+                let replies = node.send(request, node.deadline(timeout), false, None);
+                Either::Left(async move { vec![(text, as_value(replies.await))] })
+            }
+            Kind::Cluster(cluster) => {
+                let masters = cluster.query_masters(request, timeout);
+                Either::Right(async move {
+                    masters.await.unwrap_or_else(|why| vec![(text, Err(Raw::ClusterUnavailable(why)))])
+                })
+            }
+        }
+    }
+}

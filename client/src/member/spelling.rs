@@ -1,0 +1,167 @@
+//! How a quorum member is written: one master, `redis://...` (see
+//! `node/address.rs`), or one cluster,
+//! `redis+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]`:
+//! the host in the authority and every `addr=` are seed nodes (the
+//! spelling of go-redis' cluster URLs; it keeps commas free for the list
+//! of members). Pure: parsed into addresses and credentials, or refused in
+//! words that say what to write instead.
+
+use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo};
+
+use super::redirect::Addr;
+
+/// The form of a cluster member, for messages.
+pub(crate) const CLUSTER_FORM: &str =
+    "redis+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]";
+
+/// The scheme of a cluster member.
+pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster";
+
+/// Seed nodes given in one member; more are refused.
+pub(crate) const SEEDS_MAX: usize = 64;
+
+/// A cluster member as written: its seed nodes and the credentials every
+/// node of the cluster is connected with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ClusterSpelling {
+    pub seeds: Vec<Addr>,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+impl ClusterSpelling {
+    /// What a connection to the cluster's node at `addr` needs.
+    pub fn connection(&self, addr: &Addr) -> ConnectionInfo {
+        ConnectionInfo {
+            addr: ConnectionAddr::Tcp(addr.host.clone(), addr.port),
+            redis: RedisConnectionInfo {
+                db: 0,
+                username: self.username.clone(),
+                password: self.password.clone(),
+                protocol: ProtocolVersion::RESP2,
+            },
+        }
+    }
+}
+
+/// Whether `text` names a cluster (its scheme is `redis+cluster`).
+pub(crate) fn is_cluster(text: &str) -> bool {
+    text.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case(CLUSTER_SCHEME))
+}
+
+/// `text` (`redis+cluster://...`) as a cluster member, or why not.
+pub(crate) fn parse_cluster(text: &str) -> Result<ClusterSpelling, String> {
+    let form = |what: String| format!("{what}: write it as {CLUSTER_FORM}");
+    let parsed = url::Url::parse(text).map_err(|e| form(e.to_string()))?;
+    let host = parsed.host_str().unwrap_or_default();
+    if host.is_empty() {
+        return Err(form("no host".into()));
+    }
+    let port = parsed.port().unwrap_or(6379);
+    if port == 0 {
+        return Err(form("port 0".into()));
+    }
+    let db = parsed.path().trim_matches('/');
+    if !db.is_empty() && db != "0" {
+        return Err(format!(
+            "a cluster has database 0 only, not {db:?}: remove the /{db} (write it as {CLUSTER_FORM})"
+        ));
+    }
+    if parsed.fragment().is_some() {
+        return Err(form("a #fragment".into()));
+    }
+    let decode = |part: &str| -> Result<String, String> {
+        percent_decode(part).ok_or_else(|| form(format!("{part:?} is not valid percent-encoded UTF-8")))
+    };
+    let username = Some(parsed.username()).filter(|u| !u.is_empty()).map(decode).transpose()?;
+    let password = parsed.password().map(decode).transpose()?;
+    let first = Addr::parse(&format!("[{}]:{port}", host.trim_matches(|c| c == '[' || c == ']')), "")
+        .ok_or_else(|| form(format!("{host}:{port} is not a node address")))?;
+    let mut seeds = vec![first];
+    for (name, value) in parsed.query_pairs() {
+        if name != "addr" {
+            return Err(form(format!("unknown parameter {name:?} (only addr=host:port)")));
+        }
+        let Some(seed) = Addr::parse(&value, "") else {
+            return Err(form(format!("addr={value} is not host:port")));
+        };
+        if seeds.contains(&seed) {
+            return Err(form(format!("seed {seed} is listed twice")));
+        }
+        seeds.push(seed);
+    }
+    if seeds.len() > SEEDS_MAX {
+        return Err(form(format!("{} seeds given, at most {SEEDS_MAX}", seeds.len())));
+    }
+    Ok(ClusterSpelling { seeds, username, password })
+}
+
+/// `%xx` escapes decoded (the URL's user and password as written).
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(host: &str, port: u16) -> Addr {
+        Addr { host: host.into(), port }
+    }
+
+    #[test]
+    fn a_cluster_member_names_its_seeds_and_credentials() {
+        let one = parse_cluster("redis+cluster://10.0.0.1:7000").unwrap();
+        assert_eq!(
+            one,
+            ClusterSpelling { seeds: vec![addr("10.0.0.1", 7000)], username: None, password: None }
+        );
+        let many =
+            parse_cluster("redis+cluster://app:s%40cret@h1:7000/?addr=h2:7001&addr=[::1]:7002").unwrap();
+        assert_eq!(many.seeds, [addr("h1", 7000), addr("h2", 7001), addr("::1", 7002)]);
+        assert_eq!((many.username.as_deref(), many.password.as_deref()), (Some("app"), Some("s@cret")));
+        let info = many.connection(&addr("h9", 7009));
+        assert_eq!(info.addr, ConnectionAddr::Tcp("h9".into(), 7009));
+        assert_eq!((info.redis.db, info.redis.password.as_deref()), (0, Some("s@cret")));
+        // A password alone, database 0 written out, the default port.
+        let password_only = parse_cluster("redis+cluster://:pw@h/0").unwrap();
+        assert_eq!((password_only.username, password_only.password.as_deref()), (None, Some("pw")));
+        assert_eq!(password_only.seeds, [addr("h", 6379)]);
+        assert_eq!(parse_cluster("redis+cluster://[::1]:7000").unwrap().seeds, [addr("::1", 7000)]);
+        assert!(is_cluster("redis+cluster://h:1") && is_cluster("REDIS+CLUSTER://h:1"));
+        assert!(!is_cluster("redis://h:1") && !is_cluster("h:1"));
+    }
+
+    /// A bad spelling says what is wrong and what to write instead.
+    #[test]
+    fn bad_cluster_members_say_what_to_write() {
+        for (text, says) in [
+            ("redis+cluster://", "no host"),
+            ("redis+cluster://h:7000/3", "a cluster has database 0 only, not \"3\": remove the /3"),
+            ("redis+cluster://h:7000?addr=h2", "addr=h2 is not host:port"),
+            ("redis+cluster://h:7000?addr=h2:0", "addr=h2:0 is not host:port"),
+            ("redis+cluster://h:7000?seed=h2:1", "unknown parameter \"seed\" (only addr=host:port)"),
+            ("redis+cluster://h:7000?addr=h:7000", "seed h:7000 is listed twice"),
+            ("redis+cluster://h:99999", "invalid port number"),
+            ("redis+cluster://h:7000#x", "a #fragment"),
+            ("redis+cluster://u:%ff@h:1", "not valid percent-encoded UTF-8"),
+        ] {
+            let why = parse_cluster(text).expect_err(text);
+            assert!(why.contains(says), "{text}: {why}");
+            assert!(why.contains(CLUSTER_FORM), "{text}: {why}");
+        }
+    }
+}

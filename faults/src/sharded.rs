@@ -1,0 +1,229 @@
+//! The members of a run whose quorum has cluster members: real Redis /
+//! Valkey Clusters (the test kit's [`RedisCluster`], every node with the
+//! module, `appendfsync always`, a failover quarantine) beside plain
+//! masters; and the faults done inside a cluster: a slot migrated under
+//! load (`MIGRATE`, or Valkey's atomic `CLUSTER MIGRATESLOTS`), a shard's
+//! master killed and its replica promoted (the old master then restarts
+//! and rejoins as a replica), a shard's master paused (a partition of that
+//! shard from everyone), and the connections to a migrating slot's two
+//! masters cut (the replies to redirected calls lost). Every action on a
+//! process runs on a blocking thread.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lock_testkit::{cmd, server_version, ClusterSpec, Opts, RedisCluster, Server};
+
+/// How to start the members.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// Cluster members, each of this many shards (a master and a replica).
+    pub clusters: usize,
+    pub shards: usize,
+    /// Plain masters beside them.
+    pub masters: usize,
+    /// `lock.quarantine-ms` (every node runs with `appendfsync always`: no
+    /// start-up quarantine; a promoted replica quarantines this long).
+    pub quarantine_ms: u64,
+    /// `cluster-node-timeout`.
+    pub node_timeout_ms: u64,
+}
+
+pub struct Sharded {
+    pub spec: Spec,
+    clusters: Vec<Arc<Mutex<RedisCluster>>>,
+    masters: Vec<Server>,
+    members: Vec<String>,
+}
+
+fn opts(quarantine_ms: u64) -> Opts {
+    Opts::new()
+        .aof_always()
+        .module_arg("quarantine-ms", &quarantine_ms.to_string())
+        .config("cluster-require-full-coverage", "no")
+}
+
+fn lock(cluster: &Mutex<RedisCluster>) -> std::sync::MutexGuard<'_, RedisCluster> {
+    cluster.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Sharded {
+    /// Starts every member (the clusters one after the other: each waits
+    /// for its own agreement).
+    pub async fn start(spec: Spec) -> Sharded {
+        let for_start = spec.clone();
+        let (clusters, masters) = tokio::task::spawn_blocking(move || {
+            let spec = for_start;
+            let clusters: Vec<RedisCluster> = (0..spec.clusters)
+                .map(|_| {
+                    RedisCluster::start(
+                        ClusterSpec::new(spec.shards, 1)
+                            .opts(opts(spec.quarantine_ms))
+                            .node_timeout_ms(spec.node_timeout_ms),
+                    )
+                })
+                .collect();
+            let masters: Vec<Server> =
+                (0..spec.masters).map(|_| Server::with(opts(spec.quarantine_ms))).collect();
+            (clusters, masters)
+        })
+        .await
+        .expect("start the members");
+        let mut members: Vec<String> = clusters.iter().map(RedisCluster::member).collect();
+        members.extend(masters.iter().map(Server::url));
+        let clusters = clusters.into_iter().map(|c| Arc::new(Mutex::new(c))).collect();
+        Sharded { spec, clusters, masters, members }
+    }
+
+    /// The member strings the clients connect with: the clusters first.
+    pub fn urls(&self) -> Vec<String> {
+        self.members.clone()
+    }
+
+    /// Runs `f` on cluster member `member` on a blocking thread.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        member: usize,
+        f: impl FnOnce(&mut RedisCluster) -> T + Send + 'static,
+    ) -> T {
+        let cluster = self.clusters[member % self.clusters.len()].clone();
+        tokio::task::spawn_blocking(move || f(&mut lock(&cluster))).await.expect("a cluster action")
+    }
+
+    /// Moves the slot of `key` in cluster `member` to another master: the
+    /// classic way (`IMPORTING` / `MIGRATING`, each key with `MIGRATE`,
+    /// `pause` between them so that calls meet `ASK`, then `SETSLOT NODE`),
+    /// or on Valkey 9 with `atomic` Valkey's `CLUSTER MIGRATESLOTS`.
+    /// Returns what it did.
+    pub async fn migrate(&self, member: usize, key: String, pause: Duration, atomic: bool) -> String {
+        self.blocking(member, move |cluster| {
+            let slot = cluster.slot(&key);
+            let from = cluster.master_of_slot(slot).port;
+            let Some(to) = cluster.masters().iter().map(|m| m.port).find(|&p| p != from) else {
+                return format!("slot {slot}: no other master");
+            };
+            let (product, (major, _)) = server_version();
+            if atomic && product == "Valkey" && major >= 9 {
+                cluster.migrate_slot_atomically(slot, cluster.node(to));
+                return format!("slot {slot} of '{key}' {from} -> {to} (MIGRATESLOTS)");
+            }
+            let (source, target) = (cluster.node(from), cluster.node(to));
+            cluster.begin_migration(slot, source, target);
+            let keys: Vec<String> = cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(1000)
+                .query(&mut source.conn())
+                .unwrap_or_default();
+            for moving in &keys {
+                cluster.migrate_keys(source, target, std::slice::from_ref(moving));
+                std::thread::sleep(pause);
+            }
+            std::thread::sleep(pause);
+            cluster.end_migration(slot, target);
+            format!("slot {slot} of '{key}' {from} -> {to} ({} keys, MIGRATE)", keys.len())
+        })
+        .await
+    }
+
+    /// kill -9 of the master that serves `key` in cluster `member`; waits
+    /// for its replica's promotion, then restarts the killed node (it
+    /// rejoins as the new master's replica) and waits until it is in sync.
+    pub async fn fail_over(&self, member: usize, key: String) -> String {
+        self.blocking(member, move |cluster| {
+            let port = cluster.master_of(&key).port;
+            let index = cluster.nodes.iter().position(|n| n.port == port).expect("the master's node");
+            if cluster.replicas_of(cluster.node(port)).is_empty() {
+                return format!("{port}: no replica in sync yet");
+            }
+            let (promoted, _) = cluster.kill_master_and_wait_promotion(index);
+            let promoted = cluster.nodes[promoted].port;
+            cluster.nodes[index].restart();
+            cluster.wait_ok();
+            format!("master {port} of '{key}' killed, {promoted} promoted, {port} back as its replica")
+        })
+        .await
+    }
+
+    /// SIGSTOP of the master that serves `key` in cluster `member` for
+    /// `hold` (below the node timeout: no failover), then SIGCONT.
+    pub async fn pause(&self, member: usize, key: String, hold: Duration) -> String {
+        self.blocking(member, move |cluster| {
+            let master = cluster.master_of(&key);
+            master.signal("STOP");
+            std::thread::sleep(hold);
+            master.signal("CONT");
+            format!("master {} of '{key}' paused {} ms", master.port, hold.as_millis())
+        })
+        .await
+    }
+
+    /// Starts a classic migration of `key`'s slot in cluster `member`,
+    /// moves half its keys, cuts every client connection of both masters
+    /// (the replies to calls redirected between them are lost), then
+    /// finishes the migration.
+    pub async fn cut_redirects(&self, member: usize, key: String, pause: Duration) -> String {
+        self.blocking(member, move |cluster| {
+            let slot = cluster.slot(&key);
+            let from = cluster.master_of_slot(slot).port;
+            let Some(to) = cluster.masters().iter().map(|m| m.port).find(|&p| p != from) else {
+                return format!("slot {slot}: no other master");
+            };
+            let (source, target) = (cluster.node(from), cluster.node(to));
+            cluster.begin_migration(slot, source, target);
+            let keys: Vec<String> = cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(1000)
+                .query(&mut source.conn())
+                .unwrap_or_default();
+            let (first, rest) = keys.split_at(keys.len() / 2);
+            cluster.migrate_keys(source, target, first);
+            std::thread::sleep(pause);
+            for node in [source, target] {
+                let _: redis::RedisResult<i64> = cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg("normal")
+                    .arg("SKIPME")
+                    .arg("yes")
+                    .query(&mut node.conn());
+            }
+            std::thread::sleep(pause);
+            cluster.migrate_keys(source, target, rest);
+            cluster.end_migration(slot, target);
+            format!("slot {slot} of '{key}' {from} -> {to}, connections cut halfway ({} keys)", keys.len())
+        })
+        .await
+    }
+
+    /// Nodes that died by themselves (not killed by a fault), as
+    /// "PORT died" lines.
+    pub async fn dead(&self) -> Vec<String> {
+        let clusters = self.clusters.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut dead = Vec::new();
+            for cluster in &clusters {
+                let mut cluster = lock(cluster);
+                for node in &mut cluster.nodes {
+                    if node.is_running() && node.wait_exit(Duration::from_millis(1)).is_some() {
+                        dead.push(format!("{} died", node.port));
+                    }
+                }
+            }
+            dead
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Stops every node (by PID).
+    pub async fn shut_down(self) {
+        let Sharded { clusters, masters, .. } = self;
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(clusters);
+            drop(masters);
+        })
+        .await;
+    }
+}
