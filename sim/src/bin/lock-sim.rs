@@ -3,9 +3,15 @@
 //!
 //!   lock-sim [--seeds FIRST..END] [--threads N] [--rules module|classic]
 //!            [--scenario all|gc-pause|clock-jump|restart] [--print SEED]
+//!            [--until-failure]
+//!
+//! `--until-failure` stops at the first failing seed (the smallest: each
+//! thread stops once its seeds pass it) and prints how many histories it
+//! took: what scripts/sim-mutants reports per mutant.
 //!
 //! Exit status 1 when a history failed (the summary names the seeds).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use lock_sim::node::Rules;
@@ -18,6 +24,7 @@ fn main() {
     let mut rules = Rules::Module;
     let mut scenario = "all".to_string();
     let mut print = None;
+    let mut until_failure = false;
     let mut i = 0;
     while i < args.len() {
         let value = args.get(i + 1).cloned().unwrap_or_default();
@@ -39,6 +46,7 @@ fn main() {
                 rules = if value == "classic" { Rules::Classic } else { Rules::Module };
                 i += 1;
             }
+            "--until-failure" => until_failure = true,
             "--scenario" => {
                 scenario = value;
                 i += 1;
@@ -67,15 +75,19 @@ fn main() {
     }
     let started = Instant::now();
     let (first, end) = (seeds.start, seeds.end);
+    // The smallest failing seed found so far (with --until-failure).
+    let smallest = AtomicU64::new(u64::MAX);
     let failing: Vec<u64> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads as u64)
             .map(|t| {
+                let smallest = &smallest;
                 scope.spawn(move || {
                     let mut failing = Vec::new();
                     let mut seed = first + t;
-                    while seed < end {
+                    while seed < end && !(until_failure && seed > smallest.load(Ordering::Relaxed)) {
                         if !run::run(seed, &setup, &run::schedule(seed, &setup)).violations.is_empty() {
                             failing.push(seed);
+                            smallest.fetch_min(seed, Ordering::Relaxed);
                         }
                         seed += threads as u64;
                     }
@@ -87,6 +99,21 @@ fn main() {
         all.sort_unstable();
         all
     });
+    if until_failure {
+        match failing.first() {
+            Some(seed) => println!(
+                "lock-sim: first failing seed {seed}, after {} histories, in {:.2} s",
+                seed - first + 1,
+                started.elapsed().as_secs_f64()
+            ),
+            None => println!(
+                "lock-sim: no failure in {} histories, {:.2} s",
+                end.saturating_sub(first),
+                started.elapsed().as_secs_f64()
+            ),
+        }
+        std::process::exit(i32::from(!failing.is_empty()));
+    }
     let n = end.saturating_sub(first);
     println!(
         "lock-sim: {n} histories ({:?} rules, scenario {scenario}) in {:.1} s on {threads} threads: {} failed",
