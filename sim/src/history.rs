@@ -8,9 +8,9 @@
 //! - fencing on the resource's side: the resource accepts the writes of
 //!   holders in the order they were granted (a write of a superseded
 //!   holder after its successor's is a violation);
-//! - no lock left behind: once every client is done and its background
-//!   calls settled, no node holds the resource for a token whose release
-//!   every node acknowledged.
+//! - no lock left behind: once every client is done, every fault over and
+//!   every TTL and quarantine run out, a new client takes the lock (checked
+//!   in `run.rs`, by a probe client).
 
 use std::fmt::Write as _;
 

@@ -200,9 +200,19 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome
     for handle in clients {
         let _ = handle.await;
     }
-    injector.abort();
+    // Every fault has ended (the schedule is bounded); then, once every
+    // TTL and quarantine has run out, the lock must be free: nothing was
+    // left behind (a probe client takes it).
+    let _ = injector.await;
+    net::lock(&world).faults = quiet().messages;
+    let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, 0);
+    tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs())).await;
+    let left_behind = probe(&world, setup).await;
     let w = net::lock(&world);
-    let violations = w.history.violations();
+    let mut violations = w.history.violations();
+    if let Some(why) = left_behind {
+        violations.push(format!("left behind: the lock is not free once every TTL ran out: {why}"));
+    }
     Outcome { history: w.history.render(&violations), violations }
 }
 
@@ -243,6 +253,26 @@ pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
         (setup, best) = (candidate, outcome);
     }
     Some((setup, faults, best))
+}
+
+/// A client of its own (the next index) takes and releases the lock once;
+/// why not, if it cannot.
+async fn probe(world: &Shared, setup: Setup) -> Option<String> {
+    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(setup.clients, n)).collect();
+    let redlock = match Redlock::connect(urls, Config::default()).await {
+        Ok(redlock) => redlock,
+        Err(e) => return Some(format!("connect: {e}")),
+    };
+    let outcome = match redlock.try_acquire(RESOURCE, Mode::Plain, Duration::from_millis(TTL_MAX_MS)).await {
+        Ok(guard) => {
+            let _ = guard.release().await;
+            None
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    redlock.settle().await;
+    note(world, format!("probe: {}", outcome.as_deref().unwrap_or("took and released the lock")));
+    outcome
 }
 
 /// Applies the schedule's faults at their times.
