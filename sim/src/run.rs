@@ -36,6 +36,9 @@ pub struct Setup {
     pub clock_steps: usize,
     pub step_max_ms: i64,
     pub messages: MessageFaults,
+    /// Each node's clocks run up to this many thousandths fast or slow
+    /// (the client budgets 1%).
+    pub drift_per_mille: i64,
     /// Per mille of holds that pause (a GC pause) between their check and
     /// their write, for up to twice the TTL.
     pub pause_per_mille: u32,
@@ -61,6 +64,7 @@ impl Setup {
                 reply_lost_per_mille: 10,
             },
             pause_per_mille: 150,
+            drift_per_mille: 8,
         }
     }
 
@@ -109,6 +113,7 @@ fn quiet() -> Setup {
         partitions: 0,
         clock_steps: 0,
         pause_per_mille: 0,
+        drift_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -184,12 +189,18 @@ pub fn run(seed: u64, setup: &Setup, faults: &[(u64, Fault)]) -> Outcome {
 }
 
 async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let nodes = (0..setup.nodes)
+        .map(|_| {
+            let mut node = Node::new(setup.rules, Persistence::None, TTL_MAX_MS as i64);
+            node.rate_per_mille = rng.gen_range(-setup.drift_per_mille..=setup.drift_per_mille);
+            node
+        })
+        .collect();
     let world: Shared = Arc::new(Mutex::new(World {
-        nodes: (0..setup.nodes)
-            .map(|_| Node::new(setup.rules, Persistence::None, TTL_MAX_MS as i64))
-            .collect(),
+        nodes,
         partitioned: vec![vec![false; setup.nodes]; setup.clients],
-        rng: StdRng::seed_from_u64(seed),
+        rng,
         faults: setup.messages,
         history: History::default(),
         started: Instant::now(),
