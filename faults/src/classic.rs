@@ -76,7 +76,9 @@ impl Target {
         };
         let (first, query) = rest.split_once('?').unwrap_or((rest, ""));
         let mut seeds = vec![format!("redis://{}", first.trim_end_matches('/'))];
-        seeds.extend(query.split('&').filter_map(|pair| pair.strip_prefix("addr=")).map(|a| format!("redis://{a}")));
+        seeds.extend(
+            query.split('&').filter_map(|pair| pair.strip_prefix("addr=")).map(|a| format!("redis://{a}")),
+        );
         let client = ClusterClient::builder(seeds)
             .connection_timeout(config.connect_timeout)
             .response_timeout(config.command_timeout)

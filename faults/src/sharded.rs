@@ -69,8 +69,7 @@ impl Sharded {
                     )
                 })
                 .collect();
-            let masters: Vec<Server> =
-                (0..spec.masters).map(|_| Server::with(opts(&spec))).collect();
+            let masters: Vec<Server> = (0..spec.masters).map(|_| Server::with(opts(&spec))).collect();
             (clusters, masters)
         })
         .await
@@ -211,9 +210,25 @@ impl Sharded {
         self.blocking(member, move |cluster| {
             let mut c = cluster.master_of(&key).conn();
             if module {
-                cmd("LOCK.ACQUIRE").arg(&key).arg(token).arg(ttl_ms).query::<Option<i64>>(&mut c).ok().flatten().is_some()
+                cmd("LOCK.ACQUIRE")
+                    .arg(&key)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .query::<Option<i64>>(&mut c)
+                    .ok()
+                    .flatten()
+                    .is_some()
             } else {
-                cmd("SET").arg(&key).arg(token).arg("NX").arg("PX").arg(ttl_ms).query::<Option<String>>(&mut c).ok().flatten().is_some()
+                cmd("SET")
+                    .arg(&key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .query::<Option<String>>(&mut c)
+                    .ok()
+                    .flatten()
+                    .is_some()
             }
         })
         .await
@@ -265,7 +280,8 @@ impl Sharded {
             cluster.nodes[index].kill();
             let node = cluster.node(replica);
             node.signal("CONT");
-            let _: redis::RedisResult<()> = cmd("CLUSTER").arg("FAILOVER").arg("TAKEOVER").query(&mut node.conn());
+            let _: redis::RedisResult<()> =
+                cmd("CLUSTER").arg("FAILOVER").arg("TAKEOVER").query(&mut node.conn());
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while lock_testkit::role(node) != "master" {
                 if std::time::Instant::now() > deadline {

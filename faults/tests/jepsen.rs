@@ -986,7 +986,9 @@ async fn probe_shard_promotion(
         }
     }
     if validity_end.saturating_sub(first_try) < ms(100) {
-        return Err(format!("ShardPromotion probe: P2 began trying less than 100 ms before P1's validity ended ({note})"));
+        return Err(format!(
+            "ShardPromotion probe: P2 began trying less than 100 ms before P1's validity ended ({note})"
+        ));
     }
     Ok(note)
 }
