@@ -568,6 +568,16 @@ fn spec(scenario: &Scenario, imp: Impl) -> Spec {
     }
 }
 
+/// `count` probe clients (workers 1000 and up), each with its own client.
+async fn probers(imp: Impl, urls: &[String], ctx: &Arc<Ctx>, count: usize) -> Vec<Worker> {
+    let mut probers = Vec::new();
+    for id in 0..count {
+        let locker = Locker::connect(imp, urls, test_config()).await;
+        probers.push(Worker { id: 1000 + id, locker, ctx: ctx.clone() });
+    }
+    probers
+}
+
 async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, index: u64) -> Report {
     if scenario.clusters > 0 {
         return run_sharded(scenario, imp, settings, index).await;
@@ -585,11 +595,7 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
     let work = if module { scenario.work } else { Work::Short };
 
     // The probe clients (also for one node: probes there use their own).
-    let mut probers = Vec::new();
-    for id in 0..3 {
-        let locker = Locker::connect(imp, &urls, test_config()).await;
-        probers.push(Worker { id: 1000 + id, locker, ctx: ctx.clone() });
-    }
+    let probers = probers(imp, &urls, &ctx, 3).await;
     let mut handles = Vec::new();
     let resources: Vec<String> = match scenario.workload {
         Workload::Quorum(list) => {
@@ -767,11 +773,7 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
     let ttl = scenario.ttl();
     let ctx = Arc::new(Ctx::new(module, ttl, CLIENTS));
     let work = if module { scenario.work } else { Work::Short };
-    let mut probers = Vec::new();
-    for id in 0..2 {
-        let locker = Locker::connect(imp, &urls, test_config()).await;
-        probers.push(Worker { id: 1000 + id, locker, ctx: ctx.clone() });
-    }
+    let probers = probers(imp, &urls, &ctx, 2).await;
     let Workload::Quorum(list) = scenario.workload else { panic!("{}: a quorum workload", scenario.name) };
     let resources: Vec<Resource> =
         list.iter().map(|&(name, kind)| Resource { name: name.to_string(), kind }).collect();
