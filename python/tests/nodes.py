@@ -171,7 +171,9 @@ class RedisCluster:
     ``start_cluster``), killed by PID by :meth:`close`. Used as one quorum
     member: :attr:`member`."""
 
-    def __init__(self, shards: int = 3, replicas: int = 1, args: Sequence[str] = (), node_timeout_ms: int = 5000) -> None:
+    def __init__(
+        self, shards: int = 3, replicas: int = 1, args: Sequence[str] = (), node_timeout_ms: int = 5000
+    ) -> None:
         self.cluster = servers.start_cluster(
             server_bin(), shards=shards, replicas=replicas, module=module_so(),
             module_args=["quarantine-ms", "0"], node_timeout_ms=node_timeout_ms,
