@@ -32,6 +32,7 @@ use crate::node::{as_value, Limits, Node, Request};
 use crate::quorum::Raw;
 use cluster::Cluster;
 pub(crate) use slot::key_slot;
+pub(crate) use spelling::is_cluster;
 
 /// Each node's address with its answer (see [`Member::query_every_node`]).
 pub(crate) type NodeAnswers = Vec<(String, Result<Value, Raw>)>;
