@@ -154,23 +154,6 @@ impl Node {
         self.up = true;
     }
 
-    /// Deletes a lock key behind the module's back (a stray DEL, an
-    /// eviction, a flush).
-    pub fn delete(&mut self, key: &[u8]) {
-        self.keys.remove(key);
-    }
-
-    /// The live holders of `key` at `virtual_ms`: (owner, fencing token).
-    pub fn holders(&self, key: &[u8], virtual_ms: i64) -> Vec<(Vec<u8>, u64)> {
-        let now = self.now_ms(virtual_ms);
-        self.keys
-            .get(key)
-            .map(|h| {
-                lock::live_holders(h, now).into_iter().map(|(owner, hold)| (owner, hold.fence)).collect()
-            })
-            .unwrap_or_default()
-    }
-
     /// Runs one command at `virtual_ms`.
     pub fn call(&mut self, words: &[Vec<u8>], virtual_ms: i64) -> Reply {
         let now = self.now_ms(virtual_ms);
