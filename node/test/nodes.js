@@ -314,6 +314,25 @@ class Cluster {
   }
 }
 
+/**
+ * For a test file whose tests share N masters and one client: both made
+ * before its first test (node:test's `before`) and handed to `use({
+ * cluster, locks })`, closed after its last.
+ */
+function sharedQuorum(Redlock, n, use) {
+  const { after, before } = require("node:test");
+  const shared = { cluster: null, locks: null };
+  before(async () => {
+    shared.cluster = await Cluster.start(n);
+    shared.locks = await Redlock.connect(shared.cluster.urls);
+    use(shared);
+  });
+  after(async () => {
+    if (shared.locks) await shared.locks.close();
+    if (shared.cluster) shared.cluster.close();
+  });
+}
+
 let counter = 0;
 /** A resource name of its own for each test. */
 function resourceName(t) {
@@ -321,4 +340,4 @@ function resourceName(t) {
   return `node:${t.name.replace(/\s+/g, "-").slice(0, 40)}:${process.pid}:${counter}`;
 }
 
-module.exports = { Cluster, ReplyError, aborted, resourceName, serverName, sleep, startServer, waitUntil, REPO };
+module.exports = { Cluster, ReplyError, aborted, resourceName, serverName, sharedQuorum, sleep, startServer, waitUntil, REPO };
