@@ -13,7 +13,7 @@
 // The messages are the Rust client's own, with the per-node counts, e.g.
 // "no quorum for 'orders:42': 2 of 5 granted (need 3); 3 unreachable".
 // The native module hands a failure over as a plain object (its kind,
-// message, resource, round, counts); fromFailure() picks the class.
+// message, resource, round, counts); failure.js picks the class.
 
 class RedlockError extends Error {
   constructor(message, { resource = null, phase = null, tally = null, reason = null, cause } = {}) {
@@ -61,64 +61,8 @@ class LockLostError extends RedlockError {}
 
 class InvalidArgumentError extends RedlockError {}
 
-const KINDS = {
-  held: LockHeldError,
-  expired_before_use: ExpiredBeforeUseError,
-  lost: LockLostError,
-  invalid_argument: InvalidArgumentError,
-};
-
-// The most specific class for a round short of its quorum: the nodes whose
-// answers made the difference (without their refusals the round had its
-// quorum).
-function noQuorumClass(tally) {
-  if (tally) {
-    if (tally.quarantined && tally.yes + tally.quarantined >= tally.need) return QuarantinedError;
-    const silent = tally.unreachable + tally.timedOut + tally.clusterUnavailable;
-    if (silent && tally.yes + silent >= tally.need) return NodesUnreachableError;
-  }
-  return NoQuorumError;
-}
-
-// A counts object with only the fields it has (the native one gives null
-// for a missing quarantine time and first failure).
-function tallyOf(native) {
-  if (!native) return null;
-  return Object.freeze({
-    nodes: native.nodes,
-    need: native.need,
-    yes: native.yes,
-    no: native.no,
-    quarantined: native.quarantined,
-    quarantineLeft: native.quarantineLeft ?? null,
-    unreachable: native.unreachable,
-    timedOut: native.timedOut,
-    failed: native.failed,
-    firstFailure: native.firstFailure ?? null,
-    pending: native.pending,
-    clusterUnavailable: native.clusterUnavailable,
-    firstClusterUnavailable: native.firstClusterUnavailable ?? null,
-  });
-}
-
-/** The error for a native failure (its `info`). */
-function fromFailure(info) {
-  const cls = info.kind === "no_quorum" ? noQuorumClass(info.tally) : KINDS[info.kind] || RedlockError;
-  const cause = info.cause ? fromFailure(info.cause) : undefined;
-  return new cls(info.message, {
-    resource: info.resource ?? null,
-    phase: info.phase ?? null,
-    tally: tallyOf(info.tally),
-    reason: info.reason ?? null,
-    cause,
-  });
-}
-
-/** An InvalidArgumentError found by the JavaScript layer, worded as the client words its own. */
-function invalid(message) {
-  return new InvalidArgumentError(`invalid argument: ${message}`);
-}
-
+// Only the classes: Node's ES module loader finds these names as named
+// exports of the package (index.js spreads them into its own).
 module.exports = {
   RedlockError,
   LockHeldError,
@@ -128,7 +72,4 @@ module.exports = {
   ExpiredBeforeUseError,
   LockLostError,
   InvalidArgumentError,
-  fromFailure,
-  invalid,
-  tallyOf,
 };

@@ -137,6 +137,63 @@ export interface NodeInfo {
   readonly error: string | null;
 }
 
+/** What a reachable node with the module says of itself (INFO lock). */
+export interface NodeHealth {
+  /** Its start-up or promotion quarantine in force ("startup" or "promotion", ms left); null when none. */
+  readonly quarantine: { readonly reason: string; readonly left: number } | null;
+  /** The maxmemory-policy that can evict lock keys; null when none can. */
+  readonly evictingPolicy: string | null;
+  /** lock.eviction-mode: "refuse" or "quarantine". */
+  readonly evictionMode: string;
+  readonly fencingCounter: bigint;
+  /** Protections its settings turn off, e.g. ["startup-quarantine"]. */
+  readonly protectionsOff: readonly string[];
+  readonly quarantinedKeys: number;
+  readonly quarantinedDbs: number;
+  /** Wall clock minus module clock, ms: non-zero after a clock jump. */
+  readonly wallClockOffset: number;
+  /** The settings in force: { max_ttl_ms: "30000", ... }. */
+  readonly settings: Readonly<Record<string, string>>;
+}
+
+/** Why a node cannot grant now. */
+export type Blocked = "unreachable" | "no-module" | "quarantined" | "evicting" | "error";
+
+export interface NodeStatus {
+  readonly node: string;
+  /** null when the node gave no INFO lock (see `blocked`). */
+  readonly health: NodeHealth | null;
+  /** Why it cannot grant now, null when it can; `why` in words. */
+  readonly blocked: Blocked | null;
+  readonly why: string | null;
+}
+
+/** One quorum member (one vote): a master, or a cluster with a node per shard master. */
+export interface MemberStatus {
+  readonly member: string;
+  /** Whether every node of the member can grant now. */
+  readonly grants: boolean;
+  readonly nodes: readonly NodeStatus[];
+}
+
+/** status(): every member's health, and whether a majority can grant right now. */
+export interface QuorumStatus {
+  readonly members: readonly MemberStatus[];
+  readonly need: number;
+  readonly granting: number;
+  readonly grants: boolean;
+  /** The kind of refusal that alone keeps the majority from granting; null when it grants or the causes are mixed. */
+  readonly cause: Blocked | null;
+  /** ms until enough quarantines end for a majority to grant; null otherwise. */
+  readonly readyIn: number | null;
+  /** The verdict in one line, as `redlock status` prints it. */
+  readonly summary: string;
+  /** { setting: { value: [nodes] } } for the settings that differ between nodes. */
+  readonly differences: Readonly<Record<string, Readonly<Record<string, readonly string[]>>>>;
+  /** { protection: [nodes] } for the protections some node has off. */
+  readonly protectionsOff: Readonly<Record<string, readonly string[]>>;
+}
+
 /** A lock held on a quorum of nodes. */
 export class Lock {
   private constructor();
@@ -187,6 +244,7 @@ export class Redlock {
   enter(resource: string, owner: string, options: { ttl: number }): Promise<Entered>;
   exit(resource: string, owner: string): Promise<number>;
   info(resource: string): Promise<NodeInfo[]>;
+  status(): Promise<QuorumStatus>;
   settle(): Promise<void>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;

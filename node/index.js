@@ -10,19 +10,7 @@
 
 const path = require("node:path");
 const util = require("node:util");
-const {
-  RedlockError,
-  LockHeldError,
-  NoQuorumError,
-  QuarantinedError,
-  NodesUnreachableError,
-  ExpiredBeforeUseError,
-  LockLostError,
-  InvalidArgumentError,
-  fromFailure,
-  invalid,
-  tallyOf,
-} = require("./errors");
+const { fromFailure, invalid, tallyOf } = require("./failure");
 
 const NATIVE = path.join(__dirname, "redlock_client.node");
 
@@ -187,6 +175,47 @@ function lockInfo(info) {
     permits: info.permits ?? null,
     holders: Object.freeze(info.holders.map((h) => Object.freeze({ ...h }))),
     refused: info.refused ? Object.freeze({ ...info.refused }) : null,
+  });
+}
+
+const freezeAll = (list) => Object.freeze(list.map((item) => Object.freeze(item)));
+const nodesBy = (pairs, key) => Object.freeze(Object.fromEntries(pairs.map((p) => [p[key], Object.freeze([...p.nodes])])));
+
+/** One node's INFO lock, with null for what it does not have. */
+function nodeHealth(health) {
+  if (!health) return null;
+  return Object.freeze({
+    quarantine: health.quarantineReason == null ? null : Object.freeze({ reason: health.quarantineReason, left: health.quarantineLeft }),
+    evictingPolicy: health.evictingPolicy ?? null,
+    evictionMode: health.evictionMode,
+    fencingCounter: health.fencingCounter,
+    protectionsOff: Object.freeze([...health.protectionsOff]),
+    quarantinedKeys: health.quarantinedKeys,
+    quarantinedDbs: health.quarantinedDbs,
+    wallClockOffset: health.wallClockOffset,
+    settings: Object.freeze(Object.fromEntries(health.settings)),
+  });
+}
+
+/** The quorum's status from the native one: maps where the native module has lists. */
+function quorumStatus(status) {
+  const members = status.members.map((m) => {
+    const nodes = freezeAll(
+      m.nodes.map((n) => ({ node: n.node, health: nodeHealth(n.health), blocked: n.blocked ?? null, why: n.why ?? null })),
+    );
+    return { member: m.member, grants: nodes.every((n) => n.blocked === null), nodes };
+  });
+  const differences = status.differences.map((d) => [d.setting, nodesBy(d.values, "value")]);
+  return Object.freeze({
+    members: freezeAll(members),
+    need: status.need,
+    granting: status.granting,
+    grants: status.grants,
+    cause: status.cause ?? null,
+    readyIn: status.readyIn ?? null,
+    summary: status.summary,
+    differences: Object.freeze(Object.fromEntries(differences)),
+    protectionsOff: nodesBy(status.protectionsOff, "protection"),
   });
 }
 
@@ -527,6 +556,18 @@ class Redlock {
     );
   }
 
+  /**
+   * INFO lock of every node, as `redlock status` shows it: can a majority
+   * grant right now (`grants`), and if not why (`cause`: "unreachable",
+   * "quarantined", "evicting", "no-module" or "error", when one kind alone
+   * keeps the majority from granting; `readyIn`: ms until enough
+   * quarantines end), with each member's nodes and their health. Never
+   * rejects for the nodes' sake: an unreachable node is a row that says so.
+   */
+  async status() {
+    return quorumStatus(await this.#open().status());
+  }
+
   /** Waits (bounded) for the calls that rounds left running in the background: call it before the process exits. */
   async settle() {
     await this.#client.settle();
@@ -548,17 +589,6 @@ class Redlock {
   }
 }
 
-// Shorthand only: Node's ES module loader finds these names as named
-// exports (`import { Redlock } from "redlock-client"`).
-module.exports = {
-  Redlock,
-  Lock,
-  RedlockError,
-  LockHeldError,
-  NoQuorumError,
-  QuarantinedError,
-  NodesUnreachableError,
-  ExpiredBeforeUseError,
-  LockLostError,
-  InvalidArgumentError,
-};
+// Shorthand only, and a spread of require(): Node's ES module loader finds
+// these names as named exports (`import { Redlock } from "redlock-client"`).
+module.exports = { Redlock, Lock, ...require("./errors") };

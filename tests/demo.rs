@@ -118,6 +118,16 @@ fn scripts_run_cluster_starts_a_cluster_and_shows_locks_through_it() {
     assert!(!stdout.contains("QUARANTINE"), "the demo's cluster refused grants:\n{stdout}");
     let env = std::fs::read_to_string(demo.state.join("env")).expect("run/env");
     assert!(env.contains("export REDLOCK_NODES=redis+cluster://127.0.0.1:"), "{env}");
+    // A shell that sources run/env finds the CLI scripts/run built, as
+    // `redlock`, and takes a lock through the cluster with it.
+    let shell = format!(
+        ". '{}' && command -v redlock && redlock exec demo:env -- true && echo done",
+        demo.state.join("env").display()
+    );
+    let run = Command::new("bash").args(["-c", &shell]).env_remove("REDLOCK_NODES").output().expect("bash");
+    let said = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(0), "{said}{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(said, format!("{}\ndone\n", demo.state.join("bin/redlock").display()));
     let pids: Vec<u32> = std::fs::read_dir(&demo.state)
         .expect("state dir")
         .filter_map(|e| e.ok().map(|e| e.path().join("redis.pid")))

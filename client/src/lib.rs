@@ -43,6 +43,9 @@
 //!
 //! The parts, and where they live, each importing only the ones listed
 //! after it:
+//! - [`bindings`]: what the Python and Node.js packages share (units,
+//!   modes by name, claims, calls by token, a guard shared with a
+//!   language's lock object), so that each is only its language's glue.
 //! - [`Redlock`] (`redlock.rs`): the API: checks its arguments, runs the
 //!   rounds, hands out guards; reentrant enter/exit, info, check.
 //! - [`Guard`] (`guard.rs`): a held lock, its fencing token (the fencing
@@ -116,6 +119,7 @@
 //! [`quorum::semaphore_quorum`] for why and for the proof. The fencing
 //! round stays a majority.
 
+pub mod bindings;
 mod claim;
 mod error;
 mod guard;

@@ -3,18 +3,18 @@
 //! it. Each method converts its arguments, runs the client's call on the
 //! runtime and converts what it returns.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use napi::bindgen_prelude::BigInt;
 use napi_derive::napi;
-use redlock_client::{Config, Error, Guard, Mode, Redlock, Result};
+use redlock_client::bindings::{self, mode, Claims, HeldLock, Unit};
+use redlock_client::{Config, Error, Redlock};
 use tokio::runtime::Handle;
 
 use crate::convert::{
-    millis, millis_out, mode, node_report, outcome, policy, NodeReport, Outcome, Retry, TallyInfo,
+    node_report, outcome, policy, quorum_status, NodeReport, Outcome, QuorumStatusInfo, Retry, TallyInfo,
 };
 use crate::held::Held;
+
+const MS: Unit = Unit::Milliseconds;
 
 /// One resource of an acquire, as JavaScript gives it.
 #[napi(object)]
@@ -22,38 +22,6 @@ pub struct ClaimArg {
     pub resource: String,
     pub mode: String,
     pub permits: Option<u32>,
-}
-
-/// What an acquire takes: one resource (any mode) or a set (the client's
-/// `try_acquire_many`, all or nothing).
-enum Claims {
-    One(String, Mode),
-    Many(Vec<(String, Mode)>),
-}
-
-fn claims(list: Vec<ClaimArg>, many: bool) -> Result<Claims> {
-    let set = list.into_iter().map(|c| Ok((c.resource, mode(&c.mode, c.permits)?)));
-    let set = set.collect::<Result<Vec<_>>>()?;
-    if many {
-        return Ok(Claims::Many(set));
-    }
-    match <[(String, Mode); 1]>::try_from(set) {
-        Ok([(name, mode)]) => Ok(Claims::One(name, mode)),
-        Err(_) => Err(Error::InvalidArgument("one resource expected".into())),
-    }
-}
-
-/// One acquire attempt, and with `fence` the fencing round right after it
-/// (a failed round drops the guard, which releases it).
-async fn attempt(redlock: Redlock, claims: Arc<Claims>, ttl: Duration, fence: bool) -> Result<Held> {
-    let guard: Guard = match &*claims {
-        Claims::One(resource, mode) => redlock.try_acquire(resource, *mode, ttl).await?,
-        Claims::Many(set) => redlock.try_acquire_many(set, ttl).await?,
-    };
-    let fenced = if fence { Some(guard.fencing_token().await?) } else { None };
-    // Always there: this runs as a task of the runtime.
-    let runtime = Handle::try_current().map_err(|e| Error::InvalidArgument(format!("no runtime: {e}")))?;
-    Ok(Held::new(guard, fenced, runtime))
 }
 
 /// Connects to every node, in parallel, each within `connect_timeout` ms.
@@ -67,9 +35,9 @@ pub async fn connect(
 ) -> Outcome<Client> {
     let connected = async {
         let config = Config {
-            connect_timeout: millis("connectTimeout", connect_timeout)?,
-            command_timeout: millis("commandTimeout", command_timeout)?,
-            reconnect_backoff: millis("reconnectBackoff", reconnect_backoff)?,
+            connect_timeout: MS.duration("connectTimeout", connect_timeout)?,
+            command_timeout: MS.duration("commandTimeout", command_timeout)?,
+            reconnect_backoff: MS.duration("reconnectBackoff", reconnect_backoff)?,
         };
         Ok(Client { redlock: Redlock::connect(nodes, config).await? })
     };
@@ -120,15 +88,17 @@ impl Client {
     ) -> Outcome<Held> {
         let redlock = self.redlock.clone();
         let taken = async move {
-            let claims = Arc::new(self::claims(claims, many)?);
-            let ttl = millis("ttl", ttl)?;
-            match retry {
-                None => attempt(redlock, claims, ttl, fence).await,
-                Some(retry) => {
-                    let policy = policy(&retry)?;
-                    policy.retry(|| attempt(redlock.clone(), claims.clone(), ttl, fence)).await
-                }
-            }
+            let claims = claims.into_iter().map(|c| (c.resource, c.mode, c.permits));
+            let claims = Claims::parse(claims, many)?;
+            let ttl = MS.duration("ttl", ttl)?;
+            let (guard, fenced) = match retry {
+                None => claims.attempt(&redlock, ttl, fence).await?,
+                Some(retry) => policy(&retry)?.retry(|| claims.attempt(&redlock, ttl, fence)).await?,
+            };
+            // Always there: this runs as a task of the runtime.
+            let runtime =
+                Handle::try_current().map_err(|e| Error::InvalidArgument(format!("no runtime: {e}")))?;
+            Ok(Held::new(HeldLock::new(guard, fenced, runtime)))
         };
         outcome(taken.await)
     }
@@ -145,14 +115,9 @@ impl Client {
         permits: Option<u32>,
     ) -> Outcome<TallyInfo> {
         let redlock = self.redlock.clone();
-        let released = async move {
-            match (many, resources.as_slice()) {
-                (true, set) => redlock.release_many(set, &token).await,
-                (false, [one]) => redlock.release(one, &token, mode(&mode_name, permits)?).await,
-                (false, _) => Err(Error::InvalidArgument("one resource expected".into())),
-            }
-        };
-        outcome(released.await.map(|tally| TallyInfo::of(&tally)))
+        let mode = mode(&mode_name, permits);
+        let released = bindings::release_by_token(&redlock, &resources, many, &token, mode).await;
+        outcome(released.map(|tally| TallyInfo::of(&tally)))
     }
 
     /// Extends by token for `ttl` ms; the validity left, in ms.
@@ -168,27 +133,23 @@ impl Client {
     ) -> Outcome<f64> {
         let redlock = self.redlock.clone();
         let extended = async move {
-            let ttl = millis("ttl", ttl)?;
-            let lease = match (many, resources.as_slice()) {
-                (true, set) => redlock.extend_many(set, &token, ttl).await?,
-                (false, [one]) => redlock.extend(one, &token, mode(&mode_name, permits)?, ttl).await?,
-                (false, _) => return Err(Error::InvalidArgument("one resource expected".into())),
-            };
-            Ok(millis_out(lease.deadline.saturating_duration_since(tokio::time::Instant::now())))
+            let ttl = MS.duration("ttl", ttl)?;
+            let mode = mode(&mode_name, permits);
+            bindings::extend_by_token(&redlock, &resources, many, &token, mode, ttl).await
         };
-        outcome(extended.await)
+        outcome(extended.await.map(|left| MS.of(left)))
     }
 
     /// Reentrant enter: the fencing token and the validity left.
     #[napi]
     pub async fn enter(&self, resource: String, owner: String, ttl: f64) -> Outcome<EnteredInfo> {
         let redlock = self.redlock.clone();
-        let entered = async move {
-            let entered = redlock.enter(&resource, &owner, millis("ttl", ttl)?).await?;
-            let left = entered.lease.deadline.saturating_duration_since(tokio::time::Instant::now());
-            Ok(EnteredInfo { fencing_token: BigInt::from(entered.fencing_token), validity: millis_out(left) })
-        };
-        outcome(entered.await)
+        let entered =
+            async move { bindings::enter(&redlock, &resource, &owner, MS.duration("ttl", ttl)?).await };
+        outcome(entered.await.map(|(fencing_token, left)| EnteredInfo {
+            fencing_token: BigInt::from(fencing_token),
+            validity: MS.of(left),
+        }))
     }
 
     /// Reentrant exit: the holds left.
@@ -204,6 +165,14 @@ impl Client {
     pub async fn info(&self, resource: String) -> Vec<NodeReport> {
         let redlock = self.redlock.clone();
         redlock.info(&resource).await.into_iter().map(node_report).collect()
+    }
+
+    /// `INFO lock` on every node: can a majority grant now, and if not why
+    /// (the client's `Redlock::status`).
+    #[napi]
+    pub async fn status(&self) -> QuorumStatusInfo {
+        let redlock = self.redlock.clone();
+        quorum_status(redlock.status().await)
     }
 
     /// Waits (bounded) for the calls earlier rounds left in the background.

@@ -7,11 +7,14 @@
 //! their fields and their documentation live in JavaScript, as they do in
 //! Python).
 
-use std::time::Duration;
-
 use napi::bindgen_prelude::{BigInt, Either};
 use napi_derive::napi;
-use redlock_client::{Error, HolderInfo, LockInfo, Lost, Mode, NodeInfo, RetryPolicy, Tally};
+use redlock_client::bindings::{blocker_text, readiness_out, retry_policy, Unit};
+use redlock_client::{
+    Error, HolderInfo, LockInfo, Lost, NodeHealth, NodeInfo, NodeStatus, QuorumStatus, RetryPolicy, Tally,
+};
+
+const MS: Unit = Unit::Milliseconds;
 
 /// What every fallible operation resolves to: its value, or a
 /// [`Failure`] (which JavaScript tells apart with `instanceof`).
@@ -159,32 +162,6 @@ impl TallyInfo {
     }
 }
 
-/// A mode from its JavaScript spelling (the client's [`Mode::from_name`]).
-pub fn mode(name: &str, permits: Option<u32>) -> Result<Mode, Error> {
-    Mode::from_name(name, permits).map_err(Error::InvalidArgument)
-}
-
-/// The JavaScript spelling of a mode: its name and, for a permit, the count.
-pub fn mode_out(mode: Mode) -> (String, Option<u32>) {
-    match mode {
-        Mode::Permit { permits } => (mode.name().to_string(), Some(permits)),
-        other => (other.name().to_string(), None),
-    }
-}
-
-/// Milliseconds (JavaScript's unit of time) as a duration.
-pub fn millis(what: &str, value: f64) -> Result<Duration, Error> {
-    Duration::try_from_secs_f64(value / 1000.0).map_err(|_| {
-        Error::InvalidArgument(format!(
-            "{what} must be a finite number of milliseconds, at least 0; got {value}"
-        ))
-    })
-}
-
-pub fn millis_out(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
-}
-
 /// The retry options of an acquire, as JavaScript gives them (ms).
 #[napi(object)]
 pub struct Retry {
@@ -197,20 +174,12 @@ pub struct Retry {
 
 /// The client's retry policy for `retry`: its default unless told otherwise.
 pub fn policy(retry: &Retry) -> Result<RetryPolicy, Error> {
-    let mut policy = match retry.wait {
-        Some(wait) => RetryPolicy::within(millis("wait", wait)?),
-        None => RetryPolicy::default(),
+    let ms = |what, value: Option<f64>| value.map(|value| MS.duration(what, value)).transpose();
+    let delays = match (ms("retryDelay", retry.delay_min)?, ms("retryDelay", retry.delay_max)?) {
+        (Some(min), Some(max)) => Some((min, max)),
+        _ => None,
     };
-    if let (Some(min), Some(max)) = (retry.delay_min, retry.delay_max) {
-        policy = policy.with_delays(millis("retryDelay", min)?, millis("retryDelay", max)?);
-    }
-    if let Some(attempts) = retry.attempts {
-        if attempts == 0 {
-            return Err(Error::InvalidArgument("attempts must be at least 1".into()));
-        }
-        policy.attempts_max = attempts;
-    }
-    Ok(policy)
+    retry_policy(ms("wait", retry.wait)?, retry.attempts, delays)
 }
 
 /// One member's answer to `info`.
@@ -290,5 +259,147 @@ fn holder_report(holder: HolderInfo) -> HolderReport {
         fence: BigInt::from(holder.fence),
         ttl: holder.ttl_ms,
         deadline: holder.deadline_ms,
+    }
+}
+
+/// The quorum's status (`Redlock.status()`): every member's nodes, and
+/// whether a majority can grant now.
+#[napi(object)]
+pub struct QuorumStatusInfo {
+    pub members: Vec<MemberStatusInfo>,
+    /// The members that must grant (a majority).
+    pub need: u32,
+    /// The members that can grant now.
+    pub granting: u32,
+    pub grants: bool,
+    /// The kind of refusal that alone keeps the majority from granting
+    /// ("unreachable", "no-module", "quarantined", "evicting", "error");
+    /// `null` when it grants or the causes are mixed.
+    pub cause: Option<String>,
+    /// ms until enough quarantines end for a majority to grant.
+    pub ready_in: Option<f64>,
+    /// The verdict in one line, as `redlock status` prints it.
+    pub summary: String,
+    pub differences: Vec<DifferenceInfo>,
+    pub protections_off: Vec<ProtectionInfo>,
+}
+
+/// One quorum member (one vote): a master, or a cluster with a node per
+/// shard master.
+#[napi(object)]
+pub struct MemberStatusInfo {
+    pub member: String,
+    pub nodes: Vec<NodeStatusInfo>,
+}
+
+#[napi(object)]
+pub struct NodeStatusInfo {
+    pub node: String,
+    /// `null` when the node gave no `INFO lock` (see `blocked`).
+    pub health: Option<NodeHealthInfo>,
+    /// Why it cannot grant now ("unreachable", "no-module",
+    /// "quarantined", "evicting", "error"), `null` when it can; `why` in
+    /// words.
+    pub blocked: Option<String>,
+    pub why: Option<String>,
+}
+
+/// What a reachable node with the module says of itself (`INFO lock`).
+#[napi(object)]
+pub struct NodeHealthInfo {
+    /// "startup" or "promotion", when a quarantine is in force.
+    pub quarantine_reason: Option<String>,
+    /// ms of quarantine left.
+    pub quarantine_left: Option<f64>,
+    pub evicting_policy: Option<String>,
+    pub eviction_mode: String,
+    pub fencing_counter: BigInt,
+    pub protections_off: Vec<String>,
+    pub quarantined_keys: f64,
+    pub quarantined_dbs: f64,
+    /// Wall clock minus module clock, ms: non-zero after a clock jump.
+    pub wall_clock_offset: f64,
+    /// The settings in force, [name, value] (`max_ttl_ms`, ...).
+    pub settings: Vec<Vec<String>>,
+}
+
+/// A setting that differs between nodes: each value with its nodes.
+#[napi(object)]
+pub struct DifferenceInfo {
+    pub setting: String,
+    pub values: Vec<SettingValueInfo>,
+}
+
+#[napi(object)]
+pub struct SettingValueInfo {
+    pub value: String,
+    pub nodes: Vec<String>,
+}
+
+/// A protection some nodes have off.
+#[napi(object)]
+pub struct ProtectionInfo {
+    pub protection: String,
+    pub nodes: Vec<String>,
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+pub fn quorum_status(status: QuorumStatus) -> QuorumStatusInfo {
+    let (cause, ready_in_ms) = readiness_out(&status.readiness);
+    let summary = status.summary();
+    let grants = status.grants();
+    let protections_off = status
+        .protections_off()
+        .into_iter()
+        .map(|(protection, nodes)| ProtectionInfo { protection, nodes })
+        .collect();
+    let differences = status
+        .differences
+        .into_iter()
+        .map(|d| DifferenceInfo {
+            setting: d.setting,
+            values: d.values.into_iter().map(|(value, nodes)| SettingValueInfo { value, nodes }).collect(),
+        })
+        .collect();
+    let members = status
+        .members
+        .into_iter()
+        .map(|m| MemberStatusInfo { member: m.member, nodes: m.nodes.into_iter().map(node_status).collect() })
+        .collect();
+    QuorumStatusInfo {
+        members,
+        need: count(status.need),
+        granting: count(status.granting),
+        grants,
+        cause: cause.map(str::to_string),
+        ready_in: ready_in_ms.map(|ms| ms as f64),
+        summary,
+        differences,
+        protections_off,
+    }
+}
+
+fn node_status(node: NodeStatus) -> NodeStatusInfo {
+    let blocker = node.blocker();
+    let health = node.health.ok().map(|h: NodeHealth| NodeHealthInfo {
+        quarantine_reason: h.quarantine.as_ref().map(|q| q.reason.clone()),
+        quarantine_left: h.quarantine.as_ref().map(|q| q.ms_left as f64),
+        evicting_policy: h.evicting_policy,
+        eviction_mode: h.eviction_mode,
+        fencing_counter: BigInt::from(h.fencing_counter),
+        protections_off: h.protections_off,
+        quarantined_keys: h.quarantined_keys as f64,
+        quarantined_dbs: h.quarantined_dbs as f64,
+        wall_clock_offset: h.wall_clock_offset_ms as f64,
+        settings: h.settings.into_iter().map(|(name, value)| vec![name, value]).collect(),
+    });
+    NodeStatusInfo {
+        node: node.node,
+        health,
+        blocked: blocker.as_ref().map(|b| b.name().to_string()),
+        why: blocker.as_ref().map(blocker_text),
     }
 }

@@ -6,23 +6,14 @@
 const assert = require("node:assert/strict");
 const { spawnSync } = require("node:child_process");
 const path = require("node:path");
-const { after, before, test } = require("node:test");
+const { test } = require("node:test");
 
-const { Cluster, resourceName, serverName } = require("./nodes");
+const { resourceName, serverName, sharedQuorum } = require("./nodes");
 const { InvalidArgumentError, LockHeldError, NoQuorumError, Redlock } = require("./package");
 
 let cluster;
 let locks;
-
-before(async () => {
-  cluster = await Cluster.start(5);
-  locks = await Redlock.connect(cluster.urls);
-});
-
-after(async () => {
-  if (locks) await locks.close();
-  if (cluster) cluster.close();
-});
+sharedQuorum(Redlock, 5, (shared) => ({ cluster, locks } = shared));
 
 const T = { timeout: 60_000 };
 

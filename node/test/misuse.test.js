@@ -4,23 +4,14 @@
 // before any round.
 
 const assert = require("node:assert/strict");
-const { after, before, test } = require("node:test");
+const { test } = require("node:test");
 
-const { Cluster, resourceName } = require("./nodes");
+const { resourceName, sharedQuorum } = require("./nodes");
 const { InvalidArgumentError, Lock, Redlock, RedlockError } = require("./package");
 
 let cluster;
 let locks;
-
-before(async () => {
-  cluster = await Cluster.start(5);
-  locks = await Redlock.connect(cluster.urls);
-});
-
-after(async () => {
-  if (locks) await locks.close();
-  if (cluster) cluster.close();
-});
+sharedQuorum(Redlock, 5, (shared) => ({ cluster, locks } = shared));
 
 const T = { timeout: 60_000 };
 

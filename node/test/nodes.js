@@ -315,6 +315,25 @@ class Cluster {
 }
 
 /**
+ * For a test file whose tests share N masters and one client: both made
+ * before its first test (node:test's `before`) and handed to `use({
+ * cluster, locks })`, closed after its last.
+ */
+function sharedQuorum(Redlock, n, use) {
+  const { after, before } = require("node:test");
+  const shared = { cluster: null, locks: null };
+  before(async () => {
+    shared.cluster = await Cluster.start(n);
+    shared.locks = await Redlock.connect(shared.cluster.urls);
+    use(shared);
+  });
+  after(async () => {
+    if (shared.locks) await shared.locks.close();
+    if (shared.cluster) shared.cluster.close();
+  });
+}
+
+/**
  * A Redis Cluster (or Valkey Cluster) with the module on every node, started
  * by the scripts' helper (scripts/lib/servers.py `cluster`: free ports, each
  * node in its own directory, every wait bounded) and killed by PID when
@@ -373,4 +392,6 @@ function resourceName(t) {
   return `node:${t.name.replace(/\s+/g, "-").slice(0, 40)}:${process.pid}:${counter}`;
 }
 
-module.exports = { Cluster, RedisCluster, ReplyError, aborted, resourceName, serverName, sleep, startServer, waitUntil, REPO };
+module.exports = {
+  Cluster, RedisCluster, ReplyError, aborted, resourceName, serverName, sharedQuorum, sleep, startServer, waitUntil, REPO,
+};

@@ -2,26 +2,17 @@
 //! writer per node), shared by every thread and task that uses it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use redlock_client::{
-    Blocker, Config, Error, Guard, Mode, NodeHealth, NodeInfo, NodeStatus, QuorumStatus, Readiness, Redlock,
-    Result,
-};
+use redlock_client::bindings::{self, blocker_text, mode, readiness_out, Claims, Unit};
+use redlock_client::{Config, Error, Guard, NodeHealth, NodeInfo, NodeStatus, QuorumStatus, Redlock};
 
-use crate::convert::{mode, policy, py_any, seconds, secs_out, tally_out, to_pyerr};
+use crate::convert::{policy, py_any, tally_out, to_pyerr};
 use crate::held::Held;
 use crate::{block, check_pid, run, runtime, How, Waiter};
 
-/// What an acquire takes: one resource (any mode) or a set (the crate's
-/// `try_acquire_many`, all or nothing).
-#[derive(Clone)]
-enum Claims {
-    One(String, Mode),
-    Many(Vec<(String, Mode)>),
-}
+const SECONDS: Unit = Unit::Seconds;
 
 /// An acquire's retry policy from Python: (wait seconds, attempts,
 /// (delay_min, delay_max) seconds), each optional.
@@ -40,37 +31,8 @@ impl Client {
     }
 }
 
-/// One acquire attempt, and with `fence` the fencing round right after it
-/// (a failed round drops the guard, which releases it).
-async fn attempt(
-    redlock: Redlock,
-    claims: Arc<Claims>,
-    ttl: Duration,
-    fence: bool,
-) -> Result<(Guard, Option<u64>)> {
-    let guard = match &*claims {
-        Claims::One(resource, mode) => redlock.try_acquire(resource, *mode, ttl).await?,
-        Claims::Many(set) => redlock.try_acquire_many(set, ttl).await?,
-    };
-    let fenced = if fence { Some(guard.fencing_token().await?) } else { None };
-    Ok((guard, fenced))
-}
-
 fn held(py: Python<'_>, (guard, fenced): (Guard, Option<u64>)) -> PyResult<Py<PyAny>> {
     Ok(Py::new(py, Held::new(guard, fenced))?.into_any())
-}
-
-/// The (name, mode, permits) claims of Python as the crate's.
-fn claims(list: Vec<(String, String, Option<u32>)>, many: bool) -> Result<Claims> {
-    let set = list.into_iter().map(|(name, mode_name, permits)| Ok((name, mode(&mode_name, permits)?)));
-    let set = set.collect::<Result<Vec<_>>>()?;
-    if many {
-        return Ok(Claims::Many(set));
-    }
-    match <[(String, Mode); 1]>::try_from(set) {
-        Ok([(name, mode)]) => Ok(Claims::One(name, mode)),
-        Err(_) => Err(Error::InvalidArgument("one resource expected".into())),
-    }
 }
 
 #[pymethods]
@@ -87,9 +49,9 @@ impl Client {
     ) -> PyResult<Client> {
         let config = (|| {
             Ok(Config {
-                connect_timeout: seconds("connect_timeout", connect_timeout)?,
-                command_timeout: seconds("command_timeout", command_timeout)?,
-                reconnect_backoff: seconds("reconnect_backoff", reconnect_backoff)?,
+                connect_timeout: SECONDS.duration("connect_timeout", connect_timeout)?,
+                command_timeout: SECONDS.duration("command_timeout", command_timeout)?,
+                reconnect_backoff: SECONDS.duration("reconnect_backoff", reconnect_backoff)?,
             })
         })()
         .map_err(|e: Error| to_pyerr(py, &e))?;
@@ -131,11 +93,11 @@ impl Client {
         waiter: Option<Waiter>,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
-        let claims = self::claims(claims, many);
-        let ttl = seconds("ttl", ttl);
+        let claims = Claims::parse(claims, many);
+        let ttl = SECONDS.duration("ttl", ttl);
         let Some((wait, attempts, delays)) = retry else {
             // One attempt: a round that is never dropped half-way.
-            let work = async move { attempt(redlock, Arc::new(claims?), ttl?, fence).await };
+            let work = async move { claims?.attempt(&redlock, ttl?, fence).await };
             return run(py, How::new(waiter, false), work, held);
         };
         let policy = policy(wait, attempts, delays);
@@ -147,7 +109,8 @@ impl Client {
             let (claims, ttl, policy) = (Arc::new(claims?), ttl?, policy?);
             policy
                 .retry(|| {
-                    let task = runtime().spawn(attempt(redlock.clone(), claims.clone(), ttl, fence));
+                    let (redlock, claims) = (redlock.clone(), claims.clone());
+                    let task = runtime().spawn(async move { claims.attempt(&redlock, ttl, fence).await });
                     async move {
                         task.await.unwrap_or_else(|e| {
                             Err(Error::InvalidArgument(format!("the acquire attempt failed: {e}")))
@@ -175,13 +138,7 @@ impl Client {
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
         let mode = mode(mode_name, permits);
-        let work = async move {
-            match (many, resources.as_slice()) {
-                (true, set) => redlock.release_many(set, &token).await,
-                (false, [one]) => redlock.release(one, &token, mode?).await,
-                (false, _) => Err(Error::InvalidArgument("one resource expected".into())),
-            }
-        };
+        let work = async move { bindings::release_by_token(&redlock, &resources, many, &token, mode).await };
         run(py, How::new(waiter, false), work, |py, tally| py_any(py, tally_out(&tally)))
     }
 
@@ -201,16 +158,10 @@ impl Client {
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
         let mode = mode(mode_name, permits);
-        let ttl = seconds("ttl", ttl);
-        let work = async move {
-            let lease = match (many, resources.as_slice()) {
-                (true, set) => redlock.extend_many(set, &token, ttl?).await?,
-                (false, [one]) => redlock.extend(one, &token, mode?, ttl?).await?,
-                (false, _) => return Err(Error::InvalidArgument("one resource expected".into())),
-            };
-            Ok(lease.deadline.saturating_duration_since(tokio::time::Instant::now()))
-        };
-        run(py, How::new(waiter, false), work, |py, left| py_any(py, secs_out(left)))
+        let ttl = SECONDS.duration("ttl", ttl);
+        let work =
+            async move { bindings::extend_by_token(&redlock, &resources, many, &token, mode, ttl?).await };
+        run(py, How::new(waiter, false), work, |py, left| py_any(py, SECONDS.of(left)))
     }
 
     /// Reentrant enter: (fencing token, validity left in seconds).
@@ -224,13 +175,11 @@ impl Client {
         waiter: Option<Waiter>,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.redlock()?;
-        let ttl = seconds("ttl", ttl);
-        let work = async move {
-            let entered = redlock.enter(&resource, &owner, ttl?).await?;
-            let left = entered.lease.deadline.saturating_duration_since(tokio::time::Instant::now());
-            Ok((entered.fencing_token, secs_out(left)))
-        };
-        run(py, How::new(waiter, false), work, py_any)
+        let ttl = SECONDS.duration("ttl", ttl);
+        let work = async move { bindings::enter(&redlock, &resource, &owner, ttl?).await };
+        run(py, How::new(waiter, false), work, |py, (fencing_token, left)| {
+            py_any(py, (fencing_token, SECONDS.of(left)))
+        })
     }
 
     /// Reentrant exit: the holds left.
@@ -341,12 +290,8 @@ type StatusRow = (
 );
 
 fn status_row(status: QuorumStatus) -> StatusRow {
-    let (cause, ready_in_ms) = match &status.readiness {
-        Readiness::Grants => (None, None),
-        Readiness::Blocked { cause, ready_in_ms } => {
-            (cause.as_ref().map(|c| c.name().to_string()), *ready_in_ms)
-        }
-    };
+    let (cause, ready_in_ms) = readiness_out(&status.readiness);
+    let cause = cause.map(str::to_string);
     let summary = status.summary();
     let protections_off = status.protections_off();
     let grants = status.grants();
@@ -372,12 +317,4 @@ fn node_row(node: NodeStatus) -> NodeRow {
         )
     });
     (node.node, health, blocker)
-}
-
-fn blocker_text(blocker: &Blocker) -> String {
-    match blocker {
-        Blocker::Unreachable(why) | Blocker::Evicting(why) | Blocker::Failed(why) => why.clone(),
-        Blocker::NoModule => "INFO lock is empty: the lock module is not loaded".into(),
-        Blocker::Quarantined(q) => format!("{} quarantine, {} ms left", q.reason, q.ms_left),
-    }
 }

@@ -4,12 +4,12 @@
 //! their attributes and docstrings live in Python).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::IntoPyObjectExt;
-use redlock_client::{Error, Lost, Mode, RetryPolicy, Tally};
+use redlock_client::bindings::{retry_policy, Unit};
+use redlock_client::{Error, Lost, RetryPolicy, Tally};
 
 /// Set when the interpreter exits: no thread of the runtime calls into
 /// Python after that.
@@ -25,54 +25,21 @@ pub(crate) fn shut_down() -> bool {
     SHUT_DOWN.load(Ordering::SeqCst)
 }
 
-/// A mode from its Python spelling: "plain", "read", "write", or
-/// "permit" with `permits` (the client's [`Mode::from_name`]).
-pub(crate) fn mode(name: &str, permits: Option<u32>) -> Result<Mode, Error> {
-    Mode::from_name(name, permits).map_err(Error::InvalidArgument)
-}
-
-/// The Python spelling of a mode: its name and, for a permit, the count.
-pub(crate) fn mode_out(mode: Mode) -> (&'static str, Option<u32>) {
-    match mode {
-        Mode::Permit { permits } => (mode.name(), Some(permits)),
-        other => (other.name(), None),
-    }
-}
-
-/// Seconds (as Python gives them, `timedelta`s already converted) as a
-/// duration.
-pub(crate) fn seconds(what: &str, value: f64) -> Result<Duration, Error> {
-    Duration::try_from_secs_f64(value).map_err(|_| {
-        Error::InvalidArgument(format!("{what} must be a finite number of seconds, at least 0; got {value}"))
-    })
-}
-
-pub(crate) fn secs_out(duration: Duration) -> f64 {
-    duration.as_secs_f64()
-}
-
-/// The retry policy of an acquire: `wait` seconds in all (the crate's
-/// `RetryPolicy::within`), or the crate's default; other delay bounds and
-/// an attempt count if given.
+/// The retry policy of an acquire: `wait` seconds in all, or the crate's
+/// default; other delay bounds (seconds) and an attempt count if given.
 pub(crate) fn policy(
     wait: Option<f64>,
     attempts: Option<u32>,
     delays: Option<(f64, f64)>,
 ) -> Result<RetryPolicy, Error> {
-    let mut policy = match wait {
-        Some(wait) => RetryPolicy::within(seconds("wait", wait)?),
-        None => RetryPolicy::default(),
-    };
-    if let Some((min, max)) = delays {
-        policy = policy.with_delays(seconds("retry delay", min)?, seconds("retry delay", max)?);
-    }
-    if let Some(attempts) = attempts {
-        if attempts == 0 {
-            return Err(Error::InvalidArgument("attempts must be at least 1".into()));
+    let wait = wait.map(|wait| Unit::Seconds.duration("wait", wait)).transpose()?;
+    let delays = match delays {
+        Some((min, max)) => {
+            Some((Unit::Seconds.duration("retry delay", min)?, Unit::Seconds.duration("retry delay", max)?))
         }
-        policy.attempts_max = attempts;
-    }
-    Ok(policy)
+        None => None,
+    };
+    retry_policy(wait, attempts, delays)
 }
 
 /// A tally as the tuple `redlock_client.Tally` is built from (the cluster

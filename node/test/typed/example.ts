@@ -10,6 +10,7 @@ import {
   NoQuorumError,
   Redlock,
   RedlockError,
+  QuorumStatus,
   Tally,
 } from "redlock-client";
 
@@ -41,6 +42,9 @@ async function main(nodes: string[], resource: string): Promise<string> {
   }
   const held = await redlock.tryAcquire(resource, { ttl: 5_000, mode: "permit", permits: 2 });
   await held.release();
+  const health: QuorumStatus = await redlock.status();
+  const counters: bigint[] = health.members.map((m) => m.nodes[0].health?.fencingCounter ?? 0n);
+  if (!health.grants || counters.length !== nodes.length || health.cause !== null) throw new Error(health.summary);
   const errorKinds: Array<typeof RedlockError> = [LockHeldError, NoQuorumError];
 
   // @ts-expect-error: "exclusive" is no mode (plain or write)

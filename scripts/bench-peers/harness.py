@@ -1,0 +1,125 @@
+"""What scripts/bench-node and scripts/bench-python share (their
+node_bench.py and python_bench.py): the common knobs, 5 masters with the
+module, one run of a driver in a process of its own with the keys it left
+behind counted, the rounds in a rotating order, the header lines, and the
+medians of the table. Each bench keeps only its clients, its scenarios and
+its goals.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python" / "tests"))
+
+from nodes import Cluster, server_name  # noqa: E402
+from report import fmt  # noqa: E402  (scripts/bench-client's number format)
+
+# The fields each driver's JSON line gives, whose medians the table shows.
+MEASURED = ("ops_per_s", "acquire_p50_ms", "cycle_p50_ms", "cycle_p99_ms", "cpu_us_per_cycle")
+
+
+def arguments(more):
+    """The knobs of both benches, and `more(parser)`'s; `client_prefix` and
+    `server_prefix`: taskset with --pin."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--pin", action="store_true", help="servers on CPU 0, the clients on CPU 1 (taskset)")
+    more(ap)
+    args = ap.parse_args()
+    args.server_prefix = ["taskset", "-c", "0"] if args.pin else []
+    args.client_prefix = ["taskset", "-c", "1"] if args.pin else []
+    return args
+
+
+def run_driver(bench, what, command, args, cluster, prefix):
+    """One driver run (`command`, after the taskset prefix) under a
+    timeout: its JSON line, with the keys under `prefix` still on the
+    masters (each a lock left behind) as `left_keys`."""
+    done = subprocess.run([*args.client_prefix, *command], capture_output=True, text=True,
+                          timeout=args.seconds * 10 + 60)
+    if done.returncode != 0 or not done.stdout.strip().startswith("{"):
+        raise SystemExit(f"{bench}: {what} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    row["left_keys"] = sum(len(s.call("KEYS", f"{prefix}:*")) for s in cluster.servers)  # type: ignore[arg-type]
+    return row
+
+
+def log(bench, row):
+    print(f"{bench}: {json.dumps(row)}", file=sys.stderr, flush=True)
+
+
+def measure(args, jobs, step, run):
+    """Starts 5 masters and runs every job `args.runs` times, a round at a
+    time, the order rotating by `step` (no client always runs first or
+    last): `run(cluster, job, round_no)` gives a row. Returns the rows and
+    the table's header, the masters stopped."""
+    cluster = Cluster(5, prefix=args.server_prefix)
+    try:
+        load_before = os.getloadavg()
+        started = time.monotonic()
+        rows = []
+        for round_no in range(1, args.runs + 1):
+            shift = (round_no - 1) * step % len(jobs)
+            for job in jobs[shift:] + jobs[:shift]:
+                rows.append(run(cluster, job, round_no))
+        took = time.monotonic() - started
+        load_after = os.getloadavg()
+        server = server_name().split(" (")[0]
+    finally:
+        cluster.close()
+    return rows, Header(args, server, took, load_before, load_after)
+
+
+class Header:
+    """The lines above a table: when, where, how long, under which load."""
+
+    def __init__(self, args, server, took, load_before, load_after):
+        self.args, self.server, self.took = args, server, took
+        self.load_before, self.load_after = load_before, load_after
+
+    def print(self, runtime, cells):
+        pinning = "servers on CPU 0, each client on CPU 1 (taskset)" if self.args.pin else "not pinned"
+        b, a = self.load_before, self.load_after
+        print(f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores ({pinning}), "
+              f"5 masters ({self.server}) with the module, loopback; {runtime}.")
+        print(f"Each cell: median of {self.args.runs} runs of {self.args.seconds:g} s of {cells}")
+        print(f"Measurements took {self.took:.0f} s; load average before {b[0]:.2f} {b[1]:.2f} {b[2]:.2f}, "
+              f"after {a[0]:.2f} {a[1]:.2f} {a[2]:.2f}.")
+        print()
+
+
+def medians(rows, key, refused_field):
+    """{key(row): the medians of MEASURED, the min and max cycles/s, the
+    refusals (`refused_field` of each row) and keys left summed, the
+    client's version}."""
+    by = {}
+    for r in rows:
+        by.setdefault(key(r), []).append(r)
+    med = {}
+    for k, rs in by.items():
+        m = {f: statistics.median(r[f] for r in rs if r.get(f) is not None) for f in MEASURED}
+        ops = [r["ops_per_s"] for r in rs]
+        m.update(lo=min(ops), hi=max(ops), refused=sum(r[refused_field] for r in rs),
+                 left=sum(r["left_keys"] for r in rs), client=rs[0]["client"])
+        med[k] = m
+    return med
+
+
+def cells(m):
+    """A table row's measured cells, from cycles/s to keys left."""
+    return (f"{fmt(m['ops_per_s'])} ({fmt(m['lo'])}-{fmt(m['hi'])}) | {fmt(m['acquire_p50_ms'], 3)} "
+            f"| {fmt(m['cycle_p50_ms'], 3)} | {fmt(m['cycle_p99_ms'], 3)} | {fmt(m['cpu_us_per_cycle'], 0)} "
+            f"| {m['refused']} | {m['left']} |")
+
+
+def versions(med):
+    return f"\nVersions: {'; '.join(sorted({m['client'] for m in med.values()}))}.\n"
