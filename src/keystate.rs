@@ -3,7 +3,7 @@
 //! [`Stored`]), runs one transaction on it, and stores and replicates the
 //! [`Changes`] in one place.
 //!
-//! Storage, per kind (layouts in `core/codec.rs`):
+//! Storage, per kind (layouts in `core/src/codec.rs`):
 //! - plain and reentrant locks: one string, written whole (`SET ... PXAT`);
 //! - shared locks and semaphores: one hash, a field per holder; a call
 //!   writes only its holders' fields (`HSET` / `HDEL`), so its cost and the

@@ -4,17 +4,17 @@
 //! - `commands/`: one file per command (its definition, handler and parser
 //!   or a pointer to the shared one), and the list this file registers;
 //! - `waiting.rs`: WAIT, the Redis side (blocking, timers, events); the
-//!   policy is `core/waiting.rs`;
+//!   policy is `core/src/waiting.rs`;
 //! - `grants.rs`: a grant's outcome as a reply and a counter, in one place;
 //! - `keystate.rs`: read a lock key, run a transaction, store + replicate;
 //! - `node.rs`: the node's state as one object (`NODE`): settings, counters,
 //!   fencing counter, quarantines, eviction guard, waiting state;
 //! - `ffi/`: every `unsafe` call into the Redis module API (a leaf: the
 //!   callbacks it needs are handed to it here, in `init`);
-//! - `core/`: the pure lock logic (state machine, stored forms, fencing
+//! - `core`: the pure lock logic (state machine, stored forms, fencing
 //!   counter, queues and the waiting policy, what the node may have
-//!   forgotten, argument parsing). No Redis import; unit- and
-//!   property-tested;
+//!   forgotten, argument parsing), the crate `lock-core` in `core/`,
+//!   re-exported here. No Redis import; unit- and property-tested;
 //! - `clock.rs`, `config.rs`, `stats.rs`, `errors.rs`: the module clock,
 //!   the settings, the counters, every error reply;
 //! - this file: registration and wiring only.
@@ -33,7 +33,7 @@
 pub mod clock;
 pub mod commands;
 pub mod config;
-pub mod core;
+pub use lock_core as core;
 pub mod errors;
 pub mod ffi;
 pub mod grants;

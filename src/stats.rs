@@ -74,7 +74,7 @@ pub struct Stats {
     /// MRELEASE), in ms. Locks that expire are counted in `expiries`
     /// instead.
     hold_times: Mutex<Histogram>,
-    /// The most contended keys lately (fixed memory, see `core/hotkeys.rs`).
+    /// The most contended keys lately (fixed memory, see `core/src/hotkeys.rs`).
     hot_keys: Mutex<HotKeys>,
 }
 

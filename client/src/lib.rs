@@ -76,6 +76,9 @@
 //! - `node`: one node's address, its queue of calls (in the order they were
 //!   made) and the one connection its writer task writes them on, with the
 //!   connect and per-command timeouts; `resp`: the RESP2 reply reader.
+//! - `sim`: where a connection and a random number come from (a TCP
+//!   socket, `rand`), replaced on its thread by the deterministic
+//!   simulator only with the cargo feature `sim`.
 //! - [`Error`] (`error.rs`): named errors whose messages give the counts.
 //! - [`quorum`]: the pure side, with no I/O and no clock reads, by idea:
 //!   arithmetic (majority, the semaphore quorum, drift, validity, the
@@ -128,6 +131,11 @@ pub mod quorum;
 mod redlock;
 mod resp;
 mod rounds;
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod sim;
+#[cfg(not(feature = "sim"))]
+mod sim;
 mod status;
 
 pub use error::{Error, Lost, Phase, Result};

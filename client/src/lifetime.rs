@@ -148,7 +148,11 @@ impl Lifetime {
                     Status::Lost(reason) => return reason,
                     Status::Released => return std::future::pending().await,
                     Status::Held { deadline, renewal } => {
+                        // Biased: either order gives the same outcome (a
+                        // change seen after the sleep loops too), and a
+                        // fixed one keeps a simulated run deterministic.
                         tokio::select! {
+                            biased;
                             _ = tokio::time::sleep_until(deadline) => {
                                 if !rx.has_changed().unwrap_or(false) {
                                     return expiry_reason(renewal);

@@ -20,6 +20,7 @@ use crate::rounds::fanout::{Config, Members};
 use crate::rounds::grant::{grant, Kind};
 use crate::rounds::lease::{check_ttl, Lease};
 use crate::rounds::release::release_by_token;
+use crate::sim;
 use crate::status::{self, QuorumStatus};
 
 impl RetryPolicy {
@@ -45,7 +46,7 @@ impl RetryPolicy {
             if !error.is_retryable() {
                 return Err(error);
             }
-            match self.delay_after(attempts, started.elapsed(), rand::random::<f64>()) {
+            match self.delay_after(attempts, started.elapsed(), sim::random::<f64>()) {
                 Some(delay) => tokio::time::sleep(delay).await,
                 None => return Err(error),
             }
@@ -211,7 +212,7 @@ impl Redlock {
 
     /// One grant round for `claim` under a new random token.
     async fn take(&self, claim: Claim, ttl: Duration) -> Result<Guard> {
-        let token = quorum::token_from_bits(rand::random());
+        let token = quorum::token_from_bits(sim::random());
         let granted = grant(&self.members, Kind::Lock(&claim), &token, ttl, false).await?;
         Ok(Guard::new(self.members.clone(), claim, token, granted))
     }

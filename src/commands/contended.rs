@@ -1,7 +1,7 @@
 //! `LOCK.CONTENDED [COUNT count]`: this node's most contended keys lately
 //! (grants refused or queued because the key was held or had waiters), the
 //! most contended first. Counts halve every minute; `error` bounds how much
-//! a count may overstate (see `core/hotkeys.rs`). Only keys the caller's
+//! a count may overstate (see `core/src/hotkeys.rs`). Only keys the caller's
 //! ACL user may read are listed (a key longer than 128 bytes is checked
 //! by the first 128 bytes it is listed with). Parser:
 //! `core::args::list_count`.

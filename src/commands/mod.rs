@@ -1,6 +1,6 @@
 //! The commands, one file each: its definition (name, usage, flags, arity,
 //! keys, summary), its handler, and its parser (or a pointer to the shared
-//! one in `core/args.rs`). Each handler is a few lines: parse, run one
+//! one in `core/src/args.rs`). Each handler is a few lines: parse, run one
 //! transition of the state machine (`core::lock`) through the key-state
 //! layer, answer. The decisions are all in `core`.
 //!

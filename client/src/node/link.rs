@@ -9,14 +9,13 @@ use std::time::Duration;
 
 use redis::{Cmd, ConnectionAddr, ConnectionInfo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout_at, Instant};
 
 use crate::quorum::Raw;
 use crate::resp::{self, Reply};
+use crate::sim::{self, ReadHalf, WriteHalf};
 
 /// Calls written on one connection and not yet answered (a node that
 /// stopped answering but keeps its connection open); more fail at once.
@@ -58,7 +57,7 @@ pub(super) fn fail(jobs: impl Iterator<Item = Job>, failure: &Raw) {
 /// One open connection: its write half (used by the writer task only) and
 /// the calls written on it that wait for their replies, in order.
 pub(super) struct Link {
-    write: OwnedWriteHalf,
+    write: WriteHalf,
     waiting: Arc<Mutex<Waiting>>,
     reader: JoinHandle<()>,
 }
@@ -86,10 +85,7 @@ impl Link {
         let ConnectionAddr::Tcp(host, port) = &info.addr else {
             return Err(Raw::Unreachable("not a TCP address".into()));
         };
-        let stream = TcpStream::connect((host.as_str(), *port)).await.map_err(unreachable)?;
-        // Lock commands are small and latency-bound.
-        stream.set_nodelay(true).map_err(unreachable)?;
-        let (read, write) = stream.into_split();
+        let (read, write) = sim::connect(host, *port).await.map_err(unreachable)?;
         let waiting = Arc::new(Mutex::new(Waiting::default()));
         let reader = tokio::spawn(read_replies(read, waiting.clone()));
         let mut link = Link { write, waiting, reader };
@@ -208,7 +204,7 @@ fn far_future() -> Instant {
 /// The connection's reader task: parses replies as they arrive and hands
 /// each to the oldest call waiting for it. On EOF, an I/O error or a
 /// malformed reply, the connection is closed and every waiting call fails.
-async fn read_replies(mut read: OwnedReadHalf, waiting: Arc<Mutex<Waiting>>) {
+async fn read_replies(mut read: ReadHalf, waiting: Arc<Mutex<Waiting>>) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut chunk = vec![0u8; 16 * 1024];
     let why = 'read: loop {

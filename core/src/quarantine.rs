@@ -102,6 +102,7 @@ pub fn needed_at_start(appendonly: bool, appendfsync: &str) -> bool {
 /// clock whenever that clock stepped forward (a backward step only makes
 /// restored locks last longer), so the grace lasts until `started_ms +
 /// max_ttl_ms + expiry_delay_ms + tolerance_ms`.
+#[inline]
 pub fn restart_grace_ms(
     started_ms: Option<i64>,
     now_ms: i64,

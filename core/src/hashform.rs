@@ -263,11 +263,11 @@ pub fn all_fields<S: Stored + ?Sized>(lock: &S) -> Vec<(Vec<u8>, Vec<u8>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::fencing::Fencer;
-    use crate::core::kind::{Kind, Want};
-    use crate::core::lock::{self, Admission, Grant};
-    use crate::core::memory::Holders;
-    use crate::core::txn::Txn;
+    use crate::fencing::Fencer;
+    use crate::kind::{Kind, Want};
+    use crate::lock::{self, Admission, Grant};
+    use crate::memory::Holders;
+    use crate::txn::Txn;
 
     fn grant(map: &mut MapFields, want: Want, owner: &[u8], now: i64, f: &mut Fencer) -> Grant {
         let changes;
@@ -400,12 +400,12 @@ mod tests {
         // README: up to 1000 readers (or permits) hold one lock; a hash with
         // more fields than that many holders have was not written here.
         let mut map = MapFields([(b"lock".to_vec(), b"LK2|S|0|r|1|2|".to_vec())].into());
-        for n in 1..=crate::core::kind::HOLDERS_MAX {
+        for n in 1..=crate::kind::HOLDERS_MAX {
             map.0
                 .insert(codec::holder_field(n.to_string().as_bytes()).as_bytes().to_vec(), b"r|1|2".to_vec());
             map.0.insert(codec::fence_field(u64::from(n)).as_bytes().to_vec(), n.to_string().into_bytes());
         }
-        assert_eq!(HashLock::open(&map).map(|h| h.count()), Ok(crate::core::kind::HOLDERS_MAX));
+        assert_eq!(HashLock::open(&map).map(|h| h.count()), Ok(crate::kind::HOLDERS_MAX));
         map.0.insert(b"h|more".to_vec(), b"r|1|2".to_vec());
         map.0.insert(b"f|0".to_vec(), b"more".to_vec());
         assert!(HashLock::open(&map).is_err());
@@ -413,8 +413,7 @@ mod tests {
 
     #[test]
     fn converting_the_previous_form_keeps_every_holder() {
-        let old =
-            crate::core::codec::decode_legacy_group(b"LK1|M|3|2|p|100|5000|2|w1|p|101|5001|3|a|b|").unwrap();
+        let old = crate::codec::decode_legacy_group(b"LK1|M|3|2|p|100|5000|2|w1|p|101|5001|3|a|b|").unwrap();
         let map = MapFields(all_fields(&old).into_iter().collect());
         let view = HashLock::open(&map).unwrap();
         assert_eq!(view.shape(), Some(Shape { kind: Kind::Semaphore, limit: 3 }));

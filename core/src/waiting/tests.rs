@@ -20,9 +20,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use proptest::prelude::*;
 
 use super::*;
-use crate::core::kind::Want;
-use crate::core::memory::Holders;
-use crate::core::queue::WaitSet;
+use crate::kind::Want;
+use crate::memory::Holders;
+use crate::queue::WaitSet;
 
 const CLIENTS: u32 = 8;
 /// Plain keys (sets are drawn from these), a read-write lock, a semaphore of

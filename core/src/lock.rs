@@ -428,8 +428,8 @@ pub fn is_current<S: Stored + ?Sized>(stored: &S, fence: u64, now_ms: i64) -> bo
 #[cfg(test)]
 mod kept_tests {
     use super::*;
-    use crate::core::kind::{Hold, Kind, Mode};
-    use crate::core::memory::Single;
+    use crate::kind::{Hold, Kind, Mode};
+    use crate::memory::Single;
 
     #[test]
     fn an_expired_lock_keeps_its_slot_through_the_cool_down_only() {
@@ -439,16 +439,16 @@ mod kept_tests {
         assert_eq!(kept_until(&single, 1_499, 500), Some(1_500));
         assert_eq!(kept_until(&single, 1_500, 500), None, "over");
         assert_eq!(kept_until(&single, 1_000, 0), None, "no lock-delay");
-        assert_eq!(kept_until(&crate::core::memory::Free, 0, 500), None);
+        assert_eq!(kept_until(&crate::memory::Free, 0, 500), None);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::kind::{Hold, Kind, Mode};
-    use crate::core::memory::{Holders, Single};
-    use crate::core::txn::Changes;
+    use crate::kind::{Hold, Kind, Mode};
+    use crate::memory::{Holders, Single};
+    use crate::txn::Changes;
 
     const TTL: i64 = 1_000;
 

@@ -154,6 +154,7 @@ pub enum StringLock<'a> {
 }
 
 /// Reads a string value of either form; `None` when it is not a lock.
+#[inline]
 pub fn decode_string(value: &[u8]) -> Option<StringLock<'_>> {
     match value.get(MAGIC.len()).copied().and_then(Kind::from_letter) {
         Some(kind) if !kind.is_single() => decode_legacy_group(value).map(StringLock::Legacy),
@@ -386,7 +387,7 @@ fn parse_decimal(bytes: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::txn::Stored;
+    use crate::txn::Stored;
     use proptest::prelude::*;
 
     fn hold() -> Hold {

@@ -225,6 +225,7 @@ pub struct Txn<'s, 'o, S: Stored + ?Sized> {
 }
 
 impl<'s, 'o, S: Stored + ?Sized> Txn<'s, 'o, S> {
+    #[inline]
     pub fn new(stored: &'s S, now_ms: i64, cool_down_ms: i64) -> Self {
         Txn {
             stored,
@@ -378,7 +379,11 @@ impl<'s, 'o, S: Stored + ?Sized> Txn<'s, 'o, S> {
     }
 
     /// Ends the transaction: what to write, checked against the invariants
-    /// the property tests check.
+    /// the property tests check. Inlined: the changes are large (inline
+    /// edits), and a call from the module's crate would copy them out
+    /// (about 150 instructions a command, seen by the cost gate when the
+    /// core became a crate of its own).
+    #[inline]
     pub fn finish(self) -> Changes<'o> {
         let empty = self.count == 0;
         let changes = Changes {
@@ -445,18 +450,21 @@ impl Changes<'_> {
         }
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         !self.delete && !self.header_changed && self.puts.is_empty() && self.removes.is_empty()
     }
 
     /// The latest deadline among the records written (the key's backstop
     /// expiry must outlive it).
+    #[inline]
     pub fn last_put_deadline_ms(&self) -> Option<i64> {
         self.puts.iter().map(|p| p.hold.deadline_ms).max()
     }
 
     /// The invariants of every kind, asserted where the state is built
     /// (TigerStyle), not only in the property tests.
+    #[inline]
     fn debug_check(&self) {
         invariant!(self.count <= HOLDERS_MAX, "{} holders", self.count);
         for put in &self.puts {

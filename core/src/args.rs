@@ -229,6 +229,7 @@ pub struct Fence<'a> {
 
 /// `argv` is the whole command line including the name and key. Also
 /// LOCK.SHARED and LOCK.EXCLUSIVE, which take the same arguments.
+#[inline]
 pub fn acquire<'a>(argv: &[&'a [u8]], limits: Limits) -> Result<Acquire<'a>, ArgError> {
     let [_, _, owner, ttl, options @ ..] = argv else {
         return Err(ArgError::Arity);
@@ -650,7 +651,7 @@ mod tests {
     fn semaphore_takes_a_bounded_permit_count() {
         let ok = semaphore(&argv("LOCK.SEMAPHORE k t 3 100 WAIT 5"), LIMITS);
         assert_eq!(ok, Ok((3, Acquire { owner: b"t", ttl_ms: 100, wait_ms: Some(5) })));
-        let max = i64::from(crate::core::kind::HOLDERS_MAX);
+        let max = i64::from(crate::kind::HOLDERS_MAX);
         for (line, want) in [
             ("LOCK.SEMAPHORE k t 3", ArgError::Arity),
             (

@@ -1,0 +1,108 @@
+//! What happened in one simulated run, as the checker needs it, and the
+//! checker: the fault suite's properties over the holds the clients saw
+//! and the writes the protected resource accepted.
+//!
+//! - mutual exclusion: no two holds of the resource overlap in validity
+//!   (from the grant's return to the earlier of the lease's deadline and
+//!   the release);
+//! - fencing on the resource's side: the resource accepts the writes of
+//!   holders in the order they were granted (a write of a superseded
+//!   holder after its successor's is a violation);
+//! - no lock left behind: once every client is done, every fault over and
+//!   every TTL and quarantine run out, a new client takes the lock (checked
+//!   in `run.rs`, by a probe client).
+
+use std::fmt::Write as _;
+
+/// One hold a client obtained (and fenced).
+#[derive(Clone, Debug)]
+pub struct Hold {
+    pub client: usize,
+    pub token: u64,
+    pub granted_ms: i64,
+    /// The lease's deadline: after it the lock may be someone else's.
+    pub valid_until_ms: i64,
+    pub released_ms: Option<i64>,
+}
+
+/// One write the resource saw: which hold, when, and whether it took it.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub hold: usize,
+    pub at_ms: i64,
+    pub accepted: bool,
+}
+
+#[derive(Default)]
+pub struct History {
+    /// Every event, one line each, in order: the printed history.
+    pub lines: Vec<String>,
+    pub holds: Vec<Hold>,
+    pub writes: Vec<Write>,
+    /// The resource's highest accepted token (when it checks tokens).
+    pub resource_top: u64,
+}
+
+impl History {
+    pub fn note(&mut self, at_ms: i64, what: impl AsRef<str>) {
+        self.lines.push(format!("{at_ms:>7} ms  {}", what.as_ref()));
+    }
+
+    /// The resource receives a write from `hold`; with `fencing`, it takes
+    /// only tokens at or above the highest it took.
+    pub fn write(&mut self, hold: usize, at_ms: i64, fencing: bool) -> bool {
+        let token = self.holds.get(hold).map_or(0, |h| h.token);
+        let accepted = !fencing || token >= self.resource_top;
+        if accepted {
+            self.resource_top = self.resource_top.max(token);
+        }
+        self.writes.push(Write { hold, at_ms, accepted });
+        accepted
+    }
+
+    /// The violations of the properties, one line each.
+    pub fn violations(&self) -> Vec<String> {
+        let mut found = Vec::new();
+        let end = |h: &Hold| h.released_ms.map_or(h.valid_until_ms, |r| r.min(h.valid_until_ms));
+        for (i, a) in self.holds.iter().enumerate() {
+            for (j, b) in self.holds.iter().enumerate().skip(i + 1) {
+                if a.granted_ms < end(b) && b.granted_ms < end(a) {
+                    found.push(format!(
+                        "mutual exclusion: hold {i} (client {}, token {}, {}..{} ms) overlaps hold {j} (client {}, token {}, {}..{} ms)",
+                        a.client, a.token, a.granted_ms, end(a), b.client, b.token, b.granted_ms, end(b)
+                    ));
+                }
+            }
+        }
+        let accepted: Vec<&Write> = self.writes.iter().filter(|w| w.accepted).collect();
+        let mut seen = Vec::new();
+        for (k, later) in accepted.iter().enumerate() {
+            for earlier in &accepted[..k] {
+                let (e, l) = (&self.holds[earlier.hold], &self.holds[later.hold]);
+                if earlier.hold != later.hold
+                    && e.granted_ms > l.granted_ms
+                    && !seen.contains(&(earlier.hold, later.hold))
+                {
+                    seen.push((earlier.hold, later.hold));
+                    found.push(format!(
+                        "fencing: the resource took a write of hold {} (token {}, granted at {} ms) at {} ms, after one of hold {} (token {}, granted later, at {} ms)",
+                        later.hold, l.token, l.granted_ms, later.at_ms, earlier.hold, e.token, e.granted_ms
+                    ));
+                }
+            }
+        }
+        found
+    }
+
+    /// The history as printed: every line, then the violations.
+    pub fn render(&self, violations: &[String]) -> String {
+        let mut out = String::new();
+        for line in &self.lines {
+            let _ = writeln!(out, "{line}");
+        }
+        for v in violations {
+            let _ = writeln!(out, "VIOLATION {v}");
+        }
+        out
+    }
+}

@@ -1,0 +1,18 @@
+//! `lock-sim`: a deterministic simulation of the lock service. The real
+//! quorum client (`redlock-client`, its rounds, guards, retries and RESP
+//! reader) runs on a single-threaded Tokio runtime with paused time over
+//! in-memory connections to simulated nodes that run the module's real
+//! lock core (`lock-core`), under faults drawn from a seed; a checker
+//! reads what happened. One seed replays one history exactly.
+//!
+//! - `run.rs`: one history: the setup, the fault schedule, the clients;
+//! - `net.rs`: the network: ordered connections and their faults;
+//! - `node.rs`: a node: the core behind a thin command dispatcher;
+//! - `history.rs`: the events, and the checker's properties;
+//! - `resp.rs`: the RESP the node reads and writes.
+
+pub mod history;
+pub mod net;
+pub mod node;
+pub mod resp;
+pub mod run;

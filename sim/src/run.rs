@@ -1,0 +1,447 @@
+//! One simulated history from one seed: N nodes running the lock core,
+//! clients running the real quorum client over the simulated network, a
+//! schedule of faults drawn from the seed, then the checker.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redlock_client::{Config, Mode, Redlock, RetryPolicy};
+use tokio::time::Instant;
+
+use crate::history::{History, Hold};
+use crate::net::{self, MessageFaults, Shared, World};
+use crate::node::{Node, Persistence, Rules};
+
+/// The resource every client contends for.
+const RESOURCE: &str = "res";
+/// The longest TTL a client asks for (the nodes' quarantine covers it).
+const TTL_MAX_MS: u64 = 600;
+
+/// What a run simulates: the lock service and the faults it may see.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    pub rules: Rules,
+    pub nodes: usize,
+    pub clients: usize,
+    /// Lock cycles per client.
+    pub cycles: usize,
+    /// Crashes and restarts, with what persistence (drawn per node).
+    pub crashes: usize,
+    pub persistence: Option<Persistence>,
+    /// Partitions of one client from one node.
+    pub partitions: usize,
+    /// Wall-clock steps of one node, each up to `step_max_ms` either way.
+    pub clock_steps: usize,
+    pub step_max_ms: i64,
+    pub messages: MessageFaults,
+    /// Each node's clocks run up to this many thousandths fast or slow
+    /// (the client budgets 1%).
+    pub drift_per_mille: i64,
+    /// Per mille of holds that pause (a GC pause) between their check and
+    /// their write, for up to twice the TTL.
+    pub pause_per_mille: u32,
+}
+
+impl Setup {
+    /// The module under every fault the simulator has.
+    pub fn module() -> Setup {
+        Setup {
+            rules: Rules::Module,
+            nodes: 3,
+            clients: 2,
+            cycles: 4,
+            crashes: 1,
+            persistence: None,
+            partitions: 1,
+            clock_steps: 1,
+            step_max_ms: crate::node::CLOCK_TOLERANCE_MS,
+            messages: MessageFaults {
+                delay_per_mille: 100,
+                delay_max_ms: 80,
+                request_lost_per_mille: 10,
+                reply_lost_per_mille: 10,
+            },
+            pause_per_mille: 150,
+            drift_per_mille: 8,
+        }
+    }
+
+    /// The classic recipe (SET NX PX, no quarantine, no fencing) under the
+    /// same faults.
+    pub fn classic() -> Setup {
+        Setup { rules: Rules::Classic, ..Setup::module() }
+    }
+
+    /// Kleppmann's scenarios, one fault each, for `rules`: a holder paused
+    /// past its TTL (a GC pause), ...
+    pub fn gc_pause(rules: Rules) -> Setup {
+        Setup { rules, crashes: 0, partitions: 0, clock_steps: 0, pause_per_mille: 500, ..quiet() }
+    }
+
+    /// ... a node's wall clock jumping forward (by up to twice the TTL),
+    /// ...
+    pub fn clock_jump(rules: Rules) -> Setup {
+        Setup {
+            rules,
+            crashes: 0,
+            partitions: 0,
+            clock_steps: 2,
+            step_max_ms: 2 * TTL_MAX_MS as i64,
+            ..quiet()
+        }
+    }
+
+    /// ... a node restarting without fsync.
+    pub fn restart(rules: Rules) -> Setup {
+        Setup {
+            rules,
+            crashes: 2,
+            persistence: Some(Persistence::None),
+            partitions: 0,
+            clock_steps: 0,
+            ..quiet()
+        }
+    }
+}
+
+/// No fault at all (the scenarios add theirs).
+fn quiet() -> Setup {
+    Setup {
+        crashes: 0,
+        partitions: 0,
+        clock_steps: 0,
+        pause_per_mille: 0,
+        drift_per_mille: 0,
+        messages: MessageFaults {
+            delay_per_mille: 0,
+            delay_max_ms: 1,
+            request_lost_per_mille: 0,
+            reply_lost_per_mille: 0,
+        },
+        ..Setup::module()
+    }
+}
+
+/// A fault at a time of the schedule.
+#[derive(Clone, Debug)]
+pub enum Fault {
+    Crash { node: usize, down_ms: u64, persistence: Persistence },
+    Partition { client: usize, node: usize, for_ms: u64 },
+    ClockStep { node: usize, step_ms: i64 },
+}
+
+/// Faults at their times (ms from the start), in order.
+pub type Schedule = Vec<(u64, Fault)>;
+
+/// The schedule drawn from a seed (shrinking removes entries).
+pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
+    let mut faults = Vec::new();
+    for _ in 0..setup.crashes {
+        let persistence = setup.persistence.unwrap_or(match rng.gen_range(0..3) {
+            0 => Persistence::None,
+            1 => Persistence::EverySec,
+            _ => Persistence::Always,
+        });
+        let fault =
+            Fault::Crash { node: rng.gen_range(0..setup.nodes), down_ms: rng.gen_range(1..400), persistence };
+        faults.push((rng.gen_range(0..1500), fault));
+    }
+    for _ in 0..setup.partitions {
+        let fault = Fault::Partition {
+            client: rng.gen_range(0..setup.clients),
+            node: rng.gen_range(0..setup.nodes),
+            for_ms: rng.gen_range(1..500),
+        };
+        faults.push((rng.gen_range(0..1500), fault));
+    }
+    for _ in 0..setup.clock_steps {
+        let step_ms = rng.gen_range(-setup.step_max_ms..=setup.step_max_ms);
+        faults.push((
+            rng.gen_range(0..1500),
+            Fault::ClockStep { node: rng.gen_range(0..setup.nodes), step_ms },
+        ));
+    }
+    faults.sort_by_key(|(at, _)| *at);
+    faults
+}
+
+/// What one run found.
+pub struct Outcome {
+    pub history: String,
+    pub violations: Vec<String>,
+}
+
+/// Runs the history of `seed` under `faults`.
+pub fn run(seed: u64, setup: &Setup, faults: &[(u64, Fault)]) -> Outcome {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return Outcome { history: String::new(), violations: vec![format!("no runtime: {e}")] },
+    };
+    redlock_client::sim::seed(Some(seed));
+    let outcome = runtime.block_on(simulate(seed, *setup, faults.to_vec()));
+    redlock_client::sim::set_connector(None);
+    redlock_client::sim::seed(None);
+    outcome
+}
+
+async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let nodes = (0..setup.nodes)
+        .map(|_| {
+            let mut node = Node::new(setup.rules, Persistence::None, TTL_MAX_MS as i64);
+            node.rate_per_mille = rng.gen_range(-setup.drift_per_mille..=setup.drift_per_mille);
+            node
+        })
+        .collect();
+    let world: Shared = Arc::new(Mutex::new(World {
+        nodes,
+        partitioned: vec![vec![false; setup.nodes]; setup.clients],
+        rng,
+        faults: setup.messages,
+        history: History::default(),
+        started: Instant::now(),
+    }));
+    redlock_client::sim::set_connector(Some(net::connector(world.clone())));
+    let injector = tokio::spawn(inject(world.clone(), faults));
+    let clients: Vec<_> = (0..setup.clients).map(|c| tokio::spawn(client(world.clone(), c, setup))).collect();
+    for handle in clients {
+        let _ = handle.await;
+    }
+    // Every fault has ended (the schedule is bounded); then, once every
+    // TTL and quarantine has run out, the lock must be free: nothing was
+    // left behind (a probe client takes it).
+    let _ = injector.await;
+    net::lock(&world).faults = quiet().messages;
+    let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, 0);
+    tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs())).await;
+    let left_behind = probe(&world, setup).await;
+    let w = net::lock(&world);
+    let mut violations = w.history.violations();
+    if let Some(why) = left_behind {
+        violations.push(format!("left behind: the lock is not free once every TTL ran out: {why}"));
+    }
+    Outcome { history: w.history.render(&violations), violations }
+}
+
+/// A failing seed's shortest history found: the schedule's faults removed
+/// one at a time, then the message faults and pauses, then lock cycles,
+/// each kept out while the run still fails.
+pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
+    let mut faults = schedule(seed, setup);
+    let mut setup = *setup;
+    let mut best = run(seed, &setup, &faults);
+    if best.violations.is_empty() {
+        return None;
+    }
+    let mut i = 0;
+    while i < faults.len() {
+        let mut fewer = faults.clone();
+        fewer.remove(i);
+        let outcome = run(seed, &setup, &fewer);
+        if outcome.violations.is_empty() {
+            i += 1;
+        } else {
+            (faults, best) = (fewer, outcome);
+        }
+    }
+    let quieter = [Setup { messages: quiet().messages, ..setup }, Setup { pause_per_mille: 0, ..setup }];
+    for candidate in quieter {
+        let outcome = run(seed, &candidate, &faults);
+        if !outcome.violations.is_empty() {
+            (setup, best) = (candidate, outcome);
+        }
+    }
+    while setup.cycles > 1 {
+        let candidate = Setup { cycles: setup.cycles - 1, ..setup };
+        let outcome = run(seed, &candidate, &faults);
+        if outcome.violations.is_empty() {
+            break;
+        }
+        (setup, best) = (candidate, outcome);
+    }
+    Some((setup, faults, best))
+}
+
+/// A client of its own (the next index) takes and releases the lock once;
+/// why not, if it cannot.
+async fn probe(world: &Shared, setup: Setup) -> Option<String> {
+    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(setup.clients, n)).collect();
+    let redlock = match Redlock::connect(urls, Config::default()).await {
+        Ok(redlock) => redlock,
+        Err(e) => return Some(format!("connect: {e}")),
+    };
+    let outcome = match redlock.try_acquire(RESOURCE, Mode::Plain, Duration::from_millis(TTL_MAX_MS)).await {
+        Ok(guard) => {
+            let _ = guard.release().await;
+            None
+        }
+        Err(e) => Some(e.to_string()),
+    };
+    redlock.settle().await;
+    note(world, format!("probe: {}", outcome.as_deref().unwrap_or("took and released the lock")));
+    outcome
+}
+
+/// Applies the schedule's faults at their times.
+async fn inject(world: Shared, faults: Vec<(u64, Fault)>) {
+    let started = net::lock(&world).started;
+    for (at, fault) in faults {
+        tokio::time::sleep_until(started + Duration::from_millis(at)).await;
+        match fault {
+            Fault::Crash { node, down_ms, persistence } => {
+                {
+                    let mut w = net::lock(&world);
+                    let now = w.now_ms();
+                    w.history.note(now, format!("n{node} crashes ({persistence:?}), down {down_ms} ms"));
+                    if let Some(n) = w.nodes.get_mut(node) {
+                        n.persistence = persistence;
+                        n.crash();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(down_ms)).await;
+                let mut w = net::lock(&world);
+                let now = w.now_ms();
+                w.history.note(now, format!("n{node} restarts"));
+                if let Some(n) = w.nodes.get_mut(node) {
+                    n.restart(now);
+                }
+            }
+            Fault::ClockStep { node, step_ms } => {
+                let mut w = net::lock(&world);
+                let now = w.now_ms();
+                w.history.note(now, format!("n{node}'s wall clock steps {step_ms:+} ms"));
+                if let Some(n) = w.nodes.get_mut(node) {
+                    n.step_clock(step_ms);
+                }
+            }
+            Fault::Partition { client, node, for_ms } => {
+                set_partition(&world, client, node, true);
+                tokio::time::sleep(Duration::from_millis(for_ms)).await;
+                set_partition(&world, client, node, false);
+            }
+        }
+    }
+}
+
+fn set_partition(world: &Shared, client: usize, node: usize, cut: bool) {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    w.history.note(now, format!("c{client} x n{node} {}", if cut { "partitioned" } else { "healed" }));
+    if let Some(slot) = w.partitioned.get_mut(client).and_then(|p| p.get_mut(node)) {
+        *slot = cut;
+    }
+}
+
+fn ms(world: &Shared, at: Instant) -> i64 {
+    let started = net::lock(world).started;
+    i64::try_from(at.saturating_duration_since(started).as_millis()).unwrap_or(i64::MAX)
+}
+
+fn note(world: &Shared, what: String) {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    w.history.note(now, what);
+}
+
+/// One client: lock cycles on the resource with the real client (grant,
+/// fencing round, writes to the resource, maybe a pause, release).
+async fn client(world: Shared, c: usize, setup: Setup) {
+    let config = Config {
+        connect_timeout: Duration::from_millis(100),
+        command_timeout: Duration::from_millis(60),
+        reconnect_backoff: Duration::from_millis(50),
+    };
+    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(c, n)).collect();
+    let redlock = match Redlock::connect(urls, config).await {
+        Ok(redlock) => redlock,
+        Err(e) => return note(&world, format!("c{c} connect failed: {e}")),
+    };
+    let retry = RetryPolicy {
+        attempts_max: 3,
+        delay_min: Duration::from_millis(10),
+        delay_max: Duration::from_millis(60),
+        total_max: None,
+    };
+    let fencing = setup.rules == crate::node::Rules::Module;
+    for _ in 0..setup.cycles {
+        let (ttl_ms, work_ms, pause_ms, think_ms) = {
+            let mut w = net::lock(&world);
+            let ttl = w.rng.gen_range(100..=TTL_MAX_MS);
+            let pause = if w.rng.gen_range(0..1000) < setup.pause_per_mille {
+                w.rng.gen_range(1..2 * ttl)
+            } else {
+                0
+            };
+            (ttl, w.rng.gen_range(0..ttl / 2), pause, w.rng.gen_range(0..100))
+        };
+        note(&world, format!("c{c} acquires, ttl {ttl_ms} ms"));
+        match redlock.acquire(RESOURCE, Mode::Plain, Duration::from_millis(ttl_ms), &retry).await {
+            Err(e) => note(&world, format!("c{c} acquire failed: {e}")),
+            Ok(guard) => {
+                let token = match guard.fencing_token().await {
+                    Ok(token) => token,
+                    Err(e) => {
+                        note(&world, format!("c{c} fencing failed: {e}"));
+                        let _ = guard.release().await;
+                        continue;
+                    }
+                };
+                let valid_until_ms = ms(&world, guard.lease().deadline);
+                let hold = {
+                    let mut w = net::lock(&world);
+                    let now = w.now_ms();
+                    w.history
+                        .note(now, format!("c{c} holds, token {token}, valid until {valid_until_ms} ms"));
+                    w.history.holds.push(Hold {
+                        client: c,
+                        token,
+                        granted_ms: now,
+                        valid_until_ms,
+                        released_ms: None,
+                    });
+                    w.history.holds.len() - 1
+                };
+                // The careful holder checks that it still holds the lock
+                // before each write; a pause may come between the check and
+                // the write (Kleppmann's GC pause).
+                for (work, pause) in [(0, 0), (work_ms, pause_ms)] {
+                    tokio::time::sleep(Duration::from_millis(work)).await;
+                    if !guard.is_held() {
+                        break;
+                    }
+                    if pause > 0 {
+                        note(&world, format!("c{c} pauses {pause} ms"));
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                    }
+                    let mut w = net::lock(&world);
+                    let now = w.now_ms();
+                    let accepted = w.history.write(hold, now, fencing);
+                    w.history.note(
+                        now,
+                        format!(
+                            "c{c} writes with token {token}: {}",
+                            if accepted { "accepted" } else { "refused" }
+                        ),
+                    );
+                }
+                {
+                    let mut w = net::lock(&world);
+                    let now = w.now_ms();
+                    if let Some(h) = w.history.holds.get_mut(hold) {
+                        h.released_ms = Some(now);
+                    }
+                    w.history.note(now, format!("c{c} releases"));
+                }
+                if let Err(e) = guard.release().await {
+                    note(&world, format!("c{c} release failed: {e}"));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(think_ms)).await;
+    }
+    redlock.settle().await;
+}
