@@ -277,7 +277,7 @@ pub fn release<'o, S: Stored + ?Sized>(txn: &mut Txn<'_, 'o, S>, owner: &'o [u8]
 pub fn release_hold<'o, S: Stored + ?Sized>(txn: &mut Txn<'_, 'o, S>, owner: &'o [u8]) -> Option<Hold> {
     txn.sweep_if_due();
     let held = txn.hold(owner).filter(|h| h.is_live(txn.now_ms()))?;
-    txn.remove(Cow::Borrowed(owner));
+    txn.remove_held(Cow::Borrowed(owner), &held);
     Some(held)
 }
 
