@@ -5,12 +5,15 @@
 //! settings that differ between nodes, and one verdict: can a majority grant
 //! right now, and if not, why.
 //!
-//! A member is one master today, so it has one node. A member that is a
-//! cluster reports one node per shard master, and grants only when every
-//! shard does (a resource lives on one shard, and any resource may be
-//! asked for). The reading of `INFO lock` and the verdict are pure
-//! functions ([`NodeHealth::parse`], [`QuorumStatus::of`]), unit-tested;
-//! [`status`] only asks the nodes.
+//! A member that is one master has one node. A member that is a cluster
+//! has one node per shard master (and a row for slots no master serves),
+//! and counts as granting only when every shard does: a resource lives on
+//! one shard, and any resource may be asked for. A cluster some of whose
+//! shards grant still gives its vote to the keys of those shards' slots:
+//! it "grants some slots", said apart in the verdict (it is not counted
+//! among the members that grant). The reading of `INFO lock` and the
+//! verdict are pure functions ([`NodeHealth::parse`], [`QuorumStatus::of`]),
+//! unit-tested; [`status`] only asks the nodes.
 
 use std::collections::BTreeMap;
 
@@ -138,10 +141,37 @@ pub struct MemberStatus {
 }
 
 impl MemberStatus {
-    /// Why this member cannot grant now (its first node that cannot);
-    /// `None` when every node can.
+    /// Why this member cannot grant now; `None` when every node can. Of a
+    /// cluster's shards, a blocker that does not end by itself comes
+    /// first; else the quarantine that ends last (the member grants every
+    /// slot when it ends).
     pub fn blocker(&self) -> Option<Blocker> {
-        self.nodes.iter().find_map(NodeStatus::blocker)
+        let blockers = self.nodes.iter().filter_map(NodeStatus::blocker);
+        let (quarantines, others): (Vec<Blocker>, Vec<Blocker>) =
+            blockers.partition(|b| matches!(b, Blocker::Quarantined(_)));
+        others.into_iter().next().or_else(|| {
+            quarantines.into_iter().max_by_key(|b| match b {
+                Blocker::Quarantined(q) => q.ms_left,
+                _ => 0,
+            })
+        })
+    }
+
+    /// Whether the member is a cluster (its nodes are its shard masters).
+    pub fn is_cluster(&self) -> bool {
+        crate::member::is_cluster(&self.member)
+    }
+
+    /// How many of its nodes can grant now, of how many.
+    pub fn nodes_granting(&self) -> (usize, usize) {
+        (self.nodes.iter().filter(|n| n.blocker().is_none()).count(), self.nodes.len())
+    }
+
+    /// A cluster some but not all of whose shards grant: the keys of the
+    /// granting shards' slots still get its vote, the others' do not.
+    pub fn grants_some_slots(&self) -> bool {
+        let (granting, of) = self.nodes_granting();
+        granting > 0 && granting < of
     }
 }
 
@@ -261,10 +291,23 @@ impl QuorumStatus {
         off.into_iter().collect()
     }
 
+    /// The members (clusters) that grant the keys of some slots only.
+    pub fn granting_some_slots(&self) -> usize {
+        self.members.iter().filter(|m| m.grants_some_slots()).count()
+    }
+
     /// The verdict in one line: can a majority grant now, and if not why.
+    /// Clusters that grant some slots only are counted apart: they are not
+    /// among the members that grant, and when they would make the majority
+    /// the line says that keys of some slots may still be granted.
     pub fn summary(&self) -> String {
-        let counts =
+        let mut counts =
             format!("{} of {} members grant (need {})", self.granting, self.members.len(), self.need);
+        let partly = self.granting_some_slots();
+        if partly > 0 {
+            let verb = if partly == 1 { "grants" } else { "grant" };
+            counts.push_str(&format!(", {partly} more {verb} the keys of some shards only"));
+        }
         match &self.readiness {
             Readiness::Grants => format!("a majority can grant now: {counts}"),
             Readiness::Blocked { cause, ready_in_ms } => {
@@ -288,6 +331,9 @@ impl QuorumStatus {
                         "; set maxmemory-policy noeviction (or lock.eviction-mode quarantine on a shared instance)",
                     ),
                     _ => {}
+                }
+                if partly > 0 && self.granting + partly >= self.need {
+                    line.push_str("; keys of the granting shards' slots may still be granted");
                 }
                 line
             }
@@ -498,6 +544,53 @@ mod tests {
             "{}",
             status.summary()
         );
+    }
+
+    fn cluster(name: &str, shards: Vec<Result<NodeHealth, Blocker>>) -> MemberStatus {
+        let nodes = shards
+            .into_iter()
+            .enumerate()
+            .map(|(i, health)| NodeStatus { node: format!("127.0.0.1:{}", 7000 + i), health })
+            .collect();
+        MemberStatus { member: format!("redis+cluster://{name}:7000"), nodes }
+    }
+
+    #[test]
+    fn a_cluster_grants_when_every_shard_does_and_some_slots_when_some_do() {
+        let whole = cluster("a", vec![up(), up(), up()]);
+        assert!(whole.is_cluster() && whole.blocker().is_none() && !whole.grants_some_slots());
+        let partly = cluster("b", vec![up(), quarantined(300), up()]);
+        assert_eq!((partly.nodes_granting(), partly.grants_some_slots()), ((2, 3), true));
+        // Not counted as granting: a key of the quarantined shard lacks its vote.
+        let status = QuorumStatus::of(vec![whole.clone(), partly.clone(), node("redis://c:1", down())]);
+        assert_eq!((status.granting, status.granting_some_slots()), (1, 1));
+        assert_eq!(
+            status.summary(),
+            "no majority can grant now: 1 of 3 members grant (need 2), 1 more grants the keys of some shards \
+             only; 1 quarantined, 1 unreachable; keys of the granting shards' slots may still be granted"
+        );
+        let status = QuorumStatus::of(vec![whole.clone(), partly.clone(), whole]);
+        assert_eq!(
+            status.summary(),
+            "a majority can grant now: 2 of 3 members grant (need 2), 1 more grants the keys of some shards only"
+        );
+        // The member's blocker: one that does not end by itself first,
+        // else the quarantine that ends last.
+        let mixed = cluster("d", vec![quarantined(300), down(), quarantined(900)]);
+        assert!(matches!(mixed.blocker(), Some(Blocker::Unreachable(_))));
+        let waiting = cluster("e", vec![quarantined(300), up(), quarantined(900)]);
+        let status = QuorumStatus::of(vec![waiting]);
+        assert_eq!(
+            status.readiness,
+            Readiness::Blocked {
+                cause: Some(Blocker::Quarantined(NodeQuarantine { reason: "startup".into(), ms_left: 900 })),
+                ready_in_ms: Some(900)
+            }
+        );
+        // No shard grants: not "some slots".
+        let none = cluster("f", vec![down(), quarantined(5)]);
+        assert!(!none.grants_some_slots());
+        assert!(!QuorumStatus::of(vec![none]).summary().contains("some shards"));
     }
 
     #[test]

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use lock_testkit_client::*;
-use redlock_client::{Config, Error, Mode, Redlock, RetryPolicy};
+use redlock_client::{Blocker, Config, Error, Mode, Readiness, Redlock, RetryPolicy};
+
+mod common;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -573,4 +575,140 @@ fn the_cli_takes_a_cluster_member() {
     let out = cmd.output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("a cluster has database 0 only"));
+}
+
+/// `redlock status` through a cluster member, run to completion (bounded):
+/// its exit code and what it printed.
+fn cli_status(member: &str) -> (i32, String) {
+    let mut cmd = std::process::Command::new(common::BIN);
+    cmd.env("REDLOCK_NODES", member).args(["--timeout", "500", "--connect-timeout", "500", "status"]);
+    let out = common::run_bounded(cmd, Duration::from_secs(10));
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (out.status.code().unwrap_or(-1), format!("{}{}", text(&out.stdout), text(&out.stderr)))
+}
+
+fn line<'a>(report: &'a str, start: &str) -> &'a str {
+    report.lines().find(|l| l.starts_with(start)).unwrap_or_else(|| panic!("no line {start:?}:\n{report}"))
+}
+
+/// `status` (Rust and the CLI) through a cluster member asks every shard
+/// master: one row each. The member grants only when every shard does; a
+/// quarantined shard leaves it granting the keys of the other shards'
+/// slots only, and says so (and those keys are indeed granted, the
+/// quarantined shard's refused). A killed shard master is unreachable for
+/// that member while the other shards answer, and once the cluster
+/// marks it failed its slots are named as served by no master. A cluster
+/// member no seed of which answers says why.
+#[test]
+fn status_asks_every_shard_master_of_a_cluster_member() {
+    let opts = Opts::new().module_arg("quarantine-ms", "30000").config("cluster-require-full-coverage", "no");
+    let mut cluster = RedisCluster::start(ClusterSpec::new(3, 0).opts(opts).node_timeout_ms(1_500));
+    let masters: Vec<u16> = cluster.masters().iter().map(|m| m.port).collect();
+    let addr = |port: u16| format!("127.0.0.1:{port}");
+    // Every shard but the first ends its start-up quarantine.
+    for &port in &masters[1..] {
+        let left: i64 =
+            cmd("LOCK.UNQUARANTINE").arg("STARTUP").query(&mut cluster.node(port).conn()).unwrap();
+        assert!(left > 0);
+    }
+    let member = cluster.member();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rl = runtime.block_on(client(std::slice::from_ref(&member)));
+    let status = runtime.block_on(rl.status());
+    let [shards] = &status.members[..] else { panic!("one member: {status:?}") };
+    let mut rows: Vec<&str> = shards.nodes.iter().map(|n| n.node.as_str()).collect();
+    rows.sort_unstable();
+    let mut expected: Vec<String> = masters.iter().map(|&p| addr(p)).collect();
+    expected.sort_unstable();
+    assert_eq!(rows, expected, "one row per shard master");
+    for node in &shards.nodes {
+        match node.blocker() {
+            None => assert_ne!(node.node, addr(masters[0])),
+            Some(Blocker::Quarantined(q)) => {
+                assert_eq!((node.node.as_str(), q.reason.as_str()), (addr(masters[0]).as_str(), "startup"));
+                assert!(q.ms_left > 10_000, "{q:?}");
+            }
+            other => panic!("{}: {other:?}", node.node),
+        }
+    }
+    assert!(shards.grants_some_slots());
+    assert!(matches!(shards.blocker(), Some(Blocker::Quarantined(_))));
+    assert_eq!((status.granting, status.granting_some_slots()), (0, 1));
+    assert!(matches!(status.readiness, Readiness::Blocked { cause: Some(Blocker::Quarantined(_)), .. }));
+    // What the verdict says is what a call meets.
+    let keys = cluster.keys_per_master("status", 1);
+    runtime.block_on(async {
+        let granted = rl.try_acquire(&keys[1][0], Mode::Plain, TTL).await.expect("a granting shard's key");
+        granted.release().await.expect("release");
+        let refused = rl.try_acquire(&keys[0][0], Mode::Plain, TTL).await.expect_err("the quarantined shard");
+        assert!(refused.to_string().contains("quarantine"), "{refused}");
+    });
+    let (code, report) = cli_status(&member);
+    assert_eq!(code, common::QUARANTINED, "{report}");
+    assert!(
+        line(&report, &member).ends_with("cluster: grants some slots only (2 of 3 shards grant)"),
+        "{report}"
+    );
+    assert!(line(&report, &format!("  {}", addr(masters[0]))).contains("startup"), "{report}");
+    assert!(line(&report, &format!("  {}", addr(masters[1]))).contains(" grants "), "{report}");
+    assert!(report.ends_with("keys of the granting shards' slots may still be granted\n"), "{report}");
+
+    // The quarantine ends: every shard grants.
+    let left: i64 =
+        cmd("LOCK.UNQUARANTINE").arg("STARTUP").query(&mut cluster.node(masters[0]).conn()).unwrap();
+    assert!(left > 0);
+    let (code, report) = cli_status(&member);
+    assert_eq!(code, common::OK, "{report}");
+    assert!(line(&report, &member).ends_with("cluster: grants every slot (3 of 3 shards grant)"), "{report}");
+    assert!(report.ends_with("a majority can grant now: 1 of 1 members grant (need 1)\n"), "{report}");
+
+    // kill -9 of a shard master (no replica): unreachable for this member,
+    // the other shards answer; once the cluster marks it failed, the map
+    // has no master for its slots, and that is said instead.
+    let victim = masters[2];
+    let index = cluster.nodes.iter().position(|n| n.port == victim).unwrap();
+    cluster.nodes[index].kill();
+    let (mut dead_node, mut unserved) = (false, false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !unserved {
+        assert!(std::time::Instant::now() < deadline, "no map without the killed master\n{}", cluster.logs());
+        let status = runtime.block_on(rl.status());
+        let shards = &status.members[0];
+        assert!(matches!(shards.blocker(), Some(Blocker::Unreachable(_))), "{shards:?}");
+        assert_eq!(status.granting, 0);
+        for node in &shards.nodes {
+            match node.blocker() {
+                None => assert!(node.node == addr(masters[0]) || node.node == addr(masters[1]), "{node:?}"),
+                Some(Blocker::Unreachable(why)) if node.node == addr(victim) => dead_node |= !why.is_empty(),
+                Some(Blocker::Unreachable(why)) if node.node.ends_with(" slots") => {
+                    assert!(why.contains("no master serves") && why.contains(&member), "{why}");
+                    unserved = true;
+                }
+                other => panic!("{}: {other:?}", node.node),
+            }
+        }
+        assert_eq!(shards.nodes_granting(), (2, 3), "{shards:?}");
+        std::thread::sleep(ms(100));
+    }
+    eprintln!("the killed master seen as unreachable before the map dropped it: {dead_node}");
+    let (code, report) = cli_status(&member);
+    assert_eq!(code, common::UNREACHABLE, "{report}");
+    assert!(line(&report, &member).ends_with("(2 of 3 shards grant)"), "{report}");
+    assert!(report.contains(" slots  unreachable: ") && report.contains("no master serves"), "{report}");
+
+    // A cluster member no seed of which answers: one row that says why.
+    let gone = format!("redis+cluster://{}", addr(victim));
+    let status = runtime.block_on(async { client(std::slice::from_ref(&gone)).await.status().await });
+    let node = &status.members[0].nodes[..];
+    assert_eq!(node.len(), 1, "{node:?}");
+    match &node[0].health {
+        Err(Blocker::Unreachable(why)) => {
+            assert!(why.contains("member 1") && why.contains(&addr(victim)), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let (code, report) = cli_status(&gone);
+    assert_eq!(code, common::UNREACHABLE, "{report}");
+    assert!(line(&report, &gone).contains("unreachable: member 1"), "{report}");
+    runtime.block_on(rl.settle());
 }

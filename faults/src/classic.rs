@@ -8,6 +8,10 @@
 //! The plumbing matches the quorum client's, so that the comparison is about
 //! the protocol and the servers only: one multiplexed (ordered) connection
 //! per node, per-command and connect timeouts, a short reconnect backoff.
+//! A member spelled `redis+cluster://host:port?addr=host:port` is a whole
+//! cluster reached through the redis crate's cluster client (slots,
+//! `MOVED`, `ASK`), as users of the recipe do through their cluster
+//! clients: one vote, like a master.
 //!
 //! The same plumbing also runs the second contrast, the semaphore a plain
 //! majority cannot bound: `LOCK.SEMAPHORE` on every module node, counted as
@@ -18,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{AsyncConnectionConfig, Client, Cmd, Value};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Client, Cmd, RedisResult, Value};
 use redlock_client::{quorum, Config};
 use tokio::sync::Mutex;
 use tokio::time::timeout;
@@ -35,13 +41,66 @@ enum Reply {
 
 #[derive(Default)]
 struct Slot {
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Conn>,
     generation: u64,
     failed_at: Option<Instant>,
 }
 
+/// How a member is reached: one master, or a cluster through its seeds.
+enum Target {
+    Master(Client),
+    Cluster(ClusterClient),
+}
+
+#[derive(Clone)]
+enum Conn {
+    Master(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl Conn {
+    async fn request(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Conn::Master(conn) => conn.req_packed_command(cmd).await,
+            Conn::Cluster(conn) => conn.req_packed_command(cmd).await,
+        }
+    }
+}
+
+impl Target {
+    /// A member as the quorum client spells it (`redis://...` or
+    /// `redis+cluster://host:port?addr=host:port...`).
+    fn parse(url: &str, config: &Config) -> Target {
+        let Some(rest) = url.strip_prefix("redis+cluster://") else {
+            return Target::Master(Client::open(url).expect("node url"));
+        };
+        let (first, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let mut seeds = vec![format!("redis://{}", first.trim_end_matches('/'))];
+        seeds.extend(
+            query.split('&').filter_map(|pair| pair.strip_prefix("addr=")).map(|a| format!("redis://{a}")),
+        );
+        let client = ClusterClient::builder(seeds)
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.command_timeout)
+            .retries(2)
+            .build()
+            .expect("cluster seeds");
+        Target::Cluster(client)
+    }
+
+    async fn open(&self) -> RedisResult<Conn> {
+        match self {
+            Target::Master(client) => client
+                .get_multiplexed_async_connection_with_config(&AsyncConnectionConfig::new())
+                .await
+                .map(Conn::Master),
+            Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+        }
+    }
+}
+
 struct Node {
-    client: Client,
+    target: Target,
     slot: Mutex<Slot>,
 }
 
@@ -68,7 +127,7 @@ pub struct ClassicLock {
 }
 
 impl Node {
-    async fn connection(&self, config: &Config) -> Option<(MultiplexedConnection, u64)> {
+    async fn connection(&self, config: &Config) -> Option<(Conn, u64)> {
         let mut slot = timeout(config.connect_timeout, self.slot.lock()).await.ok()?;
         if let Some(conn) = &slot.conn {
             return Some((conn.clone(), slot.generation));
@@ -76,11 +135,7 @@ impl Node {
         if slot.failed_at.is_some_and(|at| at.elapsed() < config.reconnect_backoff) {
             return None;
         }
-        let opened = timeout(
-            config.connect_timeout,
-            self.client.get_multiplexed_async_connection_with_config(&AsyncConnectionConfig::new()),
-        )
-        .await;
+        let opened = timeout(config.connect_timeout, self.target.open()).await;
         match opened {
             Ok(Ok(conn)) => {
                 slot.generation += 1;
@@ -97,25 +152,40 @@ impl Node {
 
     async fn call(&self, cmd: &Cmd, config: &Config, command_timeout: Duration) -> Reply {
         let Some((mut conn, generation)) = self.connection(config).await else { return Reply::Unreachable };
-        match timeout(command_timeout, conn.req_packed_command(cmd)).await {
-            Err(_) => Reply::TimedOut,
+        // A cluster client that failed is opened again: it reads the slots
+        // afresh (as cluster clients refresh their topology on errors).
+        let cluster = matches!(self.target, Target::Cluster(_));
+        match timeout(command_timeout, conn.request(cmd)).await {
+            Err(_) => {
+                if cluster {
+                    self.forget(generation).await;
+                }
+                Reply::TimedOut
+            }
             Ok(Ok(Value::ServerError(_))) => Reply::Error,
             Ok(Ok(value)) => Reply::Value(value),
             Ok(Err(e)) => {
-                if e.is_io_error()
+                if cluster
+                    || e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()
                     || e.is_unrecoverable_error()
                 {
-                    let mut slot = self.slot.lock().await;
-                    if slot.generation == generation {
-                        slot.conn = None;
-                    }
+                    self.forget(generation).await;
                     Reply::Unreachable
                 } else {
                     Reply::Error
                 }
             }
+        }
+    }
+
+    /// Drops connection `generation` (if still the current one): the next
+    /// call opens a new one.
+    async fn forget(&self, generation: u64) {
+        let mut slot = self.slot.lock().await;
+        if slot.generation == generation {
+            slot.conn = None;
         }
     }
 }
@@ -124,7 +194,7 @@ impl Classic {
     pub async fn connect(urls: &[String], config: Config, recipe: Recipe) -> Classic {
         let nodes: Vec<Node> = urls
             .iter()
-            .map(|url| Node { client: Client::open(url.as_str()).expect("node url"), slot: Mutex::default() })
+            .map(|url| Node { target: Target::parse(url, &config), slot: Mutex::default() })
             .collect();
         join_all(nodes.iter().map(|n| n.connection(&config))).await;
         Classic { nodes, config, recipe }

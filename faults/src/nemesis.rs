@@ -451,6 +451,9 @@ impl Run<'_> {
                 Probe::Abandon => self.probe_abandon(&resource).await,
                 Probe::NodeRestart => self.probe_node_restart().await,
                 Probe::Semaphore => self.probe_semaphore(&resource).await,
+                Probe::ShardPromotion => {
+                    Err("the shard promotion probe runs with cluster members only".into())
+                }
             };
             match result {
                 Ok(note) => {

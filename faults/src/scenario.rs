@@ -159,6 +159,14 @@ pub enum Probe {
     Rename,
     /// The same, node 2's key moved to another database.
     Move,
+    /// Through cluster members (members 0 and 1 clusters, member 2 a
+    /// master): P1 holds on member 0 and the master only (a rival holds
+    /// the key on member 1 meanwhile), the replica of member 0's shard for
+    /// the key cut off first so that it misses the grant; that shard's
+    /// master is killed and the replica promoted at once (`CLUSTER FAILOVER
+    /// TAKEOVER`); the rival lets go; P2 keeps trying until P1's validity
+    /// ends (`sharded.rs`, run by the suite's `run_sharded`).
+    ShardPromotion,
     /// Readers P1 and P3 take a read lock with a short TTL and walk away
     /// (crashed); once both ran out, P2 takes the write lock over their
     /// expired holds, still stored, and P1 keeps trying to read until P2's

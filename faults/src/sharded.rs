@@ -27,6 +27,9 @@ pub struct Spec {
     pub quarantine_ms: u64,
     /// `cluster-node-timeout`.
     pub node_timeout_ms: u64,
+    /// The lock module on every node (not for the classic recipe's run:
+    /// plain Redis, as its users run it).
+    pub module: bool,
 }
 
 pub struct Sharded {
@@ -36,11 +39,14 @@ pub struct Sharded {
     members: Vec<String>,
 }
 
-fn opts(quarantine_ms: u64) -> Opts {
-    Opts::new()
-        .aof_always()
-        .module_arg("quarantine-ms", &quarantine_ms.to_string())
-        .config("cluster-require-full-coverage", "no")
+fn opts(spec: &Spec) -> Opts {
+    let mut opts = Opts::new().aof_always().config("cluster-require-full-coverage", "no");
+    if spec.module {
+        opts = opts.module_arg("quarantine-ms", &spec.quarantine_ms.to_string());
+    } else {
+        opts.without_module = true;
+    }
+    opts
 }
 
 fn lock(cluster: &Mutex<RedisCluster>) -> std::sync::MutexGuard<'_, RedisCluster> {
@@ -58,13 +64,12 @@ impl Sharded {
                 .map(|_| {
                     RedisCluster::start(
                         ClusterSpec::new(spec.shards, 1)
-                            .opts(opts(spec.quarantine_ms))
+                            .opts(opts(&spec))
                             .node_timeout_ms(spec.node_timeout_ms),
                     )
                 })
                 .collect();
-            let masters: Vec<Server> =
-                (0..spec.masters).map(|_| Server::with(opts(spec.quarantine_ms))).collect();
+            let masters: Vec<Server> = (0..spec.masters).map(|_| Server::with(opts(&spec))).collect();
             (clusters, masters)
         })
         .await
@@ -193,6 +198,109 @@ impl Sharded {
             cluster.migrate_keys(source, target, rest);
             cluster.end_migration(slot, target);
             format!("slot {slot} of '{key}' {from} -> {to}, connections cut halfway ({} keys)", keys.len())
+        })
+        .await
+    }
+
+    /// A rival holds `key` on its master in cluster `member` for `ttl_ms`
+    /// (`LOCK.ACQUIRE` with the module, `SET NX PX` without): that member
+    /// refuses the key meanwhile. Whether it was set.
+    pub async fn block(&self, member: usize, key: String, token: &'static str, ttl_ms: u64) -> bool {
+        let module = self.spec.module;
+        self.blocking(member, move |cluster| {
+            let mut c = cluster.master_of(&key).conn();
+            if module {
+                cmd("LOCK.ACQUIRE")
+                    .arg(&key)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .query::<Option<i64>>(&mut c)
+                    .ok()
+                    .flatten()
+                    .is_some()
+            } else {
+                cmd("SET")
+                    .arg(&key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .query::<Option<String>>(&mut c)
+                    .ok()
+                    .flatten()
+                    .is_some()
+            }
+        })
+        .await
+    }
+
+    /// The rival of [`Sharded::block`] lets go of `key`.
+    pub async fn unblock(&self, member: usize, key: String, token: &'static str) {
+        let module = self.spec.module;
+        self.blocking(member, move |cluster| {
+            let mut c = cluster.master_of(&key).conn();
+            let _: redis::RedisResult<i64> = if module {
+                cmd("LOCK.RELEASE").arg(&key).arg(token).query(&mut c)
+            } else {
+                cmd("EVAL")
+                    .arg("if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end")
+                    .arg(1)
+                    .arg(&key)
+                    .arg(token)
+                    .query(&mut c)
+            };
+        })
+        .await
+    }
+
+    /// The replica of the master that serves `key` in cluster `member`
+    /// stops (SIGSTOP) and the master drops its link: from now on the
+    /// replica misses every write the master acknowledges. The ports of
+    /// the master and the replica.
+    pub async fn cut_replica(&self, member: usize, key: String) -> Result<(u16, u16), String> {
+        self.blocking(member, move |cluster| {
+            let master = cluster.master_of(&key);
+            let Some(replica) = cluster.replicas_of(master).first().map(|r| r.port) else {
+                return Err(format!("master {} of '{key}' has no replica in sync", master.port));
+            };
+            cluster.node(replica).signal("STOP");
+            let _: redis::RedisResult<i64> =
+                cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut master.conn());
+            Ok((master.port, replica))
+        })
+        .await
+    }
+
+    /// kill -9 of `master` in cluster `member`, its replica (cut off by
+    /// [`Sharded::cut_replica`]) resumed and promoted at once by
+    /// `CLUSTER FAILOVER TAKEOVER`; waits (bounded) until it is a master.
+    pub async fn take_over(&self, member: usize, master: u16, replica: u16) -> Result<(), String> {
+        self.blocking(member, move |cluster| {
+            let index = cluster.nodes.iter().position(|n| n.port == master).expect("the master's node");
+            cluster.nodes[index].kill();
+            let node = cluster.node(replica);
+            node.signal("CONT");
+            let _: redis::RedisResult<()> =
+                cmd("CLUSTER").arg("FAILOVER").arg("TAKEOVER").query(&mut node.conn());
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while lock_testkit::role(node) != "master" {
+                if std::time::Instant::now() > deadline {
+                    return Err(format!("replica {replica} not promoted within 10 s"));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// The node at `port` in cluster `member` (killed) starts again and
+    /// rejoins; waits (bounded) until the cluster agrees again.
+    pub async fn rejoin(&self, member: usize, port: u16) {
+        self.blocking(member, move |cluster| {
+            let index = cluster.nodes.iter().position(|n| n.port == port).expect("the node");
+            cluster.nodes[index].restart();
+            cluster.wait_ok();
         })
         .await
     }

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use lock_faults::checker::{check, Rules, Violations};
 use lock_faults::cluster::{Cluster, Spec};
 use lock_faults::conn::Conn;
-use lock_faults::history::{Access, Outcome};
+use lock_faults::history::{Access, Outcome, Want};
 use lock_faults::misuse::Misuse;
 use lock_faults::nemesis::Run;
 use lock_faults::onenode::{OneNode, Role};
@@ -319,8 +319,13 @@ const SCENARIOS: &[Scenario] = &[
         // Inside two cluster members (3 shards, a master and a replica
         // each) beside one master: slots migrated under load, shard masters
         // killed and replaced (the old one back as a replica), paused,
-        // connections cut during a migration.
+        // connections cut during a migration. The classic recipe through
+        // the redis crate's cluster client runs the probe only: a shard's
+        // replica that missed its grant, promoted, lets P2 in.
         faults: &[Fault::SlotMigration, Fault::ShardFailover, Fault::ShardPause, Fault::RedirectCut],
+        probes: &[Probe::ShardPromotion],
+        impls: BOTH_IMPLS,
+        contrast_must_fail: true,
         nodes: 1,
         clusters: 2,
         work: Work::Long,
@@ -563,6 +568,16 @@ fn spec(scenario: &Scenario, imp: Impl) -> Spec {
     }
 }
 
+/// `count` probe clients (workers 1000 and up), each with its own client.
+async fn probers(imp: Impl, urls: &[String], ctx: &Arc<Ctx>, count: usize) -> Vec<Worker> {
+    let mut probers = Vec::new();
+    for id in 0..count {
+        let locker = Locker::connect(imp, urls, test_config()).await;
+        probers.push(Worker { id: 1000 + id, locker, ctx: ctx.clone() });
+    }
+    probers
+}
+
 async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, index: u64) -> Report {
     if scenario.clusters > 0 {
         return run_sharded(scenario, imp, settings, index).await;
@@ -580,11 +595,7 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
     let work = if module { scenario.work } else { Work::Short };
 
     // The probe clients (also for one node: probes there use their own).
-    let mut probers = Vec::new();
-    for id in 0..3 {
-        let locker = Locker::connect(imp, &urls, test_config()).await;
-        probers.push(Worker { id: 1000 + id, locker, ctx: ctx.clone() });
-    }
+    let probers = probers(imp, &urls, &ctx, 3).await;
     let mut handles = Vec::new();
     let resources: Vec<String> = match scenario.workload {
         Workload::Quorum(list) => {
@@ -746,6 +757,7 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
 async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings, index: u64) -> Report {
     let started = Instant::now();
     let seed = mix(settings.seed, index);
+    let module = imp == Impl::Module;
     let spec = sharded::Spec {
         clusters: scenario.clusters,
         // Three: a failover needs a majority of the masters to vote.
@@ -753,12 +765,15 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
         masters: scenario.nodes,
         quarantine_ms: scenario.quarantine_ms,
         node_timeout_ms: CLUSTER_NODE_TIMEOUT_MS,
+        module,
     };
     let members = Sharded::start(spec).await;
     let setup = started.elapsed();
     let urls = members.urls();
     let ttl = scenario.ttl();
-    let ctx = Arc::new(Ctx::new(true, ttl, CLIENTS));
+    let ctx = Arc::new(Ctx::new(module, ttl, CLIENTS));
+    let work = if module { scenario.work } else { Work::Short };
+    let probers = probers(imp, &urls, &ctx, 2).await;
     let Workload::Quorum(list) = scenario.workload else { panic!("{}: a quorum workload", scenario.name) };
     let resources: Vec<Resource> =
         list.iter().map(|&(name, kind)| Resource { name: name.to_string(), kind }).collect();
@@ -766,7 +781,7 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
     for id in 0..CLIENTS {
         let worker =
             Worker { id, locker: Locker::connect(imp, &urls, test_config()).await, ctx: ctx.clone() };
-        handles.push(tokio::spawn(worker.run(resources.clone(), scenario.work, mix(seed, 100 + id as u64))));
+        handles.push(tokio::spawn(worker.run(resources.clone(), work, mix(seed, 100 + id as u64))));
     }
     let names: Vec<String> = list.iter().map(|(name, _)| name.to_string()).collect();
     // A failover takes the node timeout and an election on top of the
@@ -775,7 +790,29 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
 
     let mut rng = StdRng::seed_from_u64(seed);
     tokio::time::sleep(ms(300)).await;
-    let until = ctx.rec.now() + Duration::from_secs_f64(settings.run_seconds);
+    let (mut probes, mut inconclusive) = (Vec::new(), Vec::new());
+    for probe in scenario.probes {
+        let mut why = String::new();
+        // Retried (an earlier failure may still keep a member from granting).
+        for _ in 0..3 {
+            match probe_shard_promotion(&members, &ctx, &probers, scenario, bound, &mut rng).await {
+                Ok(note) => {
+                    probes.push(format!("{probe:?}: {note}"));
+                    why.clear();
+                    break;
+                }
+                Err(reason) => why = reason,
+            }
+            tokio::time::sleep(ms(200)).await;
+        }
+        if !why.is_empty() {
+            inconclusive.push(why);
+        }
+    }
+    // The contrast runs its probe only: its violation is arranged there,
+    // and its run stays short.
+    let run_seconds = if module { settings.run_seconds } else { 0.0 };
+    let until = ctx.rec.now() + Duration::from_secs_f64(run_seconds);
     let mut dead_seen = BTreeSet::new();
     while !ABORT.load(Ordering::SeqCst) {
         let gap = ms(rng.gen_range(settings.gap_ms.0..=settings.gap_ms.1));
@@ -815,6 +852,10 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
             panic!("{} ({}): a worker did not stop", scenario.name, imp.name());
         }
     }
+    for prober in &probers {
+        prober.locker.settle().await;
+    }
+    drop(probers);
     let run_end = ctx.rec.now();
     let stopping = Instant::now();
     members.shut_down().await;
@@ -854,12 +895,104 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
         lost_reported: count(&|op| op.lost.is_some()),
         faults: events.len(),
         violations,
-        probes: Vec::new(),
-        inconclusive: Vec::new(),
+        probes,
+        inconclusive,
         elapsed: started.elapsed(),
         phases,
         skipped: false,
     }
+}
+
+/// [`Probe::ShardPromotion`]: P1 holds `probe:promotion` on member 0 (a
+/// cluster) and member 2 (a master) only, member 1 (a cluster) refusing
+/// because a rival holds the key there; the replica of member 0's shard
+/// for the key was cut off first, so it misses P1's grant; the rival lets
+/// go, the shard's master is killed and its replica promoted at once; P2
+/// keeps trying until P1's validity ends. The classic recipe: the promoted
+/// replica and member 1 grant P2 while P1 holds (an overlap the checker
+/// reports). This project: the promoted replica is quarantined for longer
+/// than P1's TTL, so P2 gets one vote of three.
+async fn probe_shard_promotion(
+    members: &Sharded,
+    ctx: &Ctx,
+    probers: &[Worker],
+    scenario: &Scenario,
+    bound: Duration,
+    rng: &mut StdRng,
+) -> Result<String, String> {
+    const KEY: &str = "probe:promotion";
+    const RIVAL: &str = "probe-rival";
+    let [p1, p2] = probers else { panic!("two probe clients") };
+    // As long as the quarantine allows: the longer P1 holds, the longer P2
+    // tries.
+    let ttl = ms(scenario.quarantine_ms.saturating_sub(100)).max(scenario.ttl());
+    let start = ctx.rec.now();
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    if !members.block(1, KEY.into(), RIVAL, ttl_ms + 10_000).await {
+        return Err("ShardPromotion probe: the rival could not hold the key on member 1".into());
+    }
+    let (master, replica) = match members.cut_replica(0, KEY.into()).await {
+        Ok(ports) => ports,
+        Err(why) => {
+            members.unblock(1, KEY.into(), RIVAL).await;
+            return Err(format!("ShardPromotion probe: {why}"));
+        }
+    };
+    let h1 = p1.try_acquire_ttl(KEY, Want::Plain, ttl).await;
+    members.unblock(1, KEY.into(), RIVAL).await;
+    let promoted = members.take_over(0, master, replica).await;
+    let mut h1 = match (h1, promoted) {
+        (Ok(h1), Ok(())) => h1,
+        (h1, promoted) => {
+            if let Ok(h1) = h1 {
+                p1.finish(h1).await;
+            }
+            members.rejoin(0, master).await;
+            return Err(format!("ShardPromotion probe: P1 not granted or no promotion: {promoted:?}"));
+        }
+    };
+    if let Some(base) = p1.read(&mut h1) {
+        p1.careful_write(&mut h1, base);
+    }
+    let validity_end = h1.op.validity_end.unwrap_or_default();
+    let (first_try, mut attempts, mut granted) = (ctx.rec.now(), 0, false);
+    while ctx.rec.now() < validity_end {
+        attempts += 1;
+        if let Ok(mut h2) = p2.try_acquire(KEY, Want::Plain).await {
+            granted = true;
+            if let Some(base) = p2.read(&mut h2) {
+                p2.careful_write(&mut h2, base);
+            }
+            p2.finish(h2).await;
+        }
+        tokio::time::sleep(ms(rng.gen_range(2..8))).await;
+    }
+    p1.finish(h1).await;
+    let what = format!(
+        "member 0's master {master} of '{KEY}' killed after granting P1 (its replica {replica} cut off), \
+         the replica promoted at once"
+    );
+    ctx.rec.event("shard promotion (probe)", what.clone(), start, ctx.rec.now());
+    members.rejoin(0, master).await;
+    let mut note = format!(
+        "{what}; P2 tried {attempts} times from {} ms before the end of P1's validity: {}",
+        validity_end.saturating_sub(first_try).as_millis(),
+        if granted { "GRANTED while P1 held" } else { "refused" }
+    );
+    // Liveness: P2 gets it once P1's lock has run out (and the quarantine
+    // ended).
+    match p2.acquire_within(KEY, Want::Plain, bound, rng).await {
+        Some(h2) => p2.finish(h2).await,
+        None => {
+            let _ = write!(note, "; P2 not granted within {} ms after", bound.as_millis());
+        }
+    }
+    if validity_end.saturating_sub(first_try) < ms(100) {
+        return Err(format!(
+            "ShardPromotion probe: P2 began trying less than 100 ms before P1's validity ended ({note})"
+        ));
+    }
+    Ok(note)
 }
 
 fn target_dir() -> PathBuf {

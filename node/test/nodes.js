@@ -314,6 +314,58 @@ class Cluster {
   }
 }
 
+/**
+ * A Redis Cluster (or Valkey Cluster) with the module on every node, started
+ * by the scripts' helper (scripts/lib/servers.py `cluster`: free ports, each
+ * node in its own directory, every wait bounded) and killed by PID when
+ * closed (or when the test process exits). Used as one quorum member:
+ * `member`.
+ */
+class RedisCluster {
+  static start(shards = 3, replicas = 0) {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "redlock-node-cluster-"));
+    const helper = path.join(REPO, "scripts", "lib", "servers.py");
+    const args = [helper, "cluster", "--bin", serverBin(), "--dir", dir, "--shards", String(shards),
+      "--replicas", String(replicas), "--deadline", "60", "--",
+      "--loadmodule", moduleSo(), "quarantine-ms", "0", "--save", "", "--appendonly", "no"];
+    const run = spawnSync("python3", args, { encoding: "utf8", timeout: 120_000 });
+    const nodes = (run.stdout || "").trim().split("\n").filter(Boolean).map((line, i) => {
+      const [port, pid] = line.split(" ").map(Number);
+      return new Server(port, { pid }, path.join(dir, `node${i + 1}`));
+    });
+    if (run.status !== 0 || nodes.length !== shards * (1 + replicas)) {
+      nodes.forEach((n) => n.kill());
+      fs.rmSync(dir, { recursive: true, force: true });
+      throw new Error(`the cluster did not start (exit ${run.status}): ${run.stderr} ${run.error || ""}`);
+    }
+    return new RedisCluster(nodes, dir);
+  }
+
+  constructor(nodes, dir) {
+    this.nodes = nodes;
+    this.dir = dir;
+  }
+
+  /** The quorum member that names this cluster (two seeds). */
+  get member() {
+    const [first, second] = this.nodes;
+    return `redis+cluster://127.0.0.1:${first.port}?addr=127.0.0.1:${second.port}`;
+  }
+
+  /** The node that serves `key` now, as CLUSTER SLOTS says. */
+  async masterOf(key) {
+    const slot = await this.nodes[0].call("CLUSTER", "KEYSLOT", key);
+    const ranges = await this.nodes[0].call("CLUSTER", "SLOTS");
+    const [, , [, port]] = ranges.find(([first, last]) => first <= slot && slot <= last);
+    return this.nodes.find((n) => n.port === port);
+  }
+
+  close() {
+    this.nodes.forEach((n) => n.kill());
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
 let counter = 0;
 /** A resource name of its own for each test. */
 function resourceName(t) {
@@ -321,4 +373,4 @@ function resourceName(t) {
   return `node:${t.name.replace(/\s+/g, "-").slice(0, 40)}:${process.pid}:${counter}`;
 }
 
-module.exports = { Cluster, ReplyError, aborted, resourceName, serverName, sleep, startServer, waitUntil, REPO };
+module.exports = { Cluster, RedisCluster, ReplyError, aborted, resourceName, serverName, sleep, startServer, waitUntil, REPO };

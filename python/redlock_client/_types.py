@@ -134,15 +134,26 @@ class NodeStatus:
 
 @dataclass(frozen=True)
 class MemberStatus:
-    """One quorum member (one vote): one master, with one node."""
+    """One quorum member (one vote): one master, with one node, or one
+    cluster, with a node per shard master (and a row for slots that no
+    master serves; one row that says why when no seed answers)."""
 
     member: str
     nodes: List[NodeStatus]
 
     @property
     def grants(self) -> bool:
-        """Whether every node of the member can grant now."""
+        """Whether every node of the member can grant now (a cluster: every
+        shard, so any key gets its vote)."""
         return all(n.blocked is None for n in self.nodes)
+
+    @property
+    def grants_some_slots(self) -> bool:
+        """A cluster some but not all of whose shards grant: the keys of
+        those shards' slots get its vote, the others' do not. Such a member
+        is not counted in :attr:`QuorumStatus.granting`."""
+        granting = sum(n.blocked is None for n in self.nodes)
+        return 0 < granting < len(self.nodes)
 
 
 @dataclass(frozen=True)

@@ -171,10 +171,13 @@ class RedisCluster:
     ``start_cluster``), killed by PID by :meth:`close`. Used as one quorum
     member: :attr:`member`."""
 
-    def __init__(self, shards: int = 3, replicas: int = 1) -> None:
+    def __init__(
+        self, shards: int = 3, replicas: int = 1, args: Sequence[str] = (), node_timeout_ms: int = 5000
+    ) -> None:
         self.cluster = servers.start_cluster(
             server_bin(), shards=shards, replicas=replicas, module=module_so(),
-            module_args=["quarantine-ms", "0"], args=["--save", "", "--appendonly", "no", "--protected-mode", "no"],
+            module_args=["quarantine-ms", "0"], node_timeout_ms=node_timeout_ms,
+            args=["--save", "", "--appendonly", "no", "--protected-mode", "no", *args],
             dir_prefix="redlock-py-cluster-",
         )  # fmt: skip
 

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 from nodes import Cluster, RedisCluster
 
-from redlock_client import AsyncRedlock, InvalidArgumentError, NodesUnreachableError, Redlock
+from redlock_client import AsyncRedlock, InvalidArgumentError, NodesUnreachableError, QuorumStatus, Redlock
 
 
 def test_a_cluster_member_takes_fences_extends_and_releases(redis_cluster: RedisCluster, resource: str) -> None:
@@ -77,3 +77,43 @@ def test_bad_cluster_spellings_say_what_to_write() -> None:
     ]:
         with pytest.raises(InvalidArgumentError, match=says):
             Redlock([member])
+
+
+def test_status_asks_every_shard_master(request: pytest.FixtureRequest) -> None:
+    # No replica: a killed master stays down; the other shards keep serving.
+    redis_cluster = RedisCluster(3, 0, args=["--cluster-require-full-coverage", "no"], node_timeout_ms=1500)
+    request.addfinalizer(redis_cluster.close)
+    masters = redis_cluster.cluster.masters
+    locks = Redlock([redis_cluster.member])
+    status = locks.status()
+    [member] = status.members
+    assert sorted(n.node for n in member.nodes) == sorted(f"127.0.0.1:{m.port}" for m in masters)
+    assert member.grants and not member.grants_some_slots
+    assert (status.granting, status.grants) == (1, True)
+    assert status.protections_off["startup-quarantine"] == [n.node for n in member.nodes]
+
+    victim = masters[2]
+    victim.kill()
+
+    async def after_the_kill() -> QuorumStatus:
+        return await (await AsyncRedlock.connect([redis_cluster.member])).status()
+
+    for status in (locks.status(), asyncio.run(after_the_kill())):
+        [member] = status.members
+        assert not member.grants and member.grants_some_slots, member
+        assert (status.granting, status.grants, status.cause) == (0, False, "unreachable")
+        granting = sorted(n.node for n in member.nodes if n.blocked is None)
+        assert granting == sorted(f"127.0.0.1:{m.port}" for m in masters[:2])
+        # The killed master (or, once the cluster marked it failed, its
+        # slots with no master) is the one that cannot grant.
+        [down] = [n for n in member.nodes if n.blocked is not None]
+        assert down.blocked == "unreachable"
+        assert down.node == f"127.0.0.1:{victim.port}" or "no master serves" in (down.why or ""), down
+        assert "1 more grants the keys of some shards only" in status.summary, status.summary
+
+    gone = f"redis+cluster://127.0.0.1:{victim.port}"
+    [member] = Redlock([gone]).status().members
+    [node] = member.nodes
+    assert (node.node, node.blocked) == (gone, "unreachable")
+    assert node.why is not None and f"member 1 ({gone})" in node.why, node.why
+    locks.settle()

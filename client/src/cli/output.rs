@@ -1,7 +1,7 @@
 //! What the CLI prints: shell assignments read back by `eval`, and the
 //! `info` table.
 
-use redlock_client::{Blocker, LockInfo, NodeInfo, QuorumStatus};
+use redlock_client::{Blocker, LockInfo, MemberStatus, NodeInfo, NodeStatus, QuorumStatus};
 
 /// A word the shell reads back as `text`.
 pub fn shell_quote(text: &str) -> String {
@@ -104,34 +104,21 @@ fn table(rows: Vec<Vec<String>>) -> String {
     out
 }
 
-/// `status`: one row per node, then the settings that differ, the
-/// protections that are off, and the verdict.
+/// `status`: one row per node (a cluster member: a row that says which of
+/// its shards grant, then its shard masters' rows, indented), then the
+/// settings that differ, the protections that are off, and the verdict.
 pub fn status_report(status: &QuorumStatus) -> String {
     let header = ["node", "state", "quarantine", "evicting", "fencing-counter", "protections-off"];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
-    let dash = || "-".to_string();
-    for node in status.members.iter().flat_map(|m| &m.nodes) {
-        let health = match &node.health {
-            Ok(health) => health,
-            Err(blocker) => {
-                rows.push(vec![node.node.clone(), blocker_text(blocker)]);
-                continue;
-            }
-        };
-        let state = match health.blocker() {
-            None => "grants".to_string(),
-            Some(Blocker::Quarantined(_)) => "quarantined".to_string(),
-            Some(Blocker::Evicting(_)) => "refuses: evicting".to_string(),
-            Some(other) => blocker_text(&other),
-        };
-        rows.push(vec![
-            node.node.clone(),
-            state,
-            health.quarantine.as_ref().map_or_else(dash, |q| format!("{} {} ms left", q.reason, q.ms_left)),
-            health.evicting_policy.clone().unwrap_or_else(dash),
-            health.fencing_counter.to_string(),
-            if health.protections_off.is_empty() { dash() } else { health.protections_off.join(",") },
-        ]);
+    for member in &status.members {
+        // A cluster with no slot map has one row: the member with why.
+        let shards = member.is_cluster() && member.nodes.iter().all(|n| n.node != member.member);
+        if shards {
+            rows.push(vec![member.member.clone(), cluster_state(member)]);
+        }
+        for node in &member.nodes {
+            rows.push(node_row(node, if shards { "  " } else { "" }));
+        }
     }
     let mut out = table(rows);
     for difference in &status.differences {
@@ -148,6 +135,40 @@ pub fn status_report(status: &QuorumStatus) -> String {
     out.push_str(&status.summary());
     out.push('\n');
     out
+}
+
+/// A cluster member's state: whether all, some or none of its shards
+/// grant (some: the keys of their slots get this member's vote).
+fn cluster_state(member: &MemberStatus) -> String {
+    match member.nodes_granting() {
+        (granting, of) if granting == of => format!("cluster: grants every slot ({of} of {of} shards grant)"),
+        (0, of) => format!("cluster: grants no slot (0 of {of} shards grant)"),
+        (granting, of) => format!("cluster: grants some slots only ({granting} of {of} shards grant)"),
+    }
+}
+
+/// One node's row, its name after `indent`.
+fn node_row(node: &NodeStatus, indent: &str) -> Vec<String> {
+    let name = format!("{indent}{}", node.node);
+    let health = match &node.health {
+        Ok(health) => health,
+        Err(blocker) => return vec![name, blocker_text(blocker)],
+    };
+    let state = match health.blocker() {
+        None => "grants".to_string(),
+        Some(Blocker::Quarantined(_)) => "quarantined".to_string(),
+        Some(Blocker::Evicting(_)) => "refuses: evicting".to_string(),
+        Some(other) => blocker_text(&other),
+    };
+    let dash = || "-".to_string();
+    vec![
+        name,
+        state,
+        health.quarantine.as_ref().map_or_else(dash, |q| format!("{} {} ms left", q.reason, q.ms_left)),
+        health.evicting_policy.clone().unwrap_or_else(dash),
+        health.fencing_counter.to_string(),
+        if health.protections_off.is_empty() { dash() } else { health.protections_off.join(",") },
+    ]
 }
 
 fn blocker_text(blocker: &Blocker) -> String {
@@ -210,6 +231,48 @@ mod tests {
         assert_eq!(lines[7], "protection off: removal-quarantine on redis://b:2");
         assert_eq!(lines[8], "a majority can grant now: 3 of 5 members grant (need 3)");
         assert_eq!(super::super::exit::status_code(&status), super::super::exit::CONFIG);
+    }
+
+    #[test]
+    fn a_cluster_member_says_which_of_its_shards_grant() {
+        use redlock_client::{NodeHealth, NodeQuarantine};
+        let health = NodeHealth { eviction_mode: "refuse".into(), ..NodeHealth::default() };
+        let quarantined = NodeHealth {
+            quarantine: Some(NodeQuarantine { reason: "promotion".into(), ms_left: 900 }),
+            ..health.clone()
+        };
+        let cluster = "redis+cluster://127.0.0.1:7000";
+        let node = |name: &str, health| NodeStatus { node: name.into(), health };
+        let status = QuorumStatus::of(vec![MemberStatus {
+            member: cluster.into(),
+            nodes: vec![
+                node("127.0.0.1:7000", Ok(health.clone())),
+                node("127.0.0.1:7001", Ok(quarantined)),
+                node("127.0.0.1:7002", Err(Blocker::Unreachable("connection refused".into()))),
+            ],
+        }]);
+        let report = status_report(&status);
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(lines[1], format!("{cluster}  cluster: grants some slots only (1 of 3 shards grant)"));
+        assert!(lines[2].starts_with("  127.0.0.1:7000  grants"), "{report}");
+        assert!(lines[3].starts_with("  127.0.0.1:7001  quarantined"), "{report}");
+        assert_eq!(lines[4], "  127.0.0.1:7002  unreachable: connection refused");
+        assert_eq!(
+            lines[5],
+            "no majority can grant now: 0 of 1 members grant (need 1), 1 more grants the keys of some shards \
+             only; 1 unreachable; are the nodes up, and are their URLs right?; keys of the granting shards' \
+             slots may still be granted"
+        );
+        // With no slot map, the member is one row that says why.
+        let why = format!("member 1 ({cluster}): no seed answers");
+        let status = QuorumStatus::of(vec![MemberStatus {
+            member: cluster.into(),
+            nodes: vec![node(cluster, Err(Blocker::Unreachable(why.clone())))],
+        }]);
+        assert_eq!(
+            status_report(&status).lines().nth(1),
+            Some(format!("{cluster}  unreachable: {why}").as_str())
+        );
     }
 
     #[test]

@@ -57,7 +57,7 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::gate::{Follow, Gate, Outcome, Ticket};
 use super::redirect::{Addr, Redirect};
-use super::slot::key_slot;
+use super::slot::{key_slot, SLOTS};
 use super::spelling::ClusterSpelling;
 use super::throttle::{Start, Throttle};
 use super::topology::{self, SlotMap, MASTERS_MAX};
@@ -218,8 +218,9 @@ impl Cluster {
                     let why = state.last_failure.clone().unwrap_or_else(|| "no slot map yet".into());
                     return Err(shared.cause(&why));
                 };
+                let unserved = usize::from(SLOTS).saturating_sub(map.served());
                 let masters: Vec<Addr> = map.masters().into_iter().cloned().collect();
-                masters
+                let mut sends: Vec<_> = masters
                     .into_iter()
                     .map(|addr| {
                         let sent = shared
@@ -227,12 +228,20 @@ impl Cluster {
                             .map(|node| node.send(&request, node.deadline(timeout), false, None));
                         (addr.to_string(), sent)
                     })
-                    .collect()
+                    .collect();
+                // Slots no master serves (a failed master with no replica
+                // to promote): their keys get no grant from this member,
+                // and no node would say so.
+                if unserved > 0 {
+                    let why = format!("no master serves {unserved} of the {SLOTS} slots");
+                    sends.push((format!("{unserved} slots"), Err(shared.cause(&why))));
+                }
+                sends
             };
             let answers = futures_util::future::join_all(sends.into_iter().map(|(addr, sent)| async move {
                 match sent {
                     Ok(replies) => (addr, as_value(replies.await)),
-                    Err(why) => (addr, Err(Raw::Unreachable(why))),
+                    Err(why) => (addr, Err(Raw::ClusterUnavailable(why))),
                 }
             }));
             Ok(answers.await)
