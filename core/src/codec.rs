@@ -366,8 +366,10 @@ fn split_field(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// Unsigned decimal without sign, spaces or leading zeros (the form the
 /// encoders write); `None` on anything else or on overflow. On the hot path
-/// (three numbers per lock read): up to 19 digits cannot overflow a u64, so
-/// only the 20-digit case pays for checked arithmetic.
+/// (three numbers per lock read, 13-16 digits each): eight digits at a
+/// time ([`eight_digits`]), about a third of the instructions of a loop
+/// over the digits. Up to 19 digits cannot overflow a u64, so only the
+/// 20-digit case pays for checked arithmetic.
 fn parse_decimal(bytes: &[u8]) -> Option<u64> {
     const NO_OVERFLOW_DIGITS: usize = 19;
     match bytes {
@@ -376,12 +378,44 @@ fn parse_decimal(bytes: &[u8]) -> Option<u64> {
         [b'0', ..] => return None,
         _ => {}
     }
-    // One pass: each byte is checked as a digit as it is added.
-    let digit = |b: u8| b.is_ascii_digit().then(|| u64::from(b - b'0'));
-    if bytes.len() <= NO_OVERFLOW_DIGITS {
-        return bytes.iter().try_fold(0u64, |acc, &b| Some(acc * 10 + digit(b)?));
+    if bytes.len() > NO_OVERFLOW_DIGITS {
+        let digit = |b: u8| b.is_ascii_digit().then(|| u64::from(b - b'0'));
+        return bytes.iter().try_fold(0u64, |acc, &b| acc.checked_mul(10)?.checked_add(digit(b)?));
     }
-    bytes.iter().try_fold(0u64, |acc, &b| acc.checked_mul(10)?.checked_add(digit(b)?))
+    let mut value = 0u64;
+    let mut rest = bytes;
+    while let Some((chunk, tail)) = rest.split_first_chunk::<8>() {
+        value = value * 100_000_000 + eight_digits(u64::from_le_bytes(*chunk))?;
+        rest = tail;
+    }
+    for &b in rest {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value * 10 + u64::from(digit);
+    }
+    Some(value)
+}
+
+/// The value of eight ASCII digits read as a little-endian u64 (the first
+/// digit in the lowest byte); `None` unless every byte is `0`-`9`. Each
+/// byte of a digit is 0x30-0x39: its high nibble is 3, and adding 6 keeps
+/// it 3 (0x3a-0x3f would carry into 4). Then pairs, quads and the eight
+/// digits are combined with one multiply each.
+fn eight_digits(chunk: u64) -> Option<u64> {
+    const HIGH: u64 = 0xf0f0_f0f0_f0f0_f0f0;
+    const THREES: u64 = 0x3030_3030_3030_3030;
+    if chunk & HIGH != THREES || chunk.wrapping_add(0x0606_0606_0606_0606) & HIGH != THREES {
+        return None;
+    }
+    let digits = chunk - THREES;
+    // Each 16-bit lane: 10 * its first digit + its second (no lane
+    // overflows into the next: at most 99, 9,999, 99,999,999).
+    let pairs = (digits.wrapping_mul(1 + (10 << 8)) >> 8) & 0x00ff_00ff_00ff_00ff;
+    // Each 32-bit lane: 100 * its first pair + its second.
+    let quads = (pairs.wrapping_mul(1 + (100 << 16)) >> 16) & 0x0000_ffff_0000_ffff;
+    Some(quads.wrapping_mul(1 + (10_000 << 32)) >> 32)
 }
 
 #[cfg(test)]
@@ -629,6 +663,18 @@ mod tests {
         #[test]
         fn decimals_round_trip(n: u64) {
             prop_assert_eq!(parse_decimal(n.to_string().as_bytes()), Some(n));
+        }
+
+        // Any bytes, mostly digits with a stray byte among them (bytes on
+        // both sides of '0'-'9' included): the eight-at-a-time reader
+        // agrees with a plain one.
+        #[test]
+        fn decimals_parse_as_plainly(bytes in proptest::collection::vec(prop_oneof![8 => b'0'..=b'9', 1 => Just(b'/'), 1 => Just(b':'), 1 => any::<u8>()], 0..24)) {
+            let plain = std::str::from_utf8(&bytes)
+                .ok()
+                .filter(|t| t.bytes().all(|b| b.is_ascii_digit()) && (*t == "0" || !t.starts_with('0')))
+                .and_then(|t| t.parse::<u64>().ok());
+            prop_assert_eq!(parse_decimal(&bytes), plain);
         }
 
         #[test]

@@ -269,12 +269,16 @@ pub fn acquire_all<'o, S: Stored + ?Sized>(
 
 /// LOCK.RELEASE: frees `owner`'s hold (all holds of a reentrant lock).
 pub fn release<'o, S: Stored + ?Sized>(txn: &mut Txn<'_, 'o, S>, owner: &'o [u8]) -> bool {
+    release_hold(txn, owner).is_some()
+}
+
+/// [`release`], answering the hold it freed (its token and deadline, for
+/// the caller's counters: one read of the record).
+pub fn release_hold<'o, S: Stored + ?Sized>(txn: &mut Txn<'_, 'o, S>, owner: &'o [u8]) -> Option<Hold> {
     txn.sweep_if_due();
-    let held = txn.hold(owner).is_some_and(|h| h.is_live(txn.now_ms()));
-    if held {
-        txn.remove(Cow::Borrowed(owner));
-    }
-    held
+    let held = txn.hold(owner).filter(|h| h.is_live(txn.now_ms()))?;
+    txn.remove_held(Cow::Borrowed(owner), &held);
+    Some(held)
 }
 
 /// LOCK.EXTEND: `owner`'s hold now ends `ttl_ms` from now (it may

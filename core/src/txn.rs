@@ -378,6 +378,18 @@ impl<'s, 'o, S: Stored + ?Sized> Txn<'s, 'o, S> {
         self.count = self.count.saturating_sub(1);
     }
 
+    /// Deletes `owner`'s record, `held` being what [`Txn::hold`] just
+    /// answered for it: when this transaction has not edited `owner`, that
+    /// is the stored record, whose token the removal needs, and it is not
+    /// read again (on a hash lock each read is a field lookup).
+    pub fn remove_held(&mut self, owner: Cow<'o, [u8]>, held: &Hold) {
+        if self.edits.find(&owner).is_some() {
+            return self.remove(owner);
+        }
+        self.edits.remove(owner, None, Some(held.fence));
+        self.count = self.count.saturating_sub(1);
+    }
+
     /// Ends the transaction: what to write, checked against the invariants
     /// the property tests check. Inlined: the changes are large (inline
     /// edits), and a call from the module's crate would copy them out

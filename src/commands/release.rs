@@ -40,11 +40,8 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
 /// RELEASE of one key, counted, with the hold's duration recorded (also
 /// LOCK.MRELEASE's, per key).
 pub fn release_one<'o, S: Stored + ?Sized>(txn: &mut Txn<'_, 'o, S>, owner: &'o [u8], stats: &Stats) -> bool {
-    let fence = txn.hold(owner).map(|h| h.fence);
-    let released = lock::release(txn, owner);
-    if let (true, Some(fence)) = (released, fence) {
-        stats.releases.bump();
-        stats.record_hold(txn.now_ms().saturating_sub(fencing::granted_at_ms(fence)));
-    }
-    released
+    let Some(freed) = lock::release_hold(txn, owner) else { return false };
+    stats.releases.bump();
+    stats.record_hold(txn.now_ms().saturating_sub(fencing::granted_at_ms(freed.fence)));
+    true
 }

@@ -33,8 +33,9 @@ pub(crate) type OnReply = Box<dyn FnOnce(&[Reply]) + Send>;
 
 /// One call in the queue.
 pub(super) struct Job {
-    /// The packed command(s); empty for the warm-up (open only).
-    pub bytes: Vec<u8>,
+    /// The packed command(s), shared by the calls of one round; empty for
+    /// the warm-up (open only).
+    pub bytes: Arc<[u8]>,
     /// How many replies the bytes ask for.
     pub replies: usize,
     /// When the caller stops waiting.
@@ -60,7 +61,12 @@ pub(super) struct Link {
     write: WriteHalf,
     waiting: Arc<Mutex<Waiting>>,
     reader: JoinHandle<()>,
+    /// The write buffer, kept between writes.
+    out: Vec<u8>,
 }
+
+/// A write buffer larger than this (a batch of big pipelines) is not kept.
+const OUT_KEPT_MAX: usize = 64 * 1024;
 
 #[derive(Default)]
 struct Waiting {
@@ -88,11 +94,11 @@ impl Link {
         let (read, write) = sim::connect(host, *port).await.map_err(unreachable)?;
         let waiting = Arc::new(Mutex::new(Waiting::default()));
         let reader = tokio::spawn(read_replies(read, waiting.clone()));
-        let mut link = Link { write, waiting, reader };
+        let mut link = Link { write, waiting, reader, out: Vec::new() };
         for (what, cmd) in handshake(info) {
             let (done, answer) = oneshot::channel();
             let job = Job {
-                bytes: cmd.get_packed_command(),
+                bytes: cmd.get_packed_command().into(),
                 replies: 1,
                 deadline: far_future(),
                 done,
@@ -130,7 +136,14 @@ impl Link {
     /// broke (every call waiting on it is failed).
     pub(super) async fn send(&mut self, batch: &mut Vec<Job>) -> Result<(), String> {
         let Some(write_by) = batch.iter().map(|job| job.deadline).max() else { return Ok(()) };
-        let mut bytes = Vec::new();
+        // The write buffer is kept from one write to the next (one
+        // allocation per connection, not per write), unless a large batch
+        // grew it past what later writes need.
+        let mut bytes = std::mem::take(&mut self.out);
+        if bytes.capacity() > OUT_KEPT_MAX {
+            bytes = Vec::new();
+        }
+        bytes.clear();
         {
             let mut waiting = self.waiting();
             if let Some(why) = waiting.closed.clone() {
@@ -157,9 +170,12 @@ impl Link {
             }
         }
         if bytes.is_empty() {
+            self.out = bytes;
             return Ok(());
         }
-        let why = match timeout_at(write_by, self.write.write_all(&bytes)).await {
+        let written = timeout_at(write_by, self.write.write_all(&bytes)).await;
+        self.out = bytes;
+        let why = match written {
             Ok(Ok(())) => return Ok(()),
             Ok(Err(e)) => format!("connection lost: {e}"),
             Err(_) => "a write timed out (the node does not read)".to_string(),
