@@ -517,6 +517,32 @@ struct Report {
 }
 
 impl Report {
+    /// The counts of a run's operations; no fault, violation or probe yet
+    /// (the runner fills those in).
+    fn counted(scenario: &'static Scenario, imp: Impl, ops: &[lock_faults::history::Op]) -> Report {
+        let count = |f: &dyn Fn(&lock_faults::history::Op) -> bool| ops.iter().filter(|op| f(op)).count();
+        Report {
+            scenario,
+            imp,
+            attempts: ops.len(),
+            granted: count(&|op| op.outcome == Outcome::Ok),
+            unknown: count(&|op| op.outcome == Outcome::Unknown),
+            writes_accepted: count(&|op| op.write == Some(Access::Accepted)),
+            writes_rejected: count(&|op| {
+                op.write == Some(Access::Rejected) || op.read.is_some_and(|(a, _)| a == Access::Rejected)
+            }),
+            stale_rejected: count(&|op| op.paused && op.write == Some(Access::Rejected)),
+            lost_reported: count(&|op| op.lost.is_some()),
+            faults: 0,
+            violations: Violations::default(),
+            probes: Vec::new(),
+            inconclusive: Vec::new(),
+            elapsed: Duration::ZERO,
+            phases: String::new(),
+            skipped: false,
+        }
+    }
+
     fn name(&self) -> String {
         format!("{} / {}", self.scenario.name, self.imp.label())
     }
@@ -727,26 +753,14 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
     for note in ctx.rec.notes() {
         eprintln!("{}: {note}", scenario.name);
     }
-    let count = |f: &dyn Fn(&lock_faults::history::Op) -> bool| ops.iter().filter(|op| f(op)).count();
     Report {
-        scenario,
-        imp,
-        attempts: ops.len(),
-        granted: count(&|op| op.outcome == Outcome::Ok),
-        unknown: count(&|op| op.outcome == Outcome::Unknown),
-        writes_accepted: count(&|op| op.write == Some(Access::Accepted)),
-        writes_rejected: count(&|op| {
-            op.write == Some(Access::Rejected) || op.read.is_some_and(|(a, _)| a == Access::Rejected)
-        }),
-        stale_rejected: count(&|op| op.paused && op.write == Some(Access::Rejected)),
-        lost_reported: count(&|op| op.lost.is_some()),
         faults: events.len(),
         violations,
         probes,
         inconclusive,
         elapsed: started.elapsed(),
         phases,
-        skipped: false,
+        ..Report::counted(scenario, imp, &ops)
     }
 }
 
@@ -880,26 +894,14 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
             eprintln!("history with violations written to {}", path.display());
         }
     }
-    let count = |f: &dyn Fn(&lock_faults::history::Op) -> bool| ops.iter().filter(|op| f(op)).count();
     Report {
-        scenario,
-        imp,
-        attempts: ops.len(),
-        granted: count(&|op| op.outcome == Outcome::Ok),
-        unknown: count(&|op| op.outcome == Outcome::Unknown),
-        writes_accepted: count(&|op| op.write == Some(Access::Accepted)),
-        writes_rejected: count(&|op| {
-            op.write == Some(Access::Rejected) || op.read.is_some_and(|(a, _)| a == Access::Rejected)
-        }),
-        stale_rejected: count(&|op| op.paused && op.write == Some(Access::Rejected)),
-        lost_reported: count(&|op| op.lost.is_some()),
         faults: events.len(),
         violations,
         probes,
         inconclusive,
         elapsed: started.elapsed(),
         phases,
-        skipped: false,
+        ..Report::counted(scenario, imp, &ops)
     }
 }
 
@@ -1002,24 +1004,7 @@ fn target_dir() -> PathBuf {
 }
 
 fn skipped(scenario: &'static Scenario, imp: Impl) -> Report {
-    Report {
-        scenario,
-        imp,
-        attempts: 0,
-        granted: 0,
-        unknown: 0,
-        writes_accepted: 0,
-        writes_rejected: 0,
-        stale_rejected: 0,
-        lost_reported: 0,
-        faults: 0,
-        violations: Violations::default(),
-        probes: Vec::new(),
-        inconclusive: Vec::new(),
-        elapsed: Duration::ZERO,
-        phases: "skipped (fail-fast)".into(),
-        skipped: true,
-    }
+    Report { phases: "skipped (fail-fast)".into(), skipped: true, ..Report::counted(scenario, imp, &[]) }
 }
 
 /// One verdict line per finished run, for `scripts/mutants`:
