@@ -51,10 +51,22 @@ START_DEADLINE = 20.0
 
 
 def free_port() -> int:
-    """A loopback port that is free now (the server may still lose it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that is free now (the server may still lose it), and
+    ``port + 10000`` too: a server in cluster mode binds its cluster bus
+    there, and refuses to start on a port above 55535."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port > 55000:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free loopback port found (with its cluster bus port) in 100 tries")
 
 
 def encode(*words: object) -> bytes:
