@@ -724,13 +724,7 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
     drop(probers);
     let stopping = Instant::now();
     cluster.shut_down().await;
-    let phases = format!(
-        "start {:.1} s, run {:.1} s (last heal {:.1} s), shut down {:.1} s",
-        setup.as_secs_f64(),
-        run_end.as_secs_f64(),
-        last_heal.as_secs_f64(),
-        stopping.elapsed().as_secs_f64()
-    );
+    let phases = phases(setup, run_end, last_heal, stopping.elapsed());
 
     let ops = ctx.rec.ops();
     let events = ctx.rec.events();
@@ -873,13 +867,7 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
     let run_end = ctx.rec.now();
     let stopping = Instant::now();
     members.shut_down().await;
-    let phases = format!(
-        "start {:.1} s, run {:.1} s (last heal {:.1} s), shut down {:.1} s",
-        setup.as_secs_f64(),
-        run_end.as_secs_f64(),
-        last_heal.as_secs_f64(),
-        stopping.elapsed().as_secs_f64()
-    );
+    let phases = phases(setup, run_end, last_heal, stopping.elapsed());
     let ops = ctx.rec.ops();
     let events = ctx.rec.events();
     let registers = ctx.regs.snapshot();
@@ -1001,6 +989,17 @@ fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| lock_testkit::repo_dir().join("target"))
+}
+
+/// How long a run's phases took, for its report line.
+fn phases(setup: Duration, run_end: Duration, last_heal: Duration, shut_down: Duration) -> String {
+    format!(
+        "start {:.1} s, run {:.1} s (last heal {:.1} s), shut down {:.1} s",
+        setup.as_secs_f64(),
+        run_end.as_secs_f64(),
+        last_heal.as_secs_f64(),
+        shut_down.as_secs_f64()
+    )
 }
 
 fn skipped(scenario: &'static Scenario, imp: Impl) -> Report {
