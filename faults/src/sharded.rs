@@ -273,8 +273,17 @@ impl Sharded {
 
     /// kill -9 of `master` in cluster `member`, its replica (cut off by
     /// [`Sharded::cut_replica`]) resumed and promoted at once by
-    /// `CLUSTER FAILOVER TAKEOVER`; waits (bounded) until it is a master.
-    pub async fn take_over(&self, member: usize, master: u16, replica: u16) -> Result<(), String> {
+    /// `CLUSTER FAILOVER TAKEOVER`; waits (bounded) until it is a master
+    /// and every running node of the cluster sends `key` to it: before
+    /// that, a client refreshing its slot map may still be sent to the
+    /// dead master, and a refusal would prove nothing.
+    pub async fn take_over(
+        &self,
+        member: usize,
+        key: String,
+        master: u16,
+        replica: u16,
+    ) -> Result<(), String> {
         self.blocking(member, move |cluster| {
             let index = cluster.nodes.iter().position(|n| n.port == master).expect("the master's node");
             cluster.nodes[index].kill();
@@ -283,9 +292,22 @@ impl Sharded {
             let _: redis::RedisResult<()> =
                 cmd("CLUSTER").arg("FAILOVER").arg("TAKEOVER").query(&mut node.conn());
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while lock_testkit::role(node) != "master" {
+            let routed_to_replica = |n: &lock_testkit::Server| {
+                let answer: redis::RedisResult<Option<String>> = cmd("GET").arg(&key).query(&mut n.conn());
+                match answer {
+                    Ok(_) => n.port == replica,
+                    Err(e) => {
+                        e.redirect_node().is_some_and(|(addr, _)| addr.ends_with(&format!(":{replica}")))
+                    }
+                }
+            };
+            while lock_testkit::role(node) != "master"
+                || !cluster.running().into_iter().all(routed_to_replica)
+            {
                 if std::time::Instant::now() > deadline {
-                    return Err(format!("replica {replica} not promoted within 10 s"));
+                    return Err(format!(
+                        "replica {replica} not promoted, or not known as the master of '{key}', within 10 s"
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
