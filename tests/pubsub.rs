@@ -172,14 +172,16 @@ fn in_a_cluster_freed_locks_are_announced_to_the_keys_shard_only() {
         hears(&mut elsewhere, "message", &classic, "marker", "another master heard no announcement");
     }
 
-    // A key with no tag but a `}`: no shard channel, the classic broadcast.
-    let key = "a}b";
-    let channel = "__lock@0__:a}b";
-    let owner = cluster.master_of(key);
-    let other = *cluster.masters().iter().find(|m| m.port != owner.port).unwrap();
-    let mut elsewhere = listener(other, "SUBSCRIBE", channel, false);
-    let mut c = owner.conn();
-    int(&mut c, &["LOCK.ACQUIRE", key, "a", "10000"]);
-    assert_eq!(int(&mut c, &["LOCK.RELEASE", key, "a"]), 1);
-    hears(&mut elsewhere, "message", channel, "released", "a `}` key: broadcast");
+    // A key with no tag but a `}`, or an empty key: no channel in the
+    // key's slot exists; the classic broadcast, heard on every node.
+    for key in ["a}b", ""] {
+        let channel = format!("__lock@0__:{key}");
+        let owner = cluster.master_of(key);
+        let other = *cluster.masters().iter().find(|m| m.port != owner.port).unwrap();
+        let mut elsewhere = listener(other, "SUBSCRIBE", &channel, false);
+        let mut c = owner.conn();
+        int(&mut c, &["LOCK.ACQUIRE", key, "a", "10000"]);
+        assert_eq!(int(&mut c, &["LOCK.RELEASE", key, "a"]), 1);
+        hears(&mut elsewhere, "message", &channel, "released", &format!("{key:?}: broadcast"));
+    }
 }
