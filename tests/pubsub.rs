@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use lock_testkit::{
-    cmd, info_stat, int, keyslot, wait_until, ClusterSpec, Connection, RedisCluster, Server, Value,
+    cluster_info, cmd, info_stat, int, keyslot, wait_until, ClusterSpec, Connection, RedisCluster, Server,
+    Value,
 };
 
 const CHANNEL: &str = "__lock@0__:job";
@@ -130,6 +131,17 @@ fn hears(c: &mut Connection, kind: &str, channel: &str, payload: &str, who: &str
     assert_eq!(got, Some((kind.into(), channel.into(), payload.into())), "{who}");
 }
 
+/// The pub/sub messages a cluster node has sent over the cluster bus:
+/// (classic, sharded), as `CLUSTER INFO` counts them (one per receiving
+/// node; a counter still at zero is not listed).
+fn bus_messages_sent(c: &mut Connection) -> (u64, u64) {
+    let info = cluster_info(c);
+    let count = |name: &str| {
+        info.iter().find(|(field, _)| field == name).map_or(0, |(_, value)| value.parse::<u64>().unwrap())
+    };
+    (count("cluster_stats_messages_publish_sent"), count("cluster_stats_messages_publishshard_sent"))
+}
+
 #[test]
 fn in_a_cluster_freed_locks_are_announced_to_the_keys_shard_only() {
     let cluster = RedisCluster::start(ClusterSpec::new(3, 1));
@@ -154,6 +166,7 @@ fn in_a_cluster_freed_locks_are_announced_to_the_keys_shard_only() {
         let classic = format!("__lock@0__:{key}");
         let mut elsewhere = listener(other, "SUBSCRIBE", &classic, false);
 
+        let sent_before = bus_messages_sent(&mut c);
         int(&mut c, &["LOCK.ACQUIRE", key, "a", "10000"]);
         assert_eq!(int(&mut c, &["LOCK.RELEASE", key, "a"]), 1);
         hears(&mut at_master, "smessage", channel, "released", "the master, released");
@@ -164,6 +177,10 @@ fn in_a_cluster_freed_locks_are_announced_to_the_keys_shard_only() {
         assert_eq!(int(&mut c, &["LOCK.RELEASE", key, "a"]), 0);
         hears(&mut at_master, "smessage", channel, "expired", "the master, expired");
         hears(&mut at_replica, "smessage", channel, "expired", "the replica, expired");
+        // Two announcements, each one bus message to the shard's one
+        // replica, and no classic publish to every node.
+        let (publish, shard) = sent_before;
+        assert_eq!(bus_messages_sent(&mut c), (publish, shard + 2), "(publish, publishshard) sent");
 
         // A classic PUBLISH from the owner reaches the other master over
         // the same cluster-bus link after anything sent before it: so the
