@@ -1,13 +1,13 @@
 //! Pub/sub on free: `released` or `expired` on `__lock@<db>__:<key>` when a
 //! lock is freed and no waiter takes it; nothing when a waiter is handed it;
-//! nothing at all with `lock.publish-freed no`. In a cluster: a sharded
+//! nothing at all with `lock.publish-freed no`, the default. In a cluster: a sharded
 //! message, heard at the key's shard only, on a channel in the key's slot.
 
 use std::time::Duration;
 
 use lock_testkit::{
-    cluster_info, cmd, info_stat, int, keyslot, wait_until, ClusterSpec, Connection, RedisCluster, Server,
-    Value,
+    cluster_info, cmd, info_stat, int, keyslot, wait_until, ClusterSpec, Connection, Opts, RedisCluster,
+    Server, Value,
 };
 
 const CHANNEL: &str = "__lock@0__:job";
@@ -29,6 +29,14 @@ fn freed_locks_are_announced_unless_handed_off_or_turned_off() {
     let mut sub_conn = server.conn();
     let mut pubsub = sub_conn.as_pubsub();
     pubsub.subscribe(CHANNEL).unwrap();
+
+    // Off by default: a release announces nothing.
+    assert_eq!(info_stat(&mut c, "publish_freed"), 0);
+    int(&mut c, &["LOCK.ACQUIRE", "job", "a", "10000"]);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "job", "a"]), 1);
+    assert_eq!(next_message(&mut pubsub, Duration::from_millis(300)), None, "off by default");
+    let _: () = cmd("CONFIG").arg("SET").arg("lock.publish-freed").arg("yes").query(&mut c).unwrap();
+    assert_eq!(info_stat(&mut c, "publish_freed"), 1);
 
     // A release.
     int(&mut c, &["LOCK.ACQUIRE", "job", "a", "10000"]);
@@ -144,7 +152,8 @@ fn bus_messages_sent(c: &mut Connection) -> (u64, u64) {
 
 #[test]
 fn in_a_cluster_freed_locks_are_announced_to_the_keys_shard_only() {
-    let cluster = RedisCluster::start(ClusterSpec::new(3, 1));
+    let cluster =
+        RedisCluster::start(ClusterSpec::new(3, 1).opts(Opts::new().module_arg("publish-freed", "yes")));
     // A key with a hash tag keeps its channel; one without becomes the tag.
     for (key, channel) in [("{user:7}:job", "__lock@0__:{user:7}:job"), ("job", "__lock@0__:{job}")] {
         let owner = cluster.master_of(key);
