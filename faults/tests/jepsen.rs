@@ -942,11 +942,15 @@ async fn probe_shard_promotion(
     let mut h1 = match (h1, promoted) {
         (Ok(h1), Ok(())) => h1,
         (h1, promoted) => {
-            if let Ok(h1) = h1 {
-                p1.finish(h1).await;
-            }
+            let granted = match h1 {
+                Ok(h1) => {
+                    p1.finish(h1).await;
+                    "granted".to_string()
+                }
+                Err(why) => format!("not granted: {why}"),
+            };
             members.rejoin(0, master).await;
-            return Err(format!("ShardPromotion probe: P1 not granted or no promotion: {promoted:?}"));
+            return Err(format!("ShardPromotion probe: P1 {granted}; the promotion: {promoted:?}"));
         }
     };
     if let Some(base) = p1.read(&mut h1) {
