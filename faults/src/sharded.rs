@@ -295,6 +295,16 @@ impl Sharded {
         .await
     }
 
+    /// The replica cut off by [`Sharded::cut_replica`] resumes; waits
+    /// (bounded) until the cluster agrees and every replica is in sync.
+    pub async fn resume_replica(&self, member: usize, replica: u16) {
+        self.blocking(member, move |cluster| {
+            cluster.node(replica).signal("CONT");
+            cluster.wait_ok();
+        })
+        .await
+    }
+
     /// kill -9 of `master` in cluster `member`, its replica (cut off by
     /// [`Sharded::cut_replica`]) resumed and promoted at once by
     /// `CLUSTER FAILOVER TAKEOVER`; waits (bounded) until it is a master
