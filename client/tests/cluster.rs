@@ -8,7 +8,7 @@
 //! a test that moves slots or kills nodes starts its own.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use lock_testkit_client::*;
@@ -23,10 +23,18 @@ fn ms(n: u64) -> Duration {
 const TTL: Duration = Duration::from_secs(10);
 
 /// One cluster of three shards (a master and a replica each) shared by the
-/// tests that disturb nothing.
-fn shared() -> &'static RedisCluster {
-    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| RedisCluster::start(ClusterSpec::new(3, 1)))
+/// tests that disturb nothing while they run at once. Held by those tests
+/// only: the last one to finish stops it (by PID, in its drop). A static
+/// would never be dropped, and its servers would outlive the test binary.
+fn shared() -> Arc<RedisCluster> {
+    static CLUSTER: Mutex<Weak<RedisCluster>> = Mutex::new(Weak::new());
+    let mut slot = CLUSTER.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(cluster) = slot.upgrade() {
+        return cluster;
+    }
+    let cluster = Arc::new(RedisCluster::start(ClusterSpec::new(3, 1)));
+    *slot = Arc::downgrade(&cluster);
+    cluster
 }
 
 /// Timeouts for a cluster member: [`test_config`]'s, with room for a
@@ -448,7 +456,7 @@ async fn a_set_must_be_in_one_slot_of_a_cluster_member() {
     let cluster = shared();
     let rl = client(&[cluster.member()]).await;
     let spread = [("orders:1", Mode::Plain), ("orders:2", Mode::Plain)];
-    let macquires = calls_everywhere(cluster, "lock.macquire");
+    let macquires = calls_everywhere(&cluster, "lock.macquire");
     let refused = rl.try_acquire_many(&spread, TTL).await.expect_err("across slots");
     let text = refused.to_string();
     assert!(matches!(refused, Error::InvalidArgument(_)), "{refused:?}");
@@ -457,7 +465,7 @@ async fn a_set_must_be_in_one_slot_of_a_cluster_member() {
     let policy = RetryPolicy::attempts(3);
     assert!(matches!(rl.acquire_many(&spread, TTL, &policy).await, Err(Error::InvalidArgument(_))));
     assert!(matches!(rl.release_many(&["orders:1", "orders:2"], "t").await, Err(Error::InvalidArgument(_))));
-    assert_eq!(calls_everywhere(cluster, "lock.macquire"), macquires, "no round ran");
+    assert_eq!(calls_everywhere(&cluster, "lock.macquire"), macquires, "no round ran");
 
     let tagged = [("{orders}:1", Mode::Plain), ("{orders}:2", Mode::Read)];
     let guard = rl.try_acquire_many(&tagged, TTL).await.expect("one slot");
