@@ -39,6 +39,8 @@
 mod address;
 mod inbox;
 mod link;
+#[cfg(test)]
+pub(crate) mod recorder;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -445,58 +447,16 @@ fn value(reply: Reply) -> Result<Value, Raw> {
 }
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     use super::link::lock;
+    use super::recorder::recorder;
     use super::*;
-    use crate::resp;
 
     const LONG: Duration = Duration::from_secs(5);
 
     fn limits() -> Limits {
         Limits { connect_timeout: LONG, reconnect_backoff: Duration::from_millis(10) }
-    }
-
-    /// A loopback peer that records the name of every command it reads,
-    /// in the order it read them, and answers the n-th command with `:n`
-    /// (or with an error for `FAIL`); `CLOSE` makes it drop the connection
-    /// unanswered. It accepts any number of connections, one after the
-    /// other.
-    async fn recorder() -> (String, Arc<Mutex<Vec<String>>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("redis://127.0.0.1:{}/", listener.local_addr().unwrap().port());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let record = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
-                'connection: while let Ok(n @ 1..) = socket.read(&mut chunk).await {
-                    buf.extend_from_slice(&chunk[..n]);
-                    while let Ok(Some((Reply::Array(words), used))) = resp::parse(&buf) {
-                        buf.drain(..used);
-                        let Some(Reply::Bulk(name)) = words.first() else { break 'connection };
-                        let name = String::from_utf8_lossy(name).to_string();
-                        let count = {
-                            let mut seen = lock(&record);
-                            seen.push(name.clone());
-                            seen.len()
-                        };
-                        let answer = match name.as_str() {
-                            "CLOSE" => break 'connection,
-                            "FAIL" => "-WRONGTYPE not a lock\r\n".to_string(),
-                            _ => format!(":{count}\r\n"),
-                        };
-                        if socket.write_all(answer.as_bytes()).await.is_err() {
-                            break 'connection;
-                        }
-                    }
-                }
-            }
-        });
-        (url, seen)
     }
 
     fn request(name: &str) -> Request {

@@ -180,51 +180,18 @@ impl Drop for Flight {
 mod tests {
     use std::sync::Mutex;
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
-
     use super::*;
+    use crate::node::recorder::{recorder, SLOW};
     use crate::node::Limits;
     use crate::quorum::classify_grant;
-    use crate::resp::{self, Reply as Resp};
 
     const LONG: Duration = Duration::from_secs(5);
     const SHORT: Duration = Duration::from_millis(100);
+    const _: () = assert!(SLOW.as_millis() > SHORT.as_millis());
 
-    /// A loopback node that records the name of every command it reads and
-    /// answers the n-th with `:n`; `SLOW` is answered 4 x SHORT late, and
-    /// `HANG` never.
+    /// A master on a loopback recorder (`node/recorder.rs`), connected.
     async fn node() -> (Member, Arc<Mutex<Vec<String>>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("redis://127.0.0.1:{}/", listener.local_addr().unwrap().port());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let record = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
-                while let Ok(n @ 1..) = socket.read(&mut chunk).await {
-                    buf.extend_from_slice(&chunk[..n]);
-                    while let Ok(Some((Resp::Array(words), used))) = resp::parse(&buf) {
-                        buf.drain(..used);
-                        let Some(Resp::Bulk(name)) = words.first() else { return };
-                        let name = String::from_utf8_lossy(name).to_string();
-                        let count = {
-                            let mut seen = record.lock().unwrap();
-                            seen.push(name.clone());
-                            seen.len()
-                        };
-                        match name.as_str() {
-                            "HANG" => continue,
-                            "SLOW" => tokio::time::sleep(SHORT * 4).await,
-                            _ => {}
-                        }
-                        if socket.write_all(format!(":{count}\r\n").as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
+        let (url, seen) = recorder().await;
         let limits = Limits { connect_timeout: LONG, reconnect_backoff: Duration::from_millis(10) };
         let member = Member::new(1, &url, limits, LONG).unwrap();
         member.warm_up().await;
