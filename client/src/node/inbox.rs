@@ -177,3 +177,45 @@ impl Inbox {
         state.waker = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures_util::task::noop_waker;
+
+    use super::*;
+
+    fn int(n: i64) -> Replies {
+        Ok(vec![Reply::Int(n)])
+    }
+
+    /// A slot given up is closed (its node's writer skips it) and its
+    /// reply, when one comes, is dropped; the other slots are not touched.
+    /// A slot is not given up while replies wait to be taken; one dropped
+    /// unanswered answers why; a closed inbox closes every slot.
+    #[test]
+    fn slots_answer_once_and_a_slot_given_up_takes_nothing() {
+        let waker = noop_waker();
+        let inbox = Inbox::new();
+        let (first, second) = (inbox.slot(0), inbox.slot(1));
+        assert!(!first.is_closed() && !second.is_closed());
+        assert!(inbox.give_up(0));
+        assert!(first.is_closed() && !second.is_closed());
+        first.send(int(1));
+        second.send(int(2));
+        assert_eq!(inbox.take(&waker), Some((1, int(2))), "slot 0's late reply was dropped");
+        assert_eq!(inbox.take(&waker), None);
+
+        inbox.slot(2).send(int(3));
+        assert!(!inbox.give_up(3), "a reply waits: taken first");
+        drop(inbox.slot(3));
+        assert_eq!(inbox.take(&waker), Some((2, int(3))));
+        let ended = Err(Raw::Unreachable("the node's connection task has ended".into()));
+        assert_eq!(inbox.take(&waker), Some((3, ended)));
+
+        inbox.close();
+        let late = inbox.slot(4);
+        assert!(late.is_closed());
+        late.send(int(5));
+        assert_eq!(inbox.take(&waker), None);
+    }
+}
