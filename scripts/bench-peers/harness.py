@@ -33,6 +33,9 @@ def arguments(more):
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--warmup", type=int, default=100)
     ap.add_argument("--pin", action="store_true", help="servers on CPU 0, the clients on CPU 1 (taskset)")
+    ap.add_argument("--run-limit", type=float, default=0,
+                    help="seconds one run may take before it is killed and reported as not finished "
+                         "(0: 10 x --seconds + 60)")
     more(ap)
     args = ap.parse_args()
     args.server_prefix = ["taskset", "-c", "0"] if args.pin else []
@@ -40,15 +43,28 @@ def arguments(more):
     return args
 
 
-def run_driver(bench, what, command, args, cluster, prefix):
+def run_limit(args):
+    """How long one driver run may take, warm-up, start and stop included."""
+    return args.run_limit if args.run_limit else args.seconds * 10 + 60
+
+
+def run_driver(bench, what, command, args, cluster, prefix, key):
     """One driver run (`command`, after the taskset prefix) under a
     timeout: its JSON line, with the keys under `prefix` still on the
-    masters (each a lock left behind) as `left_keys`."""
-    done = subprocess.run([*args.client_prefix, *command], capture_output=True, text=True,
-                          timeout=args.seconds * 10 + 60)
-    if done.returncode != 0 or not done.stdout.strip().startswith("{"):
-        raise SystemExit(f"{bench}: {what} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    row = json.loads(done.stdout.strip().splitlines()[-1])
+    masters (each a lock left behind) as `left_keys`. A run that passes
+    the timeout is killed and gives a row of its own, `did_not_finish_s`
+    (the table says so in its cells) with `key`'s fields (those the
+    table's rows are told apart by), and the bench goes on."""
+    limit = run_limit(args)
+    try:
+        done = subprocess.run([*args.client_prefix, *command], capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        print(f"{bench}: {what} did not finish in {limit:g} s: killed", file=sys.stderr, flush=True)
+        row = {**key, "did_not_finish_s": limit}
+    else:
+        if done.returncode != 0 or not done.stdout.strip().startswith("{"):
+            raise SystemExit(f"{bench}: {what} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        row = json.loads(done.stdout.strip().splitlines()[-1])
     row["left_keys"] = sum(len(s.call("KEYS", f"{prefix}:*")) for s in cluster.servers)  # type: ignore[arg-type]
     return row
 
@@ -105,21 +121,35 @@ def medians(rows, key, refused_field):
     for r in rows:
         by.setdefault(key(r), []).append(r)
     med = {}
-    for k, rs in by.items():
-        m = {f: statistics.median(r[f] for r in rs if r.get(f) is not None) for f in MEASURED}
-        ops = [r["ops_per_s"] for r in rs]
-        m.update(lo=min(ops), hi=max(ops), refused=sum(r[refused_field] for r in rs),
-                 left=sum(r["left_keys"] for r in rs), client=rs[0]["client"])
+    for k, all_runs in by.items():
+        rs = [r for r in all_runs if "did_not_finish_s" not in r]
+        unfinished = [r["did_not_finish_s"] for r in all_runs if "did_not_finish_s" in r]
+        m = {"runs": len(all_runs), "unfinished": len(unfinished), "limit": max(unfinished, default=None),
+             "left": sum(r["left_keys"] for r in all_runs)}
+        if rs:
+            m.update({f: statistics.median(r[f] for r in rs if r.get(f) is not None) for f in MEASURED})
+            ops = [r["ops_per_s"] for r in rs]
+            m.update(lo=min(ops), hi=max(ops), refused=sum(r[refused_field] for r in rs), client=rs[0]["client"])
         med[k] = m
     return med
 
 
+def finished(m):
+    """Whether a cell has figures (some of its runs finished)."""
+    return "ops_per_s" in m
+
+
 def cells(m):
-    """A table row's measured cells, from cycles/s to keys left."""
-    return (f"{fmt(m['ops_per_s'])} ({fmt(m['lo'])}-{fmt(m['hi'])}) | {fmt(m['acquire_p50_ms'], 3)} "
+    """A table row's measured cells, from cycles/s to keys left; runs that
+    did not finish are said so (alone, or beside the others' medians)."""
+    if not finished(m):
+        return (f"did not finish in {m['limit']:g} s ({m['unfinished']} of {m['runs']} runs) "
+                f"| - | - | - | - | - | {m['left']} |")
+    late = f"; {m['unfinished']} of {m['runs']} runs did not finish in {m['limit']:g} s" if m["unfinished"] else ""
+    return (f"{fmt(m['ops_per_s'])} ({fmt(m['lo'])}-{fmt(m['hi'])}{late}) | {fmt(m['acquire_p50_ms'], 3)} "
             f"| {fmt(m['cycle_p50_ms'], 3)} | {fmt(m['cycle_p99_ms'], 3)} | {fmt(m['cpu_us_per_cycle'], 0)} "
             f"| {m['refused']} | {m['left']} |")
 
 
 def versions(med):
-    return f"\nVersions: {'; '.join(sorted({m['client'] for m in med.values()}))}.\n"
+    return f"\nVersions: {'; '.join(sorted({m['client'] for m in med.values() if finished(m)}))}.\n"

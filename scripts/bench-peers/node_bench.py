@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import arguments, cells, log, measure, medians, run_driver, versions  # noqa: E402
+from harness import arguments, cells, finished, log, measure, medians, run_driver, versions  # noqa: E402
 from report import fmt  # noqa: E402  (scripts/bench-client's number format)
 
 DRIVER = Path(__file__).with_name("node_locks.js")
@@ -48,7 +48,8 @@ def run_one(args, cluster, job, round_no):
         "--tasks", str(tasks), "--shared", str(shared), "--seconds", str(args.seconds),
         "--warmup", str(args.warmup), "--prefix", prefix,
     ]  # fmt: skip
-    row = run_driver("bench-node", f"{family} {scenario}", command, args, cluster, prefix)
+    row = run_driver("bench-node", f"{family} {scenario}", command, args, cluster, prefix,
+                     {"family": family, "scenario": scenario})
     row["scenario"] = scenario
     row["round"] = round_no
     log("bench-node", row)
@@ -71,11 +72,11 @@ def report(rows, args):
     factors = {"one caller": 2.0, f"{args.tasks} tasks": 5.0, f"{args.tasks} tasks, contended": 1.0}
     for scenario, _, _ in scenarios(args.tasks):
         ours = med.get(("ours", scenario))
-        if ours is None:
+        if ours is None or not finished(ours):
             continue
         for peer in PEERS:
             theirs = med.get((peer, scenario))
-            if theirs is None:
+            if theirs is None or not finished(theirs):
                 continue
             ratio = ours["ops_per_s"] / theirs["ops_per_s"]
             p99 = ours["cycle_p99_ms"] / theirs["cycle_p99_ms"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import arguments, cells, log, measure, medians, run_driver, versions  # noqa: E402
+from harness import arguments, cells, finished, log, measure, medians, run_driver, versions  # noqa: E402
 from report import fmt  # noqa: E402  (scripts/bench-client's number format)
 
 DRIVER = Path(__file__).with_name("python_locks.py")
@@ -42,7 +42,8 @@ def run_one(args, cluster, job, round_no):
         "--concurrency", str(concurrency), "--seconds", str(args.seconds), "--prefix", prefix,
         "--warmup", str(args.warmup if concurrency == 1 else max(2, args.warmup // 10)),
     ]  # fmt: skip
-    row = run_driver("bench-python", f"{family} N={n} x{concurrency}", command, args, cluster, prefix)
+    key = {"family": family, "n": n, "concurrency": concurrency}
+    row = run_driver("bench-python", f"{family} N={n} x{concurrency}", command, args, cluster, prefix, key)
     row["round"] = round_no
     log("bench-python", row)
     return row
@@ -62,9 +63,11 @@ def report(rows, args):
     print(versions(med))
     for n in (1, 5):
         for conc, goal in ((1, 3.0), (args.concurrency, 5.0)):
-            candidates = [f for f in OURS if (f, n, conc) in med]
+            candidates = [f for f in OURS if (f, n, conc) in med and finished(med[(f, n, conc)])]
             peers = [(f, med[(f, n, conc)]["ops_per_s"]) for f, _, _ in CLIENTS
-                     if f not in OURS and (f, n, conc) in med]
+                     if f not in OURS and (f, n, conc) in med and finished(med[(f, n, conc)])]
+            late = [f for f, _, _ in CLIENTS if f not in OURS and (f, n, conc) in med
+                    and not finished(med[(f, n, conc)])]
             if not candidates or not peers:
                 continue
             ours = max(candidates, key=lambda f: med[(f, n, conc)]["ops_per_s"])
@@ -72,8 +75,9 @@ def report(rows, args):
             ours_ops = med[(ours, n, conc)]["ops_per_s"]
             callers = "one caller" if conc == 1 else f"{conc} callers on one client"
             goal_text = f" (goal at N=5: {goal:.0f}x: {'met' if ours_ops / peer_ops >= goal else 'NOT met'})" if n == 5 else ""
+            unfinished = f" ({', '.join(late)}: no run finished)" if late else ""
             print(f"- N={n}, {callers}: {ours} {fmt(ours_ops)}/s vs the fastest peer, {peer}, "
-                  f"{fmt(peer_ops)}/s: {ours_ops / peer_ops:.2f}x{goal_text}")
+                  f"{fmt(peer_ops)}/s: {ours_ops / peer_ops:.2f}x{goal_text}{unfinished}")
 
 
 def main():

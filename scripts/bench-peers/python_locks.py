@@ -115,9 +115,13 @@ def run_threads(cycle, args):
     start_line = threading.Barrier(args.concurrency + 1)
     bounds = {"end": float("inf")}
 
+    warm_until = time.perf_counter() + args.warmup_seconds
+
     def worker(w):
         keys = [f"{args.prefix}:{w}:{k}" for k in range(4)]
         for i in range(args.warmup):
+            if time.perf_counter() > warm_until:
+                break
             cycle(keys[i % 4])
         start_line.wait()
         i = 0
@@ -185,8 +189,12 @@ async def run_tasks(name, ports, args):
     failures = [0] * args.concurrency
     bounds = {"end": float("inf")}
 
+    warm_until = time.perf_counter() + args.warmup_seconds
+
     async def warm(w):
         for i in range(args.warmup):
+            if time.perf_counter() > warm_until:
+                break
             await cycle(f"{args.prefix}:{w}:{i % 4}")
 
     async def worker(w):
@@ -217,6 +225,9 @@ def main():
     ap.add_argument("--concurrency", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--warmup", type=int, default=50, help="cycles per worker before measuring")
+    ap.add_argument("--warmup-seconds", type=float, default=10.0,
+                    help="the warm-up ends after this long even if --warmup cycles were not all done "
+                         "(a slow client with many workers)")
     ap.add_argument("--ttl-ms", type=int, default=10_000)
     ap.add_argument("--prefix", default="bench:py")
     args = ap.parse_args()

@@ -23,12 +23,15 @@ mod throttle;
 mod topology;
 
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::Either;
 use redis::Value;
+use tokio::time::Instant;
 
-use crate::node::{as_value, Limits, Node, Request};
+use crate::node::{as_value, Inbox, Limits, Node, Request};
 use crate::quorum::Raw;
 use cluster::Cluster;
 pub(crate) use slot::key_slot;
@@ -47,6 +50,16 @@ pub(crate) struct Member {
 enum Kind {
     Master(Node),
     Cluster(Cluster),
+}
+
+/// How a member answers a call of a round ([`Member::issue`]).
+pub(crate) enum Issued {
+    /// A master: in the round's inbox, at the call's slot, or not by this
+    /// deadline (the round gives it up then).
+    Inbox(Instant),
+    /// A cluster: by this future, which routes the call (the member's
+    /// redirects and ordering gate run in it) and ends by its timeout.
+    Wait(Pin<Box<dyn Future<Output = Raw> + Send>>),
 }
 
 impl Member {
@@ -85,20 +98,19 @@ impl Member {
         }
     }
 
-    /// `request`, issued now (see `node/mod.rs` and `member/gate.rs`: calls
-    /// issued in order run in order), and the wait for the member's answer.
-    pub fn call(&self, request: &Request, timeout: Duration) -> impl Future<Output = Raw> + Send + 'static {
+    /// `request` as call `slot` of a round, issued now (see `node/mod.rs`
+    /// and `member/gate.rs`: calls issued in order run in order), answered
+    /// as [`Issued`] says.
+    pub fn issue(&self, request: &Request, timeout: Duration, inbox: &Arc<Inbox>, slot: usize) -> Issued {
         match &self.kind {
-            Kind::Master(node) => Either::Left(node.call(request, timeout)),
-            // Boxed: a cluster call's future is many times a master's, and
-            // the Either (moved into every round's set of calls) would
-            // otherwise be that size for masters too (measured: +30% of the
-            // client's instructions per cycle, most of them memcpy).
-            Kind::Cluster(cluster) => Either::Right(Box::pin(cluster.call(request, timeout))),
+            Kind::Master(node) => Issued::Inbox(node.call_into(request, timeout, inbox, slot)),
+            // Boxed: a cluster call's future is many times the size of
+            // what a round keeps per master's call.
+            Kind::Cluster(cluster) => Issued::Wait(Box::pin(cluster.call(request, timeout))),
         }
     }
 
-    /// [`Member::call`] of a one-command request, keeping the reply as a
+    /// [`Member::issue`] of a one-command request, waited for alone, keeping the reply as a
     /// [`Value`]; with the address of the node that answered, for a cluster.
     pub fn query(
         &self,

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{timeout_at, Instant};
 
+use super::inbox::ReplyTo;
 use crate::quorum::Raw;
 use crate::resp::{self, Reply};
 use crate::sim::{self, ReadHalf, WriteHalf};
@@ -20,9 +21,6 @@ use crate::sim::{self, ReadHalf, WriteHalf};
 /// Calls written on one connection and not yet answered (a node that
 /// stopped answering but keeps its connection open); more fail at once.
 pub(super) const IN_FLIGHT_MAX: usize = 100_000;
-
-/// A reply, or why there is none; a pipeline's replies in order.
-pub(crate) type Replies = Result<Vec<Reply>, Raw>;
 
 /// Called by the connection's reader with a call's replies as they arrive,
 /// before the call's own future sees them (whether or not anybody polls
@@ -40,7 +38,7 @@ pub(super) struct Job {
     pub replies: usize,
     /// When the caller stops waiting.
     pub deadline: Instant,
-    pub done: oneshot::Sender<Replies>,
+    pub done: ReplyTo,
     pub on_reply: Option<OnReply>,
 }
 
@@ -51,7 +49,7 @@ pub(super) fn fail(jobs: impl Iterator<Item = Job>, failure: &Raw) {
         if let Some(on_reply) = job.on_reply.take() {
             on_reply(&[]);
         }
-        let _ = job.done.send(Err(failure.clone()));
+        job.done.send(Err(failure.clone()));
     }
 }
 
@@ -79,7 +77,7 @@ struct Waiting {
 struct Written {
     expected: usize,
     replies: Vec<Reply>,
-    done: oneshot::Sender<Replies>,
+    done: ReplyTo,
     on_reply: Option<OnReply>,
 }
 
@@ -101,7 +99,7 @@ impl Link {
                 bytes: cmd.get_packed_command().into(),
                 replies: 1,
                 deadline: far_future(),
-                done,
+                done: ReplyTo::Caller(done),
                 on_reply: None,
             };
             link.send(&mut vec![job]).await.map_err(Raw::Unreachable)?;
@@ -157,7 +155,7 @@ impl Link {
             }
             for job in batch.drain(..) {
                 if job.replies == 0 {
-                    let _ = job.done.send(Ok(Vec::new()));
+                    job.done.send(Ok(Vec::new()));
                     continue;
                 }
                 bytes.extend_from_slice(&job.bytes);
@@ -265,7 +263,7 @@ fn deliver(waiting: &Mutex<Waiting>, reply: Reply) -> Result<(), String> {
         if let Some(on_reply) = call.on_reply.take() {
             on_reply(&call.replies);
         }
-        let _ = call.done.send(Ok(call.replies));
+        call.done.send(Ok(call.replies));
     }
     Ok(())
 }
@@ -276,7 +274,7 @@ fn close(waiting: &Mutex<Waiting>, why: &str) {
     let mut waiting = lock(waiting);
     waiting.closed.get_or_insert_with(|| why.to_string());
     for call in waiting.calls.drain(..) {
-        let _ = call.done.send(Err(Raw::Unreachable(why.to_string())));
+        call.done.send(Err(Raw::Unreachable(why.to_string())));
     }
 }
 

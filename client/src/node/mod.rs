@@ -7,12 +7,14 @@
 //! it) must reach the node after it; otherwise the late ACQUIRE grants
 //! after the RELEASE and leaves the lock behind until its TTL.
 //!
-//! How that order is kept, by construction: [`Node::call`] puts the
-//! request into the node's queue when it is called, before it returns its
-//! future (so a call is queued even if its future is never polled, or is
-//! polled later by another task); one task per node takes the queue in
-//! order and is the only writer of the connection; one reader per
-//! connection hands the replies, in order, to the calls waiting for them.
+//! How that order is kept, by construction: a call ([`Node::call_into`], a
+//! round's, or [`Node::send`]) puts the request into the node's queue when
+//! it is made, before it returns (a round's call has no future of its own:
+//! its reply goes to its round's inbox, see `inbox.rs`; a call alone returns
+//! its wait, which is queued even if it is never polled, or polled later by
+//! another task); one task per node takes the queue in order and is the
+//! only writer of the connection; one reader per connection hands the
+//! replies, in order, to the calls waiting for them.
 //! (An earlier version wrote through the `redis` crate's multiplexed
 //! connection: a call enqueued there when its future was first polled, and
 //! waited for room in that connection's 50-entry channel. A round that
@@ -20,8 +22,8 @@
 //! a background task; the caller's next command could be polled first and
 //! overtake it. Seen as a lock left behind in CI under load.)
 //!
-//! A call whose caller has given up (its future was dropped: it timed out,
-//! or the caller's round was cancelled) before the writer reached it is not
+//! A call whose caller has given up (it timed out, or its future or its
+//! round was dropped: see `inbox.rs`) before the writer reached it is not
 //! written at all; a written call runs on the node even if nobody waits for
 //! its reply. Either way nothing issued later can overtake it.
 //!
@@ -35,7 +37,10 @@
 //! ([`QUEUED_MAX`], [`link::IN_FLIGHT_MAX`]): beyond them a call fails at once.
 
 mod address;
+mod inbox;
 mod link;
+#[cfg(test)]
+pub(crate) mod recorder;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -49,8 +54,10 @@ use tokio::time::{timeout, timeout_at, Instant};
 use crate::quorum::Raw;
 use crate::resp::Reply;
 use address::parse_url;
+use inbox::ReplyTo;
+pub(crate) use inbox::{Inbox, Replies};
+pub(crate) use link::OnReply;
 use link::{fail, Job, Link};
-pub(crate) use link::{OnReply, Replies};
 
 /// Calls queued for one node and not yet written; more fail at once.
 pub(crate) const QUEUED_MAX: usize = 100_000;
@@ -118,7 +125,9 @@ impl Node {
 
     /// Queues `request` now, and returns the wait for its reply (a
     /// pipeline's: all its replies, as one [`Raw::Array`]), at most
-    /// `command_timeout`.
+    /// `command_timeout`. (The rounds use [`Node::call_into`]; this is the
+    /// same call, waited for alone.)
+    #[cfg(test)]
     pub fn call(
         &self,
         request: &Request,
@@ -184,6 +193,45 @@ impl Node {
         async move { as_value(reply.await) }
     }
 
+    /// Queues `request` now as call `slot` of the round that reads `inbox`,
+    /// where its replies go (see `inbox.rs`); returns the call's deadline,
+    /// `command_timeout` from now (plus the connect timeout while no
+    /// connection is open), after which the round gives it up.
+    pub fn call_into(
+        &self,
+        request: &Request,
+        command_timeout: Duration,
+        inbox: &Arc<Inbox>,
+        slot: usize,
+    ) -> Instant {
+        let deadline = self.deadline(command_timeout);
+        let job = Job {
+            bytes: request.packed.clone(),
+            replies: request.replies,
+            deadline,
+            done: inbox.slot(slot),
+            on_reply: None,
+        };
+        self.enqueue(job);
+        deadline
+    }
+
+    /// Puts one job into the queue, or answers it at once with why not.
+    fn enqueue(&self, job: Job) {
+        let refused = if self.state.queued.fetch_add(1, Ordering::AcqRel) >= QUEUED_MAX {
+            self.state.queued.fetch_sub(1, Ordering::AcqRel);
+            Some((job, format!("{QUEUED_MAX} calls are already queued for this node")))
+        } else if let Err(unsent) = self.queue.send(job) {
+            self.state.queued.fetch_sub(1, Ordering::AcqRel);
+            Some((unsent.0, "the node's connection task has ended".to_string()))
+        } else {
+            None
+        };
+        if let Some((job, why)) = refused {
+            job.done.send(Err(Raw::Unreachable(why)));
+        }
+    }
+
     /// Puts one job into the queue (or refuses it at once), and returns the
     /// bounded wait for its answer.
     fn issue(
@@ -194,19 +242,8 @@ impl Node {
         on_reply: Option<OnReply>,
     ) -> impl Future<Output = Replies> + Send + 'static {
         let (done, answer) = oneshot::channel();
-        let refused = if self.state.queued.fetch_add(1, Ordering::AcqRel) >= QUEUED_MAX {
-            self.state.queued.fetch_sub(1, Ordering::AcqRel);
-            Some(format!("{QUEUED_MAX} calls are already queued for this node"))
-        } else if self.queue.send(Job { bytes, replies, deadline, done, on_reply }).is_err() {
-            self.state.queued.fetch_sub(1, Ordering::AcqRel);
-            Some("the node's connection task has ended".to_string())
-        } else {
-            None
-        };
+        self.enqueue(Job { bytes, replies, deadline, done: ReplyTo::Caller(done), on_reply });
         async move {
-            if let Some(why) = refused {
-                return Err(Raw::Unreachable(why));
-            }
             match timeout_at(deadline, answer).await {
                 Err(_) => Err(Raw::TimedOut),
                 Ok(Ok(replies)) => replies,
@@ -410,58 +447,16 @@ fn value(reply: Reply) -> Result<Value, Raw> {
 }
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
 
     use super::link::lock;
+    use super::recorder::recorder;
     use super::*;
-    use crate::resp;
 
     const LONG: Duration = Duration::from_secs(5);
 
     fn limits() -> Limits {
         Limits { connect_timeout: LONG, reconnect_backoff: Duration::from_millis(10) }
-    }
-
-    /// A loopback peer that records the name of every command it reads,
-    /// in the order it read them, and answers the n-th command with `:n`
-    /// (or with an error for `FAIL`); `CLOSE` makes it drop the connection
-    /// unanswered. It accepts any number of connections, one after the
-    /// other.
-    async fn recorder() -> (String, Arc<Mutex<Vec<String>>>) {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("redis://127.0.0.1:{}/", listener.local_addr().unwrap().port());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let record = seen.clone();
-        tokio::spawn(async move {
-            while let Ok((mut socket, _)) = listener.accept().await {
-                let (mut buf, mut chunk) = (Vec::new(), [0u8; 4096]);
-                'connection: while let Ok(n @ 1..) = socket.read(&mut chunk).await {
-                    buf.extend_from_slice(&chunk[..n]);
-                    while let Ok(Some((Reply::Array(words), used))) = resp::parse(&buf) {
-                        buf.drain(..used);
-                        let Some(Reply::Bulk(name)) = words.first() else { break 'connection };
-                        let name = String::from_utf8_lossy(name).to_string();
-                        let count = {
-                            let mut seen = lock(&record);
-                            seen.push(name.clone());
-                            seen.len()
-                        };
-                        let answer = match name.as_str() {
-                            "CLOSE" => break 'connection,
-                            "FAIL" => "-WRONGTYPE not a lock\r\n".to_string(),
-                            _ => format!(":{count}\r\n"),
-                        };
-                        if socket.write_all(answer.as_bytes()).await.is_err() {
-                            break 'connection;
-                        }
-                    }
-                }
-            }
-        });
-        (url, seen)
     }
 
     fn request(name: &str) -> Request {

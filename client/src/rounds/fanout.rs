@@ -37,13 +37,11 @@
 //!   or its TTL. A lock on a minority of nodes cannot be granted to anyone
 //!   else's majority, and is gone at the release.
 
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -52,6 +50,7 @@ use crate::error::{Error, Result};
 use crate::member::Member;
 use crate::node::{Limits, Request};
 use crate::quorum::{self, Answer, Progress, Quorum};
+use crate::rounds::flight::Flight;
 
 /// Timeouts. Every network call is bounded by one of them; nothing is
 /// retried behind the caller's back (retries are [`crate::Redlock::acquire`]'s
@@ -108,51 +107,10 @@ impl Drop for Background {
     }
 }
 
-/// One node's answer in one round.
-pub(crate) struct Reply {
-    /// Which round it belongs to, when several share the calls in flight
-    /// (an index into the rounds given to [`drive`]).
-    pub round: usize,
-    pub node: usize,
-    pub answer: Answer,
-}
-
-/// One call of a round, queued on its node NOW (see `node/mod.rs`: the order
-/// of calls to a node is the order of these calls, whenever and by
-/// whichever task the returned future is polled). The future owns what it
-/// uses, so that it can outlive the round: see [`Members::detach`].
-/// Bounded by the node's timeouts.
-fn call(
-    inner: &Inner,
-    round: usize,
-    node: usize,
-    request: &Request,
-    timeout: Duration,
-    classify: Classify,
-) -> impl Future<Output = Reply> + Send + 'static {
-    // Boxed: a round moves each call a few times (into its list, into the
-    // set it polls, to the background), and a node's wait is 0.7 KB of
-    // state; one allocation costs less than those copies (measured).
-    let reply = inner.members.get(node).map(|target| Box::pin(target.call(request, timeout)));
-    async move {
-        let answer = match reply {
-            Some(reply) => classify(&reply.await),
-            None => Answer::Failed(format!("no node {node}")),
-        };
-        Reply { round, node, answer }
-    }
-}
-
-/// Takes replies from the calls in flight, recording each in its round,
+/// Takes answers from the calls in flight, recording each in its round,
 /// until `done` says so or no call is left. Every call ends by its own
-/// timeouts, so this wait is bounded too.
-pub(crate) async fn drive<F>(
-    flight: &mut FuturesUnordered<F>,
-    rounds: &mut [Progress],
-    done: impl Fn(&[Progress]) -> bool,
-) where
-    F: Future<Output = Reply>,
-{
+/// deadline, so this wait is bounded too.
+pub(crate) async fn drive(flight: &mut Flight, rounds: &mut [Progress], done: impl Fn(&[Progress]) -> bool) {
     while !done(rounds) {
         let Some(reply) = flight.next().await else { return };
         if let Some(round) = rounds.get_mut(reply.round) {
@@ -259,27 +217,29 @@ impl Members {
         (0..self.inner.members.len()).collect()
     }
 
-    /// One call of `request` as round `round` per node listed in `nodes`
-    /// (all: [`Members::every_node`]), each with its own timeout: queued
-    /// on their nodes now, in node order.
-    pub(crate) fn calls_to(
+    /// An empty flight for this client's rounds.
+    pub(crate) fn flight(&self) -> Flight {
+        Flight::new(self.inner.members.len())
+    }
+
+    /// One call of `request` as round `round` per node listed in `targets`
+    /// (all: [`Members::every_node`]), each given up `timeout` after it was
+    /// issued: queued on their nodes now, in the order listed.
+    pub(crate) fn send(
         &self,
+        flight: &mut Flight,
         round: usize,
-        request: Request,
+        (request, classify): (&Request, Classify),
         timeout: Duration,
-        classify: Classify,
-        members: Vec<usize>,
-    ) -> Vec<impl Future<Output = Reply> + Send + 'static> {
-        members.into_iter().map(|node| call(&self.inner, round, node, &request, timeout, classify)).collect()
+        targets: impl IntoIterator<Item = usize>,
+    ) {
+        flight.send(&self.inner.members, round, (request, classify), timeout, targets);
     }
 
     /// Lets the calls still in flight run to their end in one background
     /// task, once their round is decided. They are not dropped: see the
     /// module's comment (a dropped call may never be sent).
-    pub(crate) fn detach<F>(&self, mut flight: FuturesUnordered<F>)
-    where
-        F: Future<Output = Reply> + Send + 'static,
-    {
+    pub(crate) fn detach(&self, mut flight: Flight) {
         if flight.is_empty() {
             return;
         }
@@ -290,7 +250,7 @@ impl Members {
         let background = self.background();
         runtime.spawn(async move {
             let _background = background;
-            // Bounded: each call ends by its own timeouts.
+            // Bounded: each call ends by its own deadline.
             while flight.next().await.is_some() {}
         });
     }
@@ -307,8 +267,8 @@ impl Members {
         targets: Vec<usize>,
         timeout: Duration,
     ) -> Progress {
-        let mut flight: FuturesUnordered<_> =
-            self.calls_to(0, request, timeout, classify, targets).into_iter().collect();
+        let mut flight = self.flight();
+        self.send(&mut flight, 0, (&request, classify), timeout, targets);
         let mut rounds = [round];
         drive(&mut flight, &mut rounds, |r| r[0].decided().is_some()).await;
         if rounds[0].decided() == Some(true) {
@@ -332,14 +292,31 @@ impl Members {
     }
 
     /// Sends `request` to every node at once and waits for every answer;
-    /// each node's call has its own timeout. Answers are in node order.
+    /// each node's call is given up `timeout` after it was issued. Answers
+    /// are in node order.
     pub(crate) async fn round(
         &self,
         request: &Request,
         timeout: Duration,
         classify: Classify,
     ) -> Vec<Answer> {
-        let calls: Vec<_> = self.inner.members.iter().map(|member| member.call(request, timeout)).collect();
-        join_all(calls).await.iter().map(classify).collect()
+        self.round_on(request, timeout, classify, self.every_node()).await
+    }
+
+    /// [`Members::round`] on the nodes listed in `targets`: their answers,
+    /// in node order.
+    pub(crate) async fn round_on(
+        &self,
+        request: &Request,
+        timeout: Duration,
+        classify: Classify,
+        targets: impl IntoIterator<Item = usize>,
+    ) -> Vec<Answer> {
+        let mut flight = self.flight();
+        self.send(&mut flight, 0, (request, classify), timeout, targets);
+        let mut rounds = [Progress::new(self.len())];
+        drive(&mut flight, &mut rounds, |_| false).await;
+        let [round] = rounds;
+        round.into_answers().into_iter().flatten().collect()
     }
 }

@@ -13,8 +13,6 @@
 use lock_protocol::command as names;
 use std::time::Duration;
 
-use futures_util::future::join_all;
-use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use crate::claim::{command, millis, Claim, Classify};
@@ -114,10 +112,14 @@ pub(crate) async fn grant(
     let start = Instant::now();
     let timeout = members.config().command_timeout;
     let request = kind.grant(token, ttl);
-    let mut flight: FuturesUnordered<_> = members
-        .calls_to(GRANT, request, timeout.min(ttl), quorum::classify_grant, members.every_node())
-        .into_iter()
-        .collect();
+    let mut flight = members.flight();
+    members.send(
+        &mut flight,
+        GRANT,
+        (&request, quorum::classify_grant),
+        timeout.min(ttl),
+        members.every_node(),
+    );
     let mut rounds = [Progress::with_quorum(members.len(), kind.quorum()), Progress::new(members.len())];
     drive(&mut flight, &mut rounds, |r| r[GRANT].decided().is_some()).await;
 
@@ -152,7 +154,7 @@ pub(crate) async fn grant(
         let (fencing, targets) = Progress::fencing(rounds[GRANT].answers(), floor);
         rounds[FENCE] = fencing;
         let (request, classify) = kind.fence(token, floor);
-        flight.extend(members.calls_to(FENCE, request, timeout.min(left), classify, targets));
+        members.send(&mut flight, FENCE, (&request, classify), timeout.min(left), targets);
         drive(&mut flight, &mut rounds, |r| r[FENCE].decided().is_some()).await;
         let fenced = rounds[FENCE].decided() == Some(true);
         let elapsed = start.elapsed();
@@ -187,14 +189,9 @@ async fn undo(members: &Members, kind: Kind<'_>, token: &str, answers: &[Option<
         Kind::Reentrant(resource) => {
             let request = Request::one(command(names::text(names::EXIT), resource, token, &[]), resource);
             let timeout = members.config().command_timeout;
-            let exits: Vec<_> = members
-                .list()
-                .iter()
-                .zip(answers)
-                .filter(|(_, answer)| matches!(answer, Some(Answer::Yes(_))))
-                .map(|(member, _)| member.call(&request, timeout))
-                .collect();
-            join_all(exits).await;
+            let granted =
+                answers.iter().enumerate().filter(|(_, answer)| matches!(answer, Some(Answer::Yes(_))));
+            members.round_on(&request, timeout, quorum::classify_exit, granted.map(|(node, _)| node)).await;
         }
     }
 }

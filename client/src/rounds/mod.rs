@@ -4,6 +4,8 @@
 //! - `fanout`: the nodes of one client ([`fanout::Members`]: their
 //!   connections, timeouts and background work), one call per node, the
 //!   answers recorded as they come; why a round may return at its majority.
+//! - `flight`: a round's calls in flight, with one inbox and one timer for
+//!   all of them, and their answers as they come.
 //! - `lease`: the validity a round obtains, the TTL checks.
 //! - `grant`: the grant round (with the fencing round at once, for
 //!   reentrant holds) and the undo of a failed one.
@@ -20,6 +22,7 @@
 pub(crate) mod extend;
 pub(crate) mod fanout;
 pub(crate) mod fence;
+pub(crate) mod flight;
 pub(crate) mod grant;
 pub(crate) mod lease;
 pub(crate) mod release;
