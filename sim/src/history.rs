@@ -4,7 +4,11 @@
 //!
 //! - mutual exclusion: no two holds of the resource overlap in validity
 //!   (from the grant's return to the earlier of the lease's deadline and
-//!   the release);
+//!   the release; the lease is the latest one an extension or the watchdog
+//!   gave);
+//! - the lock-delay: a hold that ran out unreleased keeps others out for
+//!   the nodes' lock-delay after its lease's deadline (less the 1% of
+//!   drift the client budgets: a node's clock may run fast);
 //! - fencing on the resource's side: the resource accepts the writes of
 //!   holders in the order they were granted (a write of a superseded
 //!   holder after its successor's is a violation);
@@ -41,6 +45,8 @@ pub struct History {
     pub writes: Vec<Write>,
     /// The resource's highest accepted token (when it checks tokens).
     pub resource_top: u64,
+    /// The nodes' `lock.expiry-delay-ms` (0: none).
+    pub lock_delay_ms: i64,
 }
 
 impl History {
@@ -63,13 +69,29 @@ impl History {
     /// The violations of the properties, one line each.
     pub fn violations(&self) -> Vec<String> {
         let mut found = Vec::new();
-        let end = |h: &Hold| h.released_ms.map_or(h.valid_until_ms, |r| r.min(h.valid_until_ms));
+        // A hold released within its lease ends there; one that ran out
+        // unreleased (paused past it) keeps the lock taken for the
+        // lock-delay after its deadline, less the 1% a fast node clock may
+        // take off it (the client budgets 1% of drift on the TTL), or
+        // until a late release (a node whose deadline had not come yet
+        // takes it).
+        let kept_ms = self.lock_delay_ms - self.lock_delay_ms / 100;
+        let end = |h: &Hold, kept_ms: i64| {
+            let kept_until = h.valid_until_ms.saturating_add(kept_ms);
+            h.released_ms.map_or(kept_until, |r| r.min(kept_until))
+        };
+        let overlap = |a: &Hold, b: &Hold, kept_ms: i64| {
+            a.granted_ms < end(b, kept_ms) && b.granted_ms < end(a, kept_ms)
+        };
         for (i, a) in self.holds.iter().enumerate() {
             for (j, b) in self.holds.iter().enumerate().skip(i + 1) {
-                if a.granted_ms < end(b) && b.granted_ms < end(a) {
+                if overlap(a, b, kept_ms) {
+                    // Within the leases themselves, or only in the
+                    // lock-delay after one ran out.
+                    let property = if overlap(a, b, 0) { "mutual exclusion" } else { "lock-delay" };
                     found.push(format!(
-                        "mutual exclusion: hold {i} (client {}, token {}, {}..{} ms) overlaps hold {j} (client {}, token {}, {}..{} ms)",
-                        a.client, a.token, a.granted_ms, end(a), b.client, b.token, b.granted_ms, end(b)
+                        "{property}: hold {i} (client {}, token {}, {}..{} ms) overlaps hold {j} (client {}, token {}, {}..{} ms)",
+                        a.client, a.token, a.granted_ms, end(a, kept_ms), b.client, b.token, b.granted_ms, end(b, kept_ms)
                     ));
                 }
             }

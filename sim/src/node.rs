@@ -61,6 +61,10 @@ pub struct Node {
     quarantine_since_ms: Option<i64>,
     quarantine_ms: i64,
     ttl_max_ms: i64,
+    /// `lock.expiry-delay-ms`: a lock that ran out unreleased keeps its
+    /// slot this much longer (the module's only; the classic recipe has
+    /// none).
+    expiry_delay_ms: i64,
     /// How far the wall clock is from true time (steps add up here).
     wall_offset_ms: i64,
     /// The module clock's offset: the wall clock's when the process
@@ -79,9 +83,11 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node up since `virtual_ms`, whose clients use TTLs up to
-    /// `ttl_max_ms` (its quarantine, when it has one, covers them).
-    pub fn new(rules: Rules, persistence: Persistence, ttl_max_ms: i64) -> Node {
+    /// A node whose clients use TTLs up to `ttl_max_ms` (its quarantine,
+    /// when it has one, covers them and the lock-delay), with the
+    /// lock-delay `expiry_delay_ms` (0: none).
+    pub fn new(rules: Rules, persistence: Persistence, ttl_max_ms: i64, expiry_delay_ms: i64) -> Node {
+        let expiry_delay_ms = if rules == Rules::Module { expiry_delay_ms.max(0) } else { 0 };
         Node {
             persistence,
             rules,
@@ -91,8 +97,9 @@ impl Node {
             fencer: Fencer::new(0),
             grants: 0,
             quarantine_since_ms: None,
-            quarantine_ms: quarantine::length_ms(-1, ttl_max_ms, 0),
+            quarantine_ms: quarantine::length_ms(-1, ttl_max_ms, expiry_delay_ms),
             ttl_max_ms,
+            expiry_delay_ms,
             wall_offset_ms: 0,
             anchor_ms: 0,
             grace_since_ms: None,
@@ -175,9 +182,15 @@ impl Node {
         let rules = self.rules;
         let (fencer, grants) = (&mut self.fencer, &mut self.grants);
         let stored = self.keys.get(key.as_slice()).cloned().unwrap_or_else(Holders::free);
-        let grace_ms =
-            quarantine::restart_grace_ms(self.grace_since_ms, now, self.ttl_max_ms, 0, CLOCK_TOLERANCE_MS);
-        let mut txn = Txn::new(&stored, now, grace_ms);
+        let grace_ms = quarantine::restart_grace_ms(
+            self.grace_since_ms,
+            now,
+            self.ttl_max_ms,
+            self.expiry_delay_ms,
+            CLOCK_TOLERANCE_MS,
+        );
+        // The lock-delay in force, as the module's key state computes it.
+        let mut txn = Txn::new(&stored, now, self.expiry_delay_ms.saturating_add(grace_ms));
         let reply = match (name.as_str(), number(3)) {
             ("LOCK.ACQUIRE", Some(ttl_ms)) => {
                 let admission = if left_ms > 0 { Admission::Quarantined } else { Admission::Open };

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
+use redlock_client::Watchdog;
 
 /// The resource every client contends for.
 const RESOURCE: &str = "res";
@@ -42,6 +43,12 @@ pub struct Setup {
     /// Per mille of holds that pause (a GC pause) between their check and
     /// their write, for up to twice the TTL.
     pub pause_per_mille: u32,
+    /// Per mille of holds that work up to three TTLs, kept alive by
+    /// extensions by hand or by the watchdog (half each).
+    pub keep_alive_per_mille: u32,
+    /// The nodes' lock-delay (`lock.expiry-delay-ms`), drawn per history:
+    /// none in half of them, up to this in the others.
+    pub lock_delay_max_ms: i64,
 }
 
 impl Setup {
@@ -65,13 +72,15 @@ impl Setup {
             },
             pause_per_mille: 150,
             drift_per_mille: 8,
+            keep_alive_per_mille: 300,
+            lock_delay_max_ms: 300,
         }
     }
 
     /// The classic recipe (SET NX PX, no quarantine, no fencing) under the
     /// same faults.
     pub fn classic() -> Setup {
-        Setup { rules: Rules::Classic, ..Setup::module() }
+        Setup { rules: Rules::Classic, lock_delay_max_ms: 0, ..Setup::module() }
     }
 
     /// Kleppmann's scenarios, one fault each, for `rules`: a holder paused
@@ -114,6 +123,8 @@ fn quiet() -> Setup {
         clock_steps: 0,
         pause_per_mille: 0,
         drift_per_mille: 0,
+        keep_alive_per_mille: 0,
+        lock_delay_max_ms: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -190,9 +201,15 @@ pub fn run(seed: u64, setup: &Setup, faults: &[(u64, Fault)]) -> Outcome {
 
 async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome {
     let mut rng = StdRng::seed_from_u64(seed);
+    let lock_delay_ms = match setup.rules {
+        Rules::Module if setup.lock_delay_max_ms > 0 && rng.gen_bool(0.5) => {
+            rng.gen_range(1..=setup.lock_delay_max_ms)
+        }
+        _ => 0,
+    };
     let nodes = (0..setup.nodes)
         .map(|_| {
-            let mut node = Node::new(setup.rules, Persistence::None, TTL_MAX_MS as i64);
+            let mut node = Node::new(setup.rules, Persistence::None, TTL_MAX_MS as i64, lock_delay_ms);
             node.rate_per_mille = rng.gen_range(-setup.drift_per_mille..=setup.drift_per_mille);
             node
         })
@@ -202,7 +219,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome
         partitioned: vec![vec![false; setup.nodes]; setup.clients],
         rng,
         faults: setup.messages,
-        history: History::default(),
+        history: History { lock_delay_ms, ..History::default() },
         started: Instant::now(),
     }));
     redlock_client::sim::set_connector(Some(net::connector(world.clone())));
@@ -216,7 +233,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome
     // left behind (a probe client takes it).
     let _ = injector.await;
     net::lock(&world).faults = quiet().messages;
-    let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, 0);
+    let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, lock_delay_ms);
     tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs())).await;
     let left_behind = probe(&world, setup).await;
     let w = net::lock(&world);
@@ -228,7 +245,8 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome
 }
 
 /// A failing seed's shortest history found: the schedule's faults removed
-/// one at a time, then the message faults and pauses, then lock cycles,
+/// one at a time, then the message faults, pauses and long holds, then
+/// lock cycles,
 /// each kept out while the run still fails.
 pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
     let mut faults = schedule(seed, setup);
@@ -248,8 +266,13 @@ pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
             (faults, best) = (fewer, outcome);
         }
     }
-    let quieter = [Setup { messages: quiet().messages, ..setup }, Setup { pause_per_mille: 0, ..setup }];
-    for candidate in quieter {
+    let quieter: [fn(Setup) -> Setup; 3] = [
+        |s| Setup { messages: quiet().messages, ..s },
+        |s| Setup { pause_per_mille: 0, ..s },
+        |s| Setup { keep_alive_per_mille: 0, ..s },
+    ];
+    for quieten in quieter {
+        let candidate = quieten(setup);
         let outcome = run(seed, &candidate, &faults);
         if !outcome.violations.is_empty() {
             (setup, best) = (candidate, outcome);
@@ -347,8 +370,62 @@ fn note(world: &Shared, what: String) {
     w.history.note(now, what);
 }
 
+/// How a hold keeps its lock while it works.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeepAlive {
+    /// It works within its first lease.
+    None,
+    /// It extends by hand (`Guard::extend`) before each step of its work.
+    Extend,
+    /// Its watchdog renews every ttl/3, up to this many times.
+    Watchdog(u32),
+}
+
+/// What one lock cycle of a client does, drawn from the world's generator.
+struct Cycle {
+    ttl_ms: u64,
+    /// The work between writes: one step within the first lease, or up to
+    /// three TTLs in steps of up to half a TTL when kept alive.
+    steps_ms: Vec<u64>,
+    /// A pause before the last write (0: none).
+    pause_ms: u64,
+    think_ms: u64,
+    keep: KeepAlive,
+}
+
+fn draw_cycle(world: &Shared, setup: &Setup) -> Cycle {
+    let mut w = net::lock(world);
+    let ttl_ms = w.rng.gen_range(100..=TTL_MAX_MS);
+    let pause_ms =
+        if w.rng.gen_range(0..1000) < setup.pause_per_mille { w.rng.gen_range(1..2 * ttl_ms) } else { 0 };
+    let keep = if w.rng.gen_range(0..1000) < setup.keep_alive_per_mille {
+        if w.rng.gen_bool(0.5) {
+            KeepAlive::Extend
+        } else {
+            KeepAlive::Watchdog(w.rng.gen_range(1..=8))
+        }
+    } else {
+        KeepAlive::None
+    };
+    let steps_ms = match keep {
+        KeepAlive::None => vec![w.rng.gen_range(0..ttl_ms / 2)],
+        KeepAlive::Extend | KeepAlive::Watchdog(_) => {
+            let mut steps = Vec::new();
+            let mut total = w.rng.gen_range(ttl_ms / 2..3 * ttl_ms);
+            while total > 0 {
+                let step = w.rng.gen_range(1..=ttl_ms / 2).min(total);
+                steps.push(step);
+                total -= step;
+            }
+            steps
+        }
+    };
+    Cycle { ttl_ms, steps_ms, pause_ms, think_ms: w.rng.gen_range(0..100), keep }
+}
+
 /// One client: lock cycles on the resource with the real client (grant,
-/// fencing round, writes to the resource, maybe a pause, release).
+/// fencing round, writes to the resource between steps of work kept alive
+/// by extensions or the watchdog, maybe a pause, release).
 async fn client(world: Shared, c: usize, setup: Setup) {
     let config = Config {
         connect_timeout: Duration::from_millis(100),
@@ -368,20 +445,12 @@ async fn client(world: Shared, c: usize, setup: Setup) {
     };
     let fencing = setup.rules == crate::node::Rules::Module;
     for _ in 0..setup.cycles {
-        let (ttl_ms, work_ms, pause_ms, think_ms) = {
-            let mut w = net::lock(&world);
-            let ttl = w.rng.gen_range(100..=TTL_MAX_MS);
-            let pause = if w.rng.gen_range(0..1000) < setup.pause_per_mille {
-                w.rng.gen_range(1..2 * ttl)
-            } else {
-                0
-            };
-            (ttl, w.rng.gen_range(0..ttl / 2), pause, w.rng.gen_range(0..100))
-        };
-        note(&world, format!("c{c} acquires, ttl {ttl_ms} ms"));
-        match redlock.acquire(RESOURCE, Mode::Plain, Duration::from_millis(ttl_ms), &retry).await {
+        let cycle = draw_cycle(&world, &setup);
+        let ttl = Duration::from_millis(cycle.ttl_ms);
+        note(&world, format!("c{c} acquires, ttl {} ms, {:?}", cycle.ttl_ms, cycle.keep));
+        match redlock.acquire(RESOURCE, Mode::Plain, ttl, &retry).await {
             Err(e) => note(&world, format!("c{c} acquire failed: {e}")),
-            Ok(guard) => {
+            Ok(mut guard) => {
                 let token = match guard.fencing_token().await {
                     Ok(token) => token,
                     Err(e) => {
@@ -405,17 +474,28 @@ async fn client(world: Shared, c: usize, setup: Setup) {
                     });
                     w.history.holds.len() - 1
                 };
+                if let KeepAlive::Watchdog(renewals_max) = cycle.keep {
+                    guard.start_watchdog(Watchdog { renewals_max, duration_max: Duration::from_secs(60) });
+                }
                 // The careful holder checks that it still holds the lock
                 // before each write; a pause may come between the check and
-                // the write (Kleppmann's GC pause).
-                for (work, pause) in [(0, 0), (work_ms, pause_ms)] {
+                // the last write (Kleppmann's GC pause).
+                let last = cycle.steps_ms.len();
+                let steps = std::iter::once(0).chain(cycle.steps_ms.iter().copied()).enumerate();
+                for (i, work) in steps {
                     tokio::time::sleep(Duration::from_millis(work)).await;
+                    if cycle.keep == KeepAlive::Extend && i > 0 {
+                        match guard.extend(ttl).await {
+                            Ok(_) => learn_lease(&world, hold, &guard, format!("c{c} extended")),
+                            Err(e) => note(&world, format!("c{c} extend failed: {e}")),
+                        }
+                    }
                     if !guard.is_held() {
                         break;
                     }
-                    if pause > 0 {
-                        note(&world, format!("c{c} pauses {pause} ms"));
-                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                    if i == last && cycle.pause_ms > 0 {
+                        note(&world, format!("c{c} pauses {} ms", cycle.pause_ms));
+                        tokio::time::sleep(Duration::from_millis(cycle.pause_ms)).await;
                     }
                     let mut w = net::lock(&world);
                     let now = w.now_ms();
@@ -428,20 +508,35 @@ async fn client(world: Shared, c: usize, setup: Setup) {
                         ),
                     );
                 }
+                // The latest lease the watchdog got before the release.
+                learn_lease(&world, hold, &guard, format!("c{c} releases"));
                 {
                     let mut w = net::lock(&world);
                     let now = w.now_ms();
                     if let Some(h) = w.history.holds.get_mut(hold) {
                         h.released_ms = Some(now);
                     }
-                    w.history.note(now, format!("c{c} releases"));
                 }
                 if let Err(e) = guard.release().await {
                     note(&world, format!("c{c} release failed: {e}"));
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(think_ms)).await;
+        tokio::time::sleep(Duration::from_millis(cycle.think_ms)).await;
     }
     redlock.settle().await;
+}
+
+/// The hold's validity as the guard now knows it: the latest lease an
+/// extension or the watchdog got (never earlier than one before: the
+/// earlier lease's promise still stands).
+fn learn_lease(world: &Shared, hold: usize, guard: &redlock_client::Guard, what: String) {
+    let deadline_ms = ms(world, guard.lease().deadline);
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    if let Some(h) = w.history.holds.get_mut(hold) {
+        h.valid_until_ms = h.valid_until_ms.max(deadline_ms);
+        let until = h.valid_until_ms;
+        w.history.note(now, format!("{what}, valid until {until} ms"));
+    }
 }
