@@ -12,10 +12,16 @@
 //! - fencing on the resource's side: the resource accepts the writes of
 //!   holders in the order they were granted (a write of a superseded
 //!   holder after its successor's is a violation);
+//! - token order: a hold's fencing token is above the token of every hold
+//!   that ended before it was granted (what `Guard::fencing_token`
+//!   promises, whether or not the resource saw a write);
 //! - no lock left behind: once every client is done, every fault over and
 //!   every TTL and quarantine run out, a new client takes the lock (checked
-//!   in `run.rs`, by a probe client).
+//!   in `run.rs`, by a probe client); and no node grants a lock to an owner
+//!   whose release it already served (a release that overtook its acquire
+//!   leaves the lock behind on that node until its TTL runs out).
 
+use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
 /// One hold a client obtained (and fenced).
@@ -41,16 +47,28 @@ pub struct Write {
 pub struct History {
     /// Every event, one line each, in order: the printed history.
     pub lines: Vec<String>,
+    /// No lines are kept (a bulk run: a failing seed runs again to print).
+    pub unrecorded: bool,
     pub holds: Vec<Hold>,
     pub writes: Vec<Write>,
     /// The resource's highest accepted token (when it checks tokens).
     pub resource_top: u64,
     /// The nodes' `lock.expiry-delay-ms` (0: none).
     pub lock_delay_ms: i64,
+    /// The (node, owner) pairs whose release a node served.
+    pub released: BTreeSet<(usize, Vec<u8>)>,
+    /// Violations seen as they happened (a grant after its release).
+    pub seen: Vec<String>,
+    /// Whether the tokens are fencing tokens (the module's; the classic
+    /// recipe's are only counters of grants, and promise no order).
+    pub fenced: bool,
 }
 
 impl History {
     pub fn note(&mut self, at_ms: i64, what: impl AsRef<str>) {
+        if self.unrecorded {
+            return;
+        }
         self.lines.push(format!("{at_ms:>7} ms  {}", what.as_ref()));
     }
 
@@ -66,9 +84,24 @@ impl History {
         accepted
     }
 
+    /// Node `node` served `words` with a grant (`granted`) or not: a
+    /// release is remembered, a grant to an owner whose release the node
+    /// served before is a lock left behind.
+    pub fn served(&mut self, node: usize, at_ms: i64, words: &[Vec<u8>], granted: bool) {
+        let (Some(name), Some(owner)) = (words.first(), words.get(2)) else { return };
+        if name.eq_ignore_ascii_case(b"LOCK.RELEASE") {
+            self.released.insert((node, owner.clone()));
+        } else if granted && self.released.contains(&(node, owner.clone())) {
+            self.seen.push(format!(
+                "left behind: n{node} granted the lock at {at_ms} ms to {} after serving its release",
+                String::from_utf8_lossy(owner)
+            ));
+        }
+    }
+
     /// The violations of the properties, one line each.
     pub fn violations(&self) -> Vec<String> {
-        let mut found = Vec::new();
+        let mut found = self.seen.clone();
         // A hold released within its lease ends there; one that ran out
         // unreleased (paused past it) keeps the lock taken for the
         // lock-delay after its deadline, less the 1% a fast node clock may
@@ -92,6 +125,17 @@ impl History {
                     found.push(format!(
                         "{property}: hold {i} (client {}, token {}, {}..{} ms) overlaps hold {j} (client {}, token {}, {}..{} ms)",
                         a.client, a.token, a.granted_ms, end(a, kept_ms), b.client, b.token, b.granted_ms, end(b, kept_ms)
+                    ));
+                }
+            }
+        }
+        for (i, a) in self.holds.iter().enumerate().filter(|_| self.fenced) {
+            for (j, b) in self.holds.iter().enumerate() {
+                // Holds are recorded in the order they were granted.
+                if i < j && end(a, 0) <= b.granted_ms && b.token <= a.token {
+                    found.push(format!(
+                        "token order: hold {j} (client {}, granted at {} ms) has token {}, not above token {} of hold {i} (client {}, ended at {} ms)",
+                        b.client, b.granted_ms, b.token, a.token, a.client, end(a, 0)
                     ));
                 }
             }

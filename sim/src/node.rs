@@ -54,6 +54,9 @@ pub struct Node {
     keys: BTreeMap<Vec<u8>, Holders>,
     /// What an `everysec` AOF has on disk, and when it was written.
     on_disk: BTreeMap<Vec<u8>, Holders>,
+    /// The fencing counter as the AOF on disk replays it (its grants and
+    /// `LOCK.FENCE` raises).
+    fenced_on_disk: u64,
     synced_ms: i64,
     fencer: Fencer,
     /// The classic recipe's grant counter (reset by a restart).
@@ -93,6 +96,7 @@ impl Node {
             rules,
             keys: BTreeMap::new(),
             on_disk: BTreeMap::new(),
+            fenced_on_disk: 0,
             synced_ms: 0,
             fencer: Fencer::new(0),
             grants: 0,
@@ -120,6 +124,13 @@ impl Node {
         EPOCH_MS + virtual_ms + virtual_ms * self.rate_per_mille / 1000 + offset
     }
 
+    /// The node's clocks start `offset_ms` off true time (the nodes' wall
+    /// clocks disagree; the module clock starts on the wall clock).
+    pub fn set_clock_offset(&mut self, offset_ms: i64) {
+        self.wall_offset_ms = offset_ms;
+        self.anchor_ms = offset_ms;
+    }
+
     /// The wall clock steps by `step_ms` (NTP, an operator).
     pub fn step_clock(&mut self, step_ms: i64) {
         self.wall_offset_ms += step_ms;
@@ -141,7 +152,14 @@ impl Node {
             Persistence::EverySec => self.on_disk.clone(),
             Persistence::Always => std::mem::take(&mut self.keys),
         };
-        self.fencer = Fencer::new(0);
+        // The counter is not stored: an AOF replays the grants and raises
+        // it holds (all of them with `always`, those of the last fsync with
+        // `everysec`); without one, only the clock floor is left.
+        self.fencer = Fencer::new(match self.persistence {
+            Persistence::None => 0,
+            Persistence::EverySec => self.fenced_on_disk,
+            Persistence::Always => self.fencer.last(),
+        });
         self.grants = 0;
         let always = self.persistence == Persistence::Always;
         self.quarantine_since_ms = match self.rules {
@@ -166,6 +184,7 @@ impl Node {
         let now = self.now_ms(virtual_ms);
         if self.persistence == Persistence::EverySec && now - self.synced_ms >= 1000 {
             self.on_disk = self.keys.clone();
+            self.fenced_on_disk = self.fencer.last();
             self.synced_ms = now;
         }
         let name = words.first().map(|w| String::from_utf8_lossy(w).to_ascii_uppercase()).unwrap_or_default();

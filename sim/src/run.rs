@@ -40,6 +40,13 @@ pub struct Setup {
     /// Each node's clocks run up to this many thousandths fast or slow
     /// (the client budgets 1%).
     pub drift_per_mille: i64,
+    /// Each node's clocks start up to this far off true time, either way
+    /// (the nodes' clocks disagree by up to twice this).
+    pub clock_offset_max_ms: i64,
+    /// Per mille of histories whose clock step comes to the node that
+    /// crashes, just before its crash, with an `always` AOF: a restart that
+    /// keeps its locks and takes in the step.
+    pub step_before_crash_per_mille: u32,
     /// Per mille of holds that pause (a GC pause) between their check and
     /// their write, for up to twice the TTL.
     pub pause_per_mille: u32,
@@ -74,6 +81,8 @@ impl Setup {
             drift_per_mille: 8,
             keep_alive_per_mille: 300,
             lock_delay_max_ms: 300,
+            clock_offset_max_ms: 250,
+            step_before_crash_per_mille: 250,
         }
     }
 
@@ -125,6 +134,8 @@ fn quiet() -> Setup {
         drift_per_mille: 0,
         keep_alive_per_mille: 0,
         lock_delay_max_ms: 0,
+        clock_offset_max_ms: 0,
+        step_before_crash_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -150,15 +161,16 @@ pub type Schedule = Vec<(u64, Fault)>;
 pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
     let mut faults = Vec::new();
+    let mut crashes = Vec::new();
     for _ in 0..setup.crashes {
         let persistence = setup.persistence.unwrap_or(match rng.gen_range(0..3) {
             0 => Persistence::None,
             1 => Persistence::EverySec,
             _ => Persistence::Always,
         });
-        let fault =
-            Fault::Crash { node: rng.gen_range(0..setup.nodes), down_ms: rng.gen_range(1..400), persistence };
-        faults.push((rng.gen_range(0..1500), fault));
+        let (at, node): (u64, usize) = (rng.gen_range(0..1500), rng.gen_range(0..setup.nodes));
+        crashes.push((at, node));
+        faults.push((at, Fault::Crash { node, down_ms: rng.gen_range(1..400), persistence }));
     }
     for _ in 0..setup.partitions {
         let fault = Fault::Partition {
@@ -170,10 +182,24 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
     }
     for _ in 0..setup.clock_steps {
         let step_ms = rng.gen_range(-setup.step_max_ms..=setup.step_max_ms);
-        faults.push((
-            rng.gen_range(0..1500),
-            Fault::ClockStep { node: rng.gen_range(0..setup.nodes), step_ms },
-        ));
+        let tied = rng.gen_range(0..1000) < setup.step_before_crash_per_mille;
+        let (at, node) = match crashes.first() {
+            // The crashing node's clock steps, then it crashes and restarts
+            // from an `always` AOF: its locks come back with the step taken
+            // in (the restart grace's case), its counter with only the clock
+            // floor (the fencing counter's case).
+            Some(&(crash_at, node)) if tied => {
+                if let (None, Some((_, Fault::Crash { persistence, .. }))) = (
+                    setup.persistence,
+                    faults.iter_mut().find(|(at, f)| *at == crash_at && matches!(f, Fault::Crash { .. })),
+                ) {
+                    *persistence = Persistence::Always;
+                }
+                (crash_at.saturating_sub(rng.gen_range(0..100)), node)
+            }
+            _ => (rng.gen_range(0..1500), rng.gen_range(0..setup.nodes)),
+        };
+        faults.push((at, Fault::ClockStep { node, step_ms }));
     }
     faults.sort_by_key(|(at, _)| *at);
     faults
@@ -187,19 +213,30 @@ pub struct Outcome {
 
 /// Runs the history of `seed` under `faults`.
 pub fn run(seed: u64, setup: &Setup, faults: &[(u64, Fault)]) -> Outcome {
+    run_recorded(seed, setup, faults, true)
+}
+
+/// Whether the history of `seed` fails, without keeping its lines (the
+/// same history as [`run`]'s, a third cheaper: a bulk run prints only its
+/// failing seeds, run again).
+pub fn fails(seed: u64, setup: &Setup) -> bool {
+    !run_recorded(seed, setup, &schedule(seed, setup), false).violations.is_empty()
+}
+
+fn run_recorded(seed: u64, setup: &Setup, faults: &[(u64, Fault)], recorded: bool) -> Outcome {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()
     {
         Ok(runtime) => runtime,
         Err(e) => return Outcome { history: String::new(), violations: vec![format!("no runtime: {e}")] },
     };
     redlock_client::sim::seed(Some(seed));
-    let outcome = runtime.block_on(simulate(seed, *setup, faults.to_vec()));
+    let outcome = runtime.block_on(simulate(seed, *setup, faults.to_vec(), recorded));
     redlock_client::sim::set_connector(None);
     redlock_client::sim::seed(None);
     outcome
 }
 
-async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome {
+async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: bool) -> Outcome {
     let mut rng = StdRng::seed_from_u64(seed);
     let lock_delay_ms = match setup.rules {
         Rules::Module if setup.lock_delay_max_ms > 0 && rng.gen_bool(0.5) => {
@@ -207,19 +244,34 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome
         }
         _ => 0,
     };
-    let nodes = (0..setup.nodes)
+    let mut nodes = (0..setup.nodes)
         .map(|_| {
             let mut node = Node::new(setup.rules, Persistence::None, TTL_MAX_MS as i64, lock_delay_ms);
             node.rate_per_mille = rng.gen_range(-setup.drift_per_mille..=setup.drift_per_mille);
+            node.set_clock_offset(rng.gen_range(-setup.clock_offset_max_ms..=setup.clock_offset_max_ms));
             node
         })
-        .collect();
+        .collect::<Vec<Node>>();
+    // A node runs with the persistence it will crash with from the start
+    // (an `everysec` AOF has its last fsynced second when it crashes).
+    for (_, fault) in faults.iter().rev() {
+        if let Fault::Crash { node, persistence, .. } = fault {
+            if let Some(n) = nodes.get_mut(*node) {
+                n.persistence = *persistence;
+            }
+        }
+    }
     let world: Shared = Arc::new(Mutex::new(World {
         nodes,
         partitioned: vec![vec![false; setup.nodes]; setup.clients],
         rng,
         faults: setup.messages,
-        history: History { lock_delay_ms, ..History::default() },
+        history: History {
+            lock_delay_ms,
+            fenced: setup.rules == Rules::Module,
+            unrecorded: !recorded,
+            ..History::default()
+        },
         started: Instant::now(),
     }));
     redlock_client::sim::set_connector(Some(net::connector(world.clone())));
