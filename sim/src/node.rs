@@ -54,9 +54,6 @@ pub struct Node {
     keys: BTreeMap<Vec<u8>, Holders>,
     /// What an `everysec` AOF has on disk, and when it was written.
     on_disk: BTreeMap<Vec<u8>, Holders>,
-    /// The fencing counter as the AOF on disk replays it (its grants and
-    /// `LOCK.FENCE` raises).
-    fenced_on_disk: u64,
     synced_ms: i64,
     fencer: Fencer,
     /// The classic recipe's grant counter (reset by a restart).
@@ -80,6 +77,9 @@ pub struct Node {
     /// How fast the node's clocks run, in thousandths off true time (a
     /// clock 0.8% fast: 8); the client budgets 1% of drift.
     pub rate_per_mille: i64,
+    /// The AOF was rewritten since the last `LOCK.FENCE` raises: a restart
+    /// does not replay them.
+    pub aof_rewritten: bool,
     pub up: bool,
     /// Bumped by every crash: a connection of an older epoch is dead.
     pub epoch: u64,
@@ -96,7 +96,6 @@ impl Node {
             rules,
             keys: BTreeMap::new(),
             on_disk: BTreeMap::new(),
-            fenced_on_disk: 0,
             synced_ms: 0,
             fencer: Fencer::new(0),
             grants: 0,
@@ -108,6 +107,7 @@ impl Node {
             anchor_ms: 0,
             grace_since_ms: None,
             rate_per_mille: 0,
+            aof_rewritten: false,
             up: true,
             epoch: 0,
         }
@@ -152,14 +152,13 @@ impl Node {
             Persistence::EverySec => self.on_disk.clone(),
             Persistence::Always => std::mem::take(&mut self.keys),
         };
-        // The counter is not stored: an AOF replays the grants and raises
-        // it holds (all of them with `always`, those of the last fsync with
-        // `everysec`); without one, only the clock floor is left.
-        self.fencer = Fencer::new(match self.persistence {
-            Persistence::None => 0,
-            Persistence::EverySec => self.fenced_on_disk,
-            Persistence::Always => self.fencer.last(),
-        });
+        // The counter is not stored: an `always` AOF replays the grants and
+        // `LOCK.FENCE` raises it holds, unless a rewrite compacted them away
+        // (then only the clock floor and the tokens of the stored locks are
+        // left, as without an AOF or with `everysec`, whose quarantine
+        // covers it).
+        let replayed = self.persistence == Persistence::Always && !self.aof_rewritten;
+        self.fencer = Fencer::new(if replayed { self.fencer.last() } else { 0 });
         self.grants = 0;
         let always = self.persistence == Persistence::Always;
         self.quarantine_since_ms = match self.rules {
@@ -184,7 +183,6 @@ impl Node {
         let now = self.now_ms(virtual_ms);
         if self.persistence == Persistence::EverySec && now - self.synced_ms >= 1000 {
             self.on_disk = self.keys.clone();
-            self.fenced_on_disk = self.fencer.last();
             self.synced_ms = now;
         }
         let name = words.first().map(|w| String::from_utf8_lossy(w).to_ascii_uppercase()).unwrap_or_default();

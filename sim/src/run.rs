@@ -47,6 +47,11 @@ pub struct Setup {
     /// crashes, just before its crash, with an `always` AOF: a restart that
     /// keeps its locks and takes in the step.
     pub step_before_crash_per_mille: u32,
+    /// Per mille of histories whose `always` AOF was rewritten before the
+    /// crash: the restart replays no `LOCK.FENCE` raise, and the fencing
+    /// counter has only the clock floor. Those histories' node clocks agree
+    /// (no offset, no drift): see docs/safety.md on what a rewrite needs.
+    pub aof_rewrite_per_mille: u32,
     /// Per mille of holds that pause (a GC pause) between their check and
     /// their write, for up to twice the TTL.
     pub pause_per_mille: u32,
@@ -83,6 +88,7 @@ impl Setup {
             lock_delay_max_ms: 300,
             clock_offset_max_ms: 250,
             step_before_crash_per_mille: 250,
+            aof_rewrite_per_mille: 500,
         }
     }
 
@@ -136,6 +142,7 @@ fn quiet() -> Setup {
         lock_delay_max_ms: 0,
         clock_offset_max_ms: 0,
         step_before_crash_per_mille: 0,
+        aof_rewrite_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -168,7 +175,10 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
             1 => Persistence::EverySec,
             _ => Persistence::Always,
         });
-        let (at, node): (u64, usize) = (rng.gen_range(0..1500), rng.gen_range(0..setup.nodes));
+        // A quarter of the crashes come early, so that the clients still
+        // take the lock once the restart's quarantine is over.
+        let latest = if rng.gen_range(0..4) == 0 { 300 } else { 1500 };
+        let (at, node): (u64, usize) = (rng.gen_range(0..latest), rng.gen_range(0..setup.nodes));
         crashes.push((at, node));
         faults.push((at, Fault::Crash { node, down_ms: rng.gen_range(1..400), persistence }));
     }
@@ -199,6 +209,11 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
             }
             _ => (rng.gen_range(0..1500), rng.gen_range(0..setup.nodes)),
         };
+        // A node that restarts from an `always` AOF has no quarantine: its
+        // clock must not step back across the restart (assumption 1), so
+        // its steps go forward.
+        let always = |f: &Fault| matches!(f, Fault::Crash { node: n, persistence: Persistence::Always, .. } if *n == node);
+        let step_ms = if faults.iter().any(|(_, f)| always(f)) { step_ms.abs() } else { step_ms };
         faults.push((at, Fault::ClockStep { node, step_ms }));
     }
     faults.sort_by_key(|(at, _)| *at);
@@ -259,6 +274,14 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
             if let Some(n) = nodes.get_mut(*node) {
                 n.persistence = *persistence;
             }
+        }
+    }
+    let always = nodes.iter().any(|n| n.persistence == Persistence::Always);
+    if always && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
+        for n in &mut nodes {
+            n.aof_rewritten = true;
+            n.rate_per_mille = 0;
+            n.set_clock_offset(0);
         }
     }
     let world: Shared = Arc::new(Mutex::new(World {
@@ -472,7 +495,10 @@ fn draw_cycle(world: &Shared, setup: &Setup) -> Cycle {
             steps
         }
     };
-    Cycle { ttl_ms, steps_ms, pause_ms, think_ms: w.rng.gen_range(0..100), keep }
+    // Mostly a short think; now and then a long one, which spreads the
+    // cycles past a restart's quarantine (simulated time costs nothing).
+    let think_max_ms = if w.rng.gen_range(0..4) == 0 { 1000 } else { 100 };
+    Cycle { ttl_ms, steps_ms, pause_ms, think_ms: w.rng.gen_range(0..think_max_ms), keep }
 }
 
 /// One client: lock cycles on the resource with the real client (grant,
