@@ -19,6 +19,9 @@ use redlock_client::Watchdog;
 const RESOURCE: &str = "res";
 /// The longest TTL a client asks for (the nodes' quarantine covers it).
 const TTL_MAX_MS: u64 = 600;
+/// A crash before this (ms) is early: the clients spread their cycles to
+/// take the lock again after its quarantine.
+const EARLY_CRASH_MS: u64 = 300;
 
 /// What a run simulates: the lock service and the faults it may see.
 #[derive(Clone, Copy, Debug)]
@@ -177,7 +180,7 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
         });
         // A quarter of the crashes come early, so that the clients still
         // take the lock once the restart's quarantine is over.
-        let latest = if rng.gen_range(0..4) == 0 { 300 } else { 1500 };
+        let latest = if rng.gen_range(0..4) == 0 { EARLY_CRASH_MS } else { 1500 };
         let (at, node): (u64, usize) = (rng.gen_range(0..latest), rng.gen_range(0..setup.nodes));
         crashes.push((at, node));
         faults.push((at, Fault::Crash { node, down_ms: rng.gen_range(1..400), persistence }));
@@ -298,8 +301,13 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
         started: Instant::now(),
     }));
     redlock_client::sim::set_connector(Some(net::connector(world.clone())));
+    // After an early crash, the clients spread their cycles (now and then
+    // a long think) so as to take the lock again once the restart's
+    // quarantine is over; otherwise they keep contending.
+    let spread = faults.iter().any(|(at, f)| matches!(f, Fault::Crash { .. }) && *at < EARLY_CRASH_MS);
     let injector = tokio::spawn(inject(world.clone(), faults));
-    let clients: Vec<_> = (0..setup.clients).map(|c| tokio::spawn(client(world.clone(), c, setup))).collect();
+    let clients: Vec<_> =
+        (0..setup.clients).map(|c| tokio::spawn(client(world.clone(), c, setup, spread))).collect();
     for handle in clients {
         let _ = handle.await;
     }
@@ -468,7 +476,7 @@ struct Cycle {
     keep: KeepAlive,
 }
 
-fn draw_cycle(world: &Shared, setup: &Setup) -> Cycle {
+fn draw_cycle(world: &Shared, setup: &Setup, spread: bool) -> Cycle {
     let mut w = net::lock(world);
     let ttl_ms = w.rng.gen_range(100..=TTL_MAX_MS);
     let pause_ms =
@@ -495,16 +503,17 @@ fn draw_cycle(world: &Shared, setup: &Setup) -> Cycle {
             steps
         }
     };
-    // Mostly a short think; now and then a long one, which spreads the
-    // cycles past a restart's quarantine (simulated time costs nothing).
-    let think_max_ms = if w.rng.gen_range(0..4) == 0 { 1000 } else { 100 };
+    // Mostly a short think; when spread, now and then a long one, which
+    // takes the cycles past a restart's quarantine (simulated time costs
+    // nothing).
+    let think_max_ms = if spread && w.rng.gen_range(0..3) == 0 { 1000 } else { 100 };
     Cycle { ttl_ms, steps_ms, pause_ms, think_ms: w.rng.gen_range(0..think_max_ms), keep }
 }
 
 /// One client: lock cycles on the resource with the real client (grant,
 /// fencing round, writes to the resource between steps of work kept alive
 /// by extensions or the watchdog, maybe a pause, release).
-async fn client(world: Shared, c: usize, setup: Setup) {
+async fn client(world: Shared, c: usize, setup: Setup, spread: bool) {
     let config = Config {
         connect_timeout: Duration::from_millis(100),
         command_timeout: Duration::from_millis(60),
@@ -523,7 +532,7 @@ async fn client(world: Shared, c: usize, setup: Setup) {
     };
     let fencing = setup.rules == crate::node::Rules::Module;
     for _ in 0..setup.cycles {
-        let cycle = draw_cycle(&world, &setup);
+        let cycle = draw_cycle(&world, &setup, spread);
         let ttl = Duration::from_millis(cycle.ttl_ms);
         note(&world, format!("c{c} acquires, ttl {} ms, {:?}", cycle.ttl_ms, cycle.keep));
         match redlock.acquire(RESOURCE, Mode::Plain, ttl, &retry).await {
