@@ -172,3 +172,67 @@ impl History {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(
+        client: usize,
+        token: u64,
+        granted_ms: i64,
+        valid_until_ms: i64,
+        released_ms: Option<i64>,
+    ) -> Hold {
+        Hold { client, token, granted_ms, valid_until_ms, released_ms }
+    }
+
+    fn properties(history: &History) -> Vec<String> {
+        history.violations().iter().map(|v| v.split(':').next().unwrap_or_default().to_string()).collect()
+    }
+
+    #[test]
+    fn a_later_hold_with_a_lower_token_breaks_token_order() {
+        let mut h = History { fenced: true, ..History::default() };
+        h.holds = vec![hold(0, 50, 0, 100, Some(40)), hold(1, 60, 40, 140, Some(90))];
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        h.holds.push(hold(0, 55, 90, 190, Some(120)));
+        assert_eq!(properties(&h), ["token order"]);
+        // The classic recipe's tokens are counters, not fencing tokens.
+        h.fenced = false;
+        assert!(h.violations().is_empty());
+    }
+
+    #[test]
+    fn a_hold_that_ran_out_unreleased_keeps_the_lock_delay() {
+        let mut h = History { lock_delay_ms: 200, fenced: true, ..History::default() };
+        // Paused past its lease (released at 300, after 100): others wait
+        // until 100 + 198.
+        h.holds = vec![hold(0, 50, 0, 100, Some(300)), hold(1, 60, 250, 350, Some(260))];
+        assert_eq!(properties(&h), ["lock-delay"]);
+        h.holds[1].granted_ms = 298;
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        // Released within its lease: no lock-delay.
+        h.holds = vec![hold(0, 50, 0, 100, Some(60)), hold(1, 60, 61, 160, Some(70))];
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        // Overlapping leases are a mutual exclusion violation.
+        h.holds[1].granted_ms = 50;
+        assert_eq!(properties(&h), ["mutual exclusion"]);
+    }
+
+    #[test]
+    fn a_grant_after_the_owners_release_is_a_lock_left_behind() {
+        let mut h = History::default();
+        let words = |name: &str, owner: &str| {
+            vec![name.as_bytes().to_vec(), b"res".to_vec(), owner.as_bytes().to_vec()]
+        };
+        h.served(0, 5, &words("LOCK.ACQUIRE", "a"), true);
+        h.served(0, 6, &words("LOCK.RELEASE", "a"), false);
+        h.served(1, 7, &words("LOCK.RELEASE", "b"), false);
+        h.served(0, 8, &words("LOCK.ACQUIRE", "b"), true);
+        h.served(1, 8, &words("LOCK.ACQUIRE", "b"), false);
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        h.served(1, 9, &words("LOCK.ACQUIRE", "b"), true);
+        assert_eq!(properties(&h), ["left behind"]);
+    }
+}
