@@ -2,10 +2,12 @@
 //! checker: the fault suite's properties over the holds the clients saw
 //! and the writes the protected resource accepted.
 //!
-//! - mutual exclusion: no two holds of the resource overlap in validity
+//! - mutual exclusion: no two holds of the resource that exclude each
+//!   other (any two but two readers, or two permits) overlap in validity
 //!   (from the grant's return to the earlier of the lease's deadline and
 //!   the release; the lease is the latest one an extension or the watchdog
 //!   gave);
+//! - the semaphore bound: no more holders of permits at once than permits;
 //! - the lock-delay: a hold that ran out unreleased keeps others out for
 //!   the nodes' lock-delay after its lease's deadline (less the 1% of
 //!   drift the client budgets: a node's clock may run fast);
@@ -13,7 +15,7 @@
 //!   holders in the order they were granted (a write of a superseded
 //!   holder after its successor's is a violation);
 //! - token order: a hold's fencing token is above the token of every hold
-//!   that ended before it was granted (what `Guard::fencing_token`
+//!   that ended before its grant round began (what `Guard::fencing_token`
 //!   promises, whether or not the resource saw a write);
 //! - no lock left behind: once every client is done, every fault over and
 //!   every TTL and quarantine run out, a new client takes the lock (checked
@@ -24,11 +26,19 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
+use redlock_client::Mode;
+
 /// One hold a client obtained (and fenced).
 #[derive(Clone, Debug)]
 pub struct Hold {
     pub client: usize,
+    /// Plain, a reader or the writer of a read-write lock, or a permit.
+    pub mode: Mode,
     pub token: u64,
+    /// When its grant round started (the nodes may grant a reader or a
+    /// permit from there, beside holders that end later).
+    pub began_ms: i64,
+    /// When the fencing round returned: held from there.
     pub granted_ms: i64,
     /// The lease's deadline: after it the lock may be someone else's.
     pub valid_until_ms: i64,
@@ -116,9 +126,26 @@ impl History {
         let overlap = |a: &Hold, b: &Hold, kept_ms: i64| {
             a.granted_ms < end(b, kept_ms) && b.granted_ms < end(a, kept_ms)
         };
+        // Readers share, and so do permits (up to their number).
+        let share = |a: &Hold, b: &Hold| {
+            matches!((a.mode, b.mode), (Mode::Read, Mode::Read) | (Mode::Permit { .. }, Mode::Permit { .. }))
+        };
         for (i, a) in self.holds.iter().enumerate() {
+            if let Mode::Permit { permits } = a.mode {
+                let at_once = self
+                    .holds
+                    .iter()
+                    .filter(|b| b.granted_ms <= a.granted_ms && a.granted_ms < end(b, kept_ms))
+                    .count();
+                if at_once > permits as usize {
+                    found.push(format!(
+                        "more than L holders: {at_once} holders of {permits} permits at {} ms, when hold {i} (client {}) was granted",
+                        a.granted_ms, a.client
+                    ));
+                }
+            }
             for (j, b) in self.holds.iter().enumerate().skip(i + 1) {
-                if overlap(a, b, kept_ms) {
+                if !share(a, b) && overlap(a, b, kept_ms) {
                     // Within the leases themselves, or only in the
                     // lock-delay after one ran out.
                     let property = if overlap(a, b, 0) { "mutual exclusion" } else { "lock-delay" };
@@ -132,10 +159,13 @@ impl History {
         for (i, a) in self.holds.iter().enumerate().filter(|_| self.fenced) {
             for (j, b) in self.holds.iter().enumerate() {
                 // Holds are recorded in the order they were granted.
-                if i < j && end(a, 0) <= b.granted_ms && b.token <= a.token {
+                // Within one millisecond, two holds that share the lock
+                // may have run in either order.
+                let ended_before = if share(a, b) { end(a, 0) < b.began_ms } else { end(a, 0) <= b.began_ms };
+                if i < j && ended_before && b.token <= a.token {
                     found.push(format!(
-                        "token order: hold {j} (client {}, granted at {} ms) has token {}, not above token {} of hold {i} (client {}, ended at {} ms)",
-                        b.client, b.granted_ms, b.token, a.token, a.client, end(a, 0)
+                        "token order: hold {j} (client {}, its grant round from {} ms) has token {}, not above token {} of hold {i} (client {}, ended at {} ms)",
+                        b.client, b.began_ms, b.token, a.token, a.client, end(a, 0)
                     ));
                 }
             }
@@ -145,7 +175,10 @@ impl History {
         for (k, later) in accepted.iter().enumerate() {
             for earlier in &accepted[..k] {
                 let (e, l) = (&self.holds[earlier.hold], &self.holds[later.hold]);
+                // Holders that share the lock may write in any order.
+                let shared = share(e, l) && end(l, 0) > e.granted_ms;
                 if earlier.hold != later.hold
+                    && !shared
                     && e.granted_ms > l.granted_ms
                     && !seen.contains(&(earlier.hold, later.hold))
                 {
@@ -184,7 +217,15 @@ mod tests {
         valid_until_ms: i64,
         released_ms: Option<i64>,
     ) -> Hold {
-        Hold { client, token, granted_ms, valid_until_ms, released_ms }
+        Hold {
+            client,
+            mode: Mode::Plain,
+            token,
+            began_ms: granted_ms,
+            granted_ms,
+            valid_until_ms,
+            released_ms,
+        }
     }
 
     fn properties(history: &History) -> Vec<String> {

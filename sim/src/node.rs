@@ -208,10 +208,25 @@ impl Node {
         );
         // The lock-delay in force, as the module's key state computes it.
         let mut txn = Txn::new(&stored, now, self.expiry_delay_ms.saturating_add(grace_ms));
+        // The grants, each with its kind and mode: `LOCK.ACQUIRE`,
+        // `SHARED` and `EXCLUSIVE key owner ttl`, `LOCK.SEMAPHORE key owner
+        // limit ttl`.
+        let grant = match name.as_str() {
+            "LOCK.ACQUIRE" => Some((Want::plain(), number(3))),
+            "LOCK.SHARED" => Some((Want::read(), number(3))),
+            "LOCK.EXCLUSIVE" => Some((Want::write(), number(3))),
+            "LOCK.SEMAPHORE" => number(3)
+                .and_then(|limit| u32::try_from(limit).ok())
+                .map(|limit| (Want::permit(limit), number(4))),
+            _ => None,
+        };
         let reply = match (name.as_str(), number(3)) {
-            ("LOCK.ACQUIRE", Some(ttl_ms)) => {
+            _ if grant.is_some() => {
+                let Some((want, Some(ttl_ms))) = grant else {
+                    return Reply::Error(ERR, format!("{name}: a bad TTL"));
+                };
                 let admission = if left_ms > 0 { Admission::Quarantined } else { Admission::Open };
-                match lock::acquire(&mut txn, Want::plain(), owner.as_slice(), ttl_ms, admission, fencer) {
+                match lock::acquire(&mut txn, want, owner.as_slice(), ttl_ms, admission, fencer) {
                     Grant::Granted(fence) | Grant::Renewed(fence) => match rules {
                         Rules::Module => Reply::Int(fence as i64),
                         Rules::Classic => {

@@ -64,6 +64,34 @@ pub struct Setup {
     /// The nodes' lock-delay (`lock.expiry-delay-ms`), drawn per history:
     /// none in half of them, up to this in the others.
     pub lock_delay_max_ms: i64,
+    /// Per mille of histories whose resource is a read-write lock (each
+    /// hold a reader or the writer), and as many whose resource is a
+    /// semaphore of 2 permits with a third client; the others take plain
+    /// locks.
+    pub family_per_mille: u32,
+}
+
+/// The kind of lock a history's clients take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Plain,
+    ReadWrite,
+    Semaphore,
+}
+
+/// The semaphore's permits.
+const PERMITS: u32 = 2;
+
+impl Family {
+    /// The mode of one hold (a read-write lock's drawn by `write`).
+    fn mode(self, write: bool) -> Mode {
+        match self {
+            Family::Plain => Mode::Plain,
+            Family::ReadWrite if write => Mode::Write,
+            Family::ReadWrite => Mode::Read,
+            Family::Semaphore => Mode::Permit { permits: PERMITS },
+        }
+    }
 }
 
 impl Setup {
@@ -92,13 +120,14 @@ impl Setup {
             clock_offset_max_ms: 250,
             step_before_crash_per_mille: 250,
             aof_rewrite_per_mille: 500,
+            family_per_mille: 400,
         }
     }
 
     /// The classic recipe (SET NX PX, no quarantine, no fencing) under the
     /// same faults.
     pub fn classic() -> Setup {
-        Setup { rules: Rules::Classic, lock_delay_max_ms: 0, ..Setup::module() }
+        Setup { rules: Rules::Classic, lock_delay_max_ms: 0, family_per_mille: 0, ..Setup::module() }
     }
 
     /// Kleppmann's scenarios, one fault each, for `rules`: a holder paused
@@ -146,6 +175,7 @@ fn quiet() -> Setup {
         clock_offset_max_ms: 0,
         step_before_crash_per_mille: 0,
         aof_rewrite_per_mille: 0,
+        family_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -279,6 +309,13 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
             }
         }
     }
+    let family = match rng.gen_range(0..2000) {
+        draw if draw < setup.family_per_mille => Family::ReadWrite,
+        draw if draw < 2 * setup.family_per_mille => Family::Semaphore,
+        _ => Family::Plain,
+    };
+    // A semaphore of 2 permits needs a third client to be full.
+    let client_count = setup.clients + usize::from(family == Family::Semaphore);
     let always = nodes.iter().any(|n| n.persistence == Persistence::Always);
     if always && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
         for n in &mut nodes {
@@ -307,7 +344,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let spread = faults.iter().any(|(at, f)| matches!(f, Fault::Crash { .. }) && *at < EARLY_CRASH_MS);
     let injector = tokio::spawn(inject(world.clone(), faults));
     let clients: Vec<_> =
-        (0..setup.clients).map(|c| tokio::spawn(client(world.clone(), c, setup, spread))).collect();
+        (0..client_count).map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family))).collect();
     for handle in clients {
         let _ = handle.await;
     }
@@ -318,7 +355,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     net::lock(&world).faults = quiet().messages;
     let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, lock_delay_ms);
     tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs())).await;
-    let left_behind = probe(&world, setup).await;
+    let left_behind = probe(&world, setup, client_count, family).await;
     let w = net::lock(&world);
     let mut violations = w.history.violations();
     if let Some(why) = left_behind {
@@ -374,13 +411,14 @@ pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
 
 /// A client of its own (the next index) takes and releases the lock once;
 /// why not, if it cannot.
-async fn probe(world: &Shared, setup: Setup) -> Option<String> {
-    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(setup.clients, n)).collect();
+async fn probe(world: &Shared, setup: Setup, c: usize, family: Family) -> Option<String> {
+    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(c, n)).collect();
     let redlock = match Redlock::connect(urls, Config::default()).await {
         Ok(redlock) => redlock,
         Err(e) => return Some(format!("connect: {e}")),
     };
-    let outcome = match redlock.try_acquire(RESOURCE, Mode::Plain, Duration::from_millis(TTL_MAX_MS)).await {
+    let mode = family.mode(true);
+    let outcome = match redlock.try_acquire(RESOURCE, mode, Duration::from_millis(TTL_MAX_MS)).await {
         Ok(guard) => {
             let _ = guard.release().await;
             None
@@ -513,7 +551,7 @@ fn draw_cycle(world: &Shared, setup: &Setup, spread: bool) -> Cycle {
 /// One client: lock cycles on the resource with the real client (grant,
 /// fencing round, writes to the resource between steps of work kept alive
 /// by extensions or the watchdog, maybe a pause, release).
-async fn client(world: Shared, c: usize, setup: Setup, spread: bool) {
+async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Family) {
     let config = Config {
         connect_timeout: Duration::from_millis(100),
         command_timeout: Duration::from_millis(60),
@@ -533,11 +571,15 @@ async fn client(world: Shared, c: usize, setup: Setup, spread: bool) {
     let fencing = setup.rules == crate::node::Rules::Module;
     for _ in 0..setup.cycles {
         let cycle = draw_cycle(&world, &setup, spread);
+        let mode = family.mode(net::lock(&world).rng.gen_bool(0.5));
         let ttl = Duration::from_millis(cycle.ttl_ms);
-        note(&world, format!("c{c} acquires, ttl {} ms, {:?}", cycle.ttl_ms, cycle.keep));
-        match redlock.acquire(RESOURCE, Mode::Plain, ttl, &retry).await {
+        note(&world, format!("c{c} acquires {mode:?}, ttl {} ms, {:?}", cycle.ttl_ms, cycle.keep));
+        match redlock.acquire(RESOURCE, mode, ttl, &retry).await {
             Err(e) => note(&world, format!("c{c} acquire failed: {e}")),
             Ok(mut guard) => {
+                // Its grant round's start: the nodes may grant a reader or a
+                // permit from there, beside the holders of the time.
+                let began_ms = ms(&world, guard.lease().start);
                 let token = match guard.fencing_token().await {
                     Ok(token) => token,
                     Err(e) => {
@@ -554,7 +596,9 @@ async fn client(world: Shared, c: usize, setup: Setup, spread: bool) {
                         .note(now, format!("c{c} holds, token {token}, valid until {valid_until_ms} ms"));
                     w.history.holds.push(Hold {
                         client: c,
+                        mode,
                         token,
+                        began_ms,
                         granted_ms: now,
                         valid_until_ms,
                         released_ms: None,
