@@ -262,6 +262,25 @@ mod tests {
     }
 
     #[test]
+    fn readers_share_permits_share_up_to_their_number() {
+        let mut h = History { fenced: true, ..History::default() };
+        let with = |mode: Mode, hold: Hold| Hold { mode, ..hold };
+        h.holds = vec![
+            with(Mode::Read, hold(0, 50, 0, 100, Some(90))),
+            with(Mode::Read, hold(1, 50, 10, 100, Some(80))),
+        ];
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        h.holds[1].mode = Mode::Write;
+        assert_eq!(properties(&h), ["mutual exclusion"]);
+        let permit = Mode::Permit { permits: 2 };
+        h.holds =
+            vec![with(permit, hold(0, 50, 0, 100, Some(90))), with(permit, hold(1, 60, 10, 100, Some(80)))];
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        h.holds.push(with(permit, hold(2, 70, 20, 100, Some(30))));
+        assert_eq!(properties(&h), ["more than L holders"]);
+    }
+
+    #[test]
     fn a_grant_after_the_owners_release_is_a_lock_left_behind() {
         let mut h = History::default();
         let words = |name: &str, owner: &str| {
