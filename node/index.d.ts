@@ -250,6 +250,15 @@ export class Redlock {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
+/** The channel a freed lock is announced on, and the command to subscribe with. */
+export interface FreedChannel {
+  channel: string;
+  /** "SSUBSCRIBE" on a cluster member (at the shard that serves the resource), else "SUBSCRIBE". */
+  subscribe: "SUBSCRIBE" | "SSUBSCRIBE";
+}
+
+export function freedChannel(resource: string, options?: { cluster?: boolean; db?: number }): FreedChannel;
+
 export interface RedlockErrorFields {
   resource?: string | null;
   phase?: string | null;

@@ -589,6 +589,26 @@ class Redlock {
   }
 }
 
+/**
+ * The pub/sub channel on which the lock module announces that `resource`'s
+ * lock was freed (the message "released" or "expired"), and the command to
+ * subscribe with, for code that waits in its own event loop:
+ * `{ channel: "__lock@0__:job", subscribe: "SUBSCRIBE" }` on a master; with
+ * `cluster: true` (a cluster member) `{ channel: "__lock@0__:{job}",
+ * subscribe: "SSUBSCRIBE" }`, sent to a node of the shard that serves the
+ * resource. `db`: the database the resource's locks are in.
+ */
+function freedChannel(resource, options = {}) {
+  if (typeof resource !== "string") throw new TypeError(`resource must be a string, not ${typeof resource}`);
+  const { cluster = false, db = 0 } = options ?? {};
+  if (typeof cluster !== "boolean") throw new TypeError(`cluster must be a boolean, not ${typeof cluster}`);
+  if (!Number.isInteger(db) || db < 0 || db > 0x7fffffff) {
+    throw invalid(`db must be an integer between 0 and ${0x7fffffff}, got ${String(db)}`);
+  }
+  const [channel, subscribe] = native.freedChannel(resource, cluster, db);
+  return { channel, subscribe };
+}
+
 // Shorthand only, and a spread of require(): Node's ES module loader finds
 // these names as named exports (`import { Redlock } from "redlock-client"`).
-module.exports = { Redlock, Lock, ...require("./errors") };
+module.exports = { Redlock, Lock, freedChannel, ...require("./errors") };

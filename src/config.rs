@@ -233,7 +233,7 @@ impl Settings {
             max_renew_keys: BoundedI64::new("max-renew-keys", 100, 1, RENEW_KEYS_MAX as i64),
             max_multi_keys: BoundedI64::new("max-multi-keys", 100, 1, RENEW_KEYS_MAX as i64),
             failover_quarantine: AtomicBool::new(true),
-            publish_freed: AtomicBool::new(true),
+            publish_freed: AtomicBool::new(false),
             removal_quarantine: AtomicBool::new(true),
             eviction_mode: Mutex::new(EvictionMode::refuse),
         }

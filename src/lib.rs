@@ -381,7 +381,7 @@ mod module {
             string: [],
             bool: [
                 ["failover-quarantine", &NODE.settings.failover_quarantine, true, ConfigurationFlags::DEFAULT, Some(Box::new(protection_set))],
-                ["publish-freed", &NODE.settings.publish_freed, true, ConfigurationFlags::DEFAULT, None],
+                ["publish-freed", &NODE.settings.publish_freed, false, ConfigurationFlags::DEFAULT, None],
                 ["removal-quarantine", &NODE.settings.removal_quarantine, true, ConfigurationFlags::DEFAULT, Some(Box::new(removal_quarantine_set))],
             ],
             enum: [

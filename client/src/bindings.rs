@@ -2,8 +2,9 @@
 //! language's glue (argument conversion, how a future reaches the caller,
 //! how an error becomes an exception), and this module is the rest, the
 //! same for both: units of time, modes by name, retry policies, the claims
-//! of an acquire, the calls by token, and [`HeldLock`], a guard shared by a
-//! language's lock object and the tasks that act on it.
+//! of an acquire, the calls by token, the channel a freed lock is
+//! announced on, and [`HeldLock`], a guard shared by a language's lock
+//! object and the tasks that act on it.
 //!
 //! Rust callers use [`crate::Redlock`] and [`crate::Guard`] directly.
 
@@ -19,6 +20,20 @@ use crate::{
     Blocker, Error, Guard, Lost, Mode, Readiness, Redlock, Renewal, Result, RetryPolicy, Status, Tally,
     Watchdog,
 };
+
+/// The pub/sub channel on which the module announces that `resource`'s
+/// lock was freed, and the command a subscriber sends: `SUBSCRIBE` on a
+/// single master; on a cluster member `SSUBSCRIBE` (at a node of the
+/// shard that serves the resource), or `SUBSCRIBE` for a resource that
+/// no channel in its slot can name ([`crate::freed`]).
+pub fn freed_channel(resource: &str, cluster: bool, db: i32) -> (String, &'static str) {
+    let (name, how) = crate::freed::channel(db, resource.as_bytes(), cluster);
+    let verb = match how {
+        crate::freed::Announce::Classic => "SUBSCRIBE",
+        crate::freed::Announce::Sharded => "SSUBSCRIBE",
+    };
+    (String::from_utf8_lossy(&name).into_owned(), verb)
+}
 
 /// The unit a language gives times in: Python's seconds, JavaScript's
 /// milliseconds.

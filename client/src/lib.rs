@@ -142,6 +142,11 @@ pub use error::{Error, Lost, Phase, Result};
 pub use guard::{Detached, Guard};
 pub use info::{HolderInfo, LockInfo, NodeInfo, Refused};
 pub use lifetime::{Renewal, Status, Watchdog};
+/// The pub/sub channel on which a member's module announces a freed lock
+/// (`released` / `expired`), for code that waits in its own event loop:
+/// `freed::channel(0, key, in_cluster)` gives the name and whether to
+/// `SUBSCRIBE` or, on a cluster member, `SSUBSCRIBE` at the key's shard.
+pub use lock_protocol::freed;
 pub use quorum::{Mode, Quorum, RetryPolicy, Tally};
 pub use redlock::{Entered, Redlock};
 pub use rounds::fanout::Config;

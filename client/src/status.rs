@@ -392,28 +392,67 @@ fn differences(members: &[MemberStatus]) -> Vec<Difference> {
 }
 
 /// `INFO lock` on every node (each master of a cluster member), waiting
-/// for every answer (or its timeout).
+/// for every answer (or its timeout); a cluster member's masters are also
+/// asked `CLUSTER INFO`: a master whose `cluster_state` is `fail` answers
+/// `CLUSTERDOWN` to every key however its `INFO lock` reads.
 pub(crate) async fn status(members: &Members) -> QuorumStatus {
     let mut cmd = redis::cmd("INFO");
     cmd.arg("lock");
     // Keyless: the key only routes a cluster's keyed calls.
     let request = Request::one(cmd, "");
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("INFO");
+    let cluster_info = Request::one(cmd, "");
     let timeout = members.config().command_timeout;
     let queries: Vec<_> = members.list().iter().map(|m| m.query_every_node(&request, timeout)).collect();
-    let replies = join_all(queries).await;
+    let states: Vec<_> = members
+        .list()
+        .iter()
+        .map(|m| {
+            let query = m.is_cluster().then(|| m.query_every_node(&cluster_info, timeout));
+            async move {
+                match query {
+                    Some(query) => query.await,
+                    None => Vec::new(),
+                }
+            }
+        })
+        .collect();
+    let (replies, states) = futures_util::future::join(join_all(queries), join_all(states)).await;
     let members = members
         .list()
         .iter()
-        .zip(replies)
-        .map(|(member, nodes)| MemberStatus {
+        .zip(replies.into_iter().zip(states))
+        .map(|(member, (nodes, states))| MemberStatus {
             member: member.text.clone(),
             nodes: nodes
                 .into_iter()
-                .map(|(node, reply)| NodeStatus { node, health: health(reply) })
+                .map(|(node, reply)| {
+                    let down =
+                        states.iter().find(|(n, _)| *n == node).and_then(|(_, state)| cluster_down(state));
+                    let health = match down {
+                        Some(why) => Err(Blocker::Unreachable(why)),
+                        None => health(reply),
+                    };
+                    NodeStatus { node, health }
+                })
                 .collect(),
         })
         .collect();
     QuorumStatus::of(members)
+}
+
+/// Why a cluster master refuses every key, from its `CLUSTER INFO`
+/// answer: `cluster_state:fail` (a slot with no master while
+/// `cluster-require-full-coverage` is `yes`, or the node cut off from the
+/// majority of masters). `None` otherwise, or when it did not answer
+/// (`INFO lock` says that).
+fn cluster_down(answer: &Result<redis::Value, Raw>) -> Option<String> {
+    let text: String = redis::from_redis_value(answer.as_ref().ok()?).ok()?;
+    let state = text.lines().find_map(|line| line.trim_end().strip_prefix("cluster_state:"))?;
+    (state != "ok").then(|| {
+        format!("CLUSTERDOWN: cluster_state:{state} (it refuses every key while its cluster lacks a slot's master or a majority)")
+    })
 }
 
 fn health(reply: Result<redis::Value, Raw>) -> Result<NodeHealth, Blocker> {
@@ -433,6 +472,17 @@ fn health(reply: Result<redis::Value, Raw>) -> Result<NodeHealth, Blocker> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_master_whose_state_is_fail_refuses_every_key() {
+        let answer = |text: &str| Ok(redis::Value::BulkString(text.as_bytes().to_vec()));
+        let ok = "cluster_enabled:1\r\ncluster_state:ok\r\ncluster_slots_assigned:16384\r\n";
+        assert_eq!(cluster_down(&answer(ok)), None);
+        let why = cluster_down(&answer(&ok.replace("state:ok", "state:fail"))).expect("down");
+        assert!(why.starts_with("CLUSTERDOWN: cluster_state:fail"), "{why}");
+        assert_eq!(cluster_down(&Err(Raw::TimedOut)), None);
+        assert_eq!(cluster_down(&answer("cluster_enabled:0\r\n")), None);
+    }
 
     const INFO: &str = "# lock\r\nlock_grants:3\r\nlock_quarantine:0\r\nlock_quarantine_ms_left:0\r\n\
         lock_quarantine_reason:none\r\nlock_evictable:0\r\nlock_maxmemory_policy_evicting:none\r\n\

@@ -419,6 +419,24 @@ async fn clusterdown_is_that_members_no_and_says_why() {
         Error::NoQuorum { tally, .. } => assert_eq!((tally.yes, tally.cluster_unavailable), (0, 1)),
         other => panic!("{other:?}"),
     }
+    // `status` says the same: the shards that answer `INFO lock` (and
+    // would read "grants") refuse every key while the cluster is down.
+    let status = rl.status().await;
+    assert_eq!((status.granting, status.granting_some_slots()), (0, 0), "{status:?}");
+    let shards = &status.members[0];
+    let live: Vec<String> = cluster.running().iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+    for node in shards.nodes.iter().filter(|n| live.contains(&n.node)) {
+        match node.blocker() {
+            Some(Blocker::Unreachable(why)) => {
+                assert!(why.starts_with("CLUSTERDOWN: cluster_state:fail"), "{why}")
+            }
+            other => panic!("{}: {other:?}", node.node),
+        }
+    }
+    assert_eq!(shards.nodes.iter().filter(|n| live.contains(&n.node)).count(), 2, "{shards:?}");
+    let (code, report) = tokio::task::spawn_blocking(move || cli_status(&member)).await.unwrap();
+    assert_eq!(code, common::UNREACHABLE, "{report}");
+    assert!(report.contains("unreachable: CLUSTERDOWN: cluster_state:fail"), "{report}");
     rl.settle().await;
 }
 

@@ -53,6 +53,42 @@ fn lock(cluster: &Mutex<RedisCluster>) -> std::sync::MutexGuard<'_, RedisCluster
     cluster.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// A slot migration inside one cluster: `key`'s slot, from the master
+/// that serves it to another master (by port).
+#[derive(Clone, Copy)]
+struct Migration {
+    slot: u16,
+    from: u16,
+    to: u16,
+}
+
+impl Migration {
+    /// Where `key`'s slot would move; `Err`: what to report when the
+    /// cluster has no other master.
+    fn plan(cluster: &RedisCluster, key: &str) -> Result<Migration, String> {
+        let slot = cluster.slot(key);
+        let from = cluster.master_of_slot(slot).port;
+        match cluster.masters().iter().map(|m| m.port).find(|&p| p != from) {
+            Some(to) => Ok(Migration { slot, from, to }),
+            None => Err(format!("slot {slot}: no other master")),
+        }
+    }
+
+    /// Begins the classic migration (`IMPORTING` on the target,
+    /// `MIGRATING` on the source) and returns the keys the source holds
+    /// in the slot (at most 1000), which the caller moves.
+    fn begin(self, cluster: &RedisCluster) -> Vec<String> {
+        let (source, target) = (cluster.node(self.from), cluster.node(self.to));
+        cluster.begin_migration(self.slot, source, target);
+        cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(self.slot)
+            .arg(1000)
+            .query(&mut source.conn())
+            .unwrap_or_default()
+    }
+}
+
 impl Sharded {
     /// Starts every member (the clusters one after the other: each waits
     /// for its own agreement).
@@ -102,24 +138,18 @@ impl Sharded {
     /// Returns what it did.
     pub async fn migrate(&self, member: usize, key: String, pause: Duration, atomic: bool) -> String {
         self.blocking(member, move |cluster| {
-            let slot = cluster.slot(&key);
-            let from = cluster.master_of_slot(slot).port;
-            let Some(to) = cluster.masters().iter().map(|m| m.port).find(|&p| p != from) else {
-                return format!("slot {slot}: no other master");
+            let migration = match Migration::plan(cluster, &key) {
+                Ok(migration) => migration,
+                Err(why) => return why,
             };
+            let Migration { slot, from, to } = migration;
             let (product, (major, _)) = server_version();
             if atomic && product == "Valkey" && major >= 9 {
                 cluster.migrate_slot_atomically(slot, cluster.node(to));
                 return format!("slot {slot} of '{key}' {from} -> {to} (MIGRATESLOTS)");
             }
+            let keys = migration.begin(cluster);
             let (source, target) = (cluster.node(from), cluster.node(to));
-            cluster.begin_migration(slot, source, target);
-            let keys: Vec<String> = cmd("CLUSTER")
-                .arg("GETKEYSINSLOT")
-                .arg(slot)
-                .arg(1000)
-                .query(&mut source.conn())
-                .unwrap_or_default();
             for moving in &keys {
                 cluster.migrate_keys(source, target, std::slice::from_ref(moving));
                 std::thread::sleep(pause);
@@ -169,19 +199,13 @@ impl Sharded {
     /// finishes the migration.
     pub async fn cut_redirects(&self, member: usize, key: String, pause: Duration) -> String {
         self.blocking(member, move |cluster| {
-            let slot = cluster.slot(&key);
-            let from = cluster.master_of_slot(slot).port;
-            let Some(to) = cluster.masters().iter().map(|m| m.port).find(|&p| p != from) else {
-                return format!("slot {slot}: no other master");
+            let migration = match Migration::plan(cluster, &key) {
+                Ok(migration) => migration,
+                Err(why) => return why,
             };
+            let Migration { slot, from, to } = migration;
+            let keys = migration.begin(cluster);
             let (source, target) = (cluster.node(from), cluster.node(to));
-            cluster.begin_migration(slot, source, target);
-            let keys: Vec<String> = cmd("CLUSTER")
-                .arg("GETKEYSINSLOT")
-                .arg(slot)
-                .arg(1000)
-                .query(&mut source.conn())
-                .unwrap_or_default();
             let (first, rest) = keys.split_at(keys.len() / 2);
             cluster.migrate_keys(source, target, first);
             std::thread::sleep(pause);
@@ -267,6 +291,16 @@ impl Sharded {
             let _: redis::RedisResult<i64> =
                 cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut master.conn());
             Ok((master.port, replica))
+        })
+        .await
+    }
+
+    /// The replica cut off by [`Sharded::cut_replica`] resumes; waits
+    /// (bounded) until the cluster agrees and every replica is in sync.
+    pub async fn resume_replica(&self, member: usize, replica: u16) {
+        self.blocking(member, move |cluster| {
+            cluster.node(replica).signal("CONT");
+            cluster.wait_ok();
         })
         .await
     }

@@ -811,7 +811,9 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
                 }
                 Err(reason) => why = reason,
             }
-            tokio::time::sleep(ms(200)).await;
+            // A failed attempt may have promoted a replica: its shard is
+            // quarantined (this project) until the quarantine ends.
+            tokio::time::sleep(ms(scenario.quarantine_ms + 300)).await;
         }
         if !why.is_empty() {
             inconclusive.push(why);
@@ -938,15 +940,24 @@ async fn probe_shard_promotion(
     };
     let h1 = p1.try_acquire_ttl(KEY, Want::Plain, ttl).await;
     members.unblock(1, KEY.into(), RIVAL).await;
+    if let Err(why) = &h1 {
+        // Nothing to promote over: the replica catches up again.
+        members.resume_replica(0, replica).await;
+        return Err(format!("ShardPromotion probe: P1 not granted: {why}"));
+    }
     let promoted = members.take_over(0, KEY.into(), master, replica).await;
     let mut h1 = match (h1, promoted) {
         (Ok(h1), Ok(())) => h1,
         (h1, promoted) => {
-            if let Ok(h1) = h1 {
-                p1.finish(h1).await;
-            }
+            let granted = match h1 {
+                Ok(h1) => {
+                    p1.finish(h1).await;
+                    "granted".to_string()
+                }
+                Err(why) => format!("not granted: {why}"),
+            };
             members.rejoin(0, master).await;
-            return Err(format!("ShardPromotion probe: P1 not granted or no promotion: {promoted:?}"));
+            return Err(format!("ShardPromotion probe: P1 {granted}; the promotion: {promoted:?}"));
         }
     };
     if let Some(base) = p1.read(&mut h1) {

@@ -403,3 +403,12 @@ fn node_status(node: NodeStatus) -> NodeStatusInfo {
         why: blocker.as_ref().map(blocker_text),
     }
 }
+
+/// `freedChannel(resource, cluster, db)`: the channel a freed lock is
+/// announced on and the command that subscribes to it, `[channel,
+/// command]` (`index.js` checks the arguments).
+#[napi]
+pub fn freed_channel(resource: String, cluster: bool, db: i32) -> Vec<String> {
+    let (channel, command) = redlock_client::bindings::freed_channel(&resource, cluster, db);
+    vec![channel, command.to_string()]
+}

@@ -7,7 +7,7 @@ const assert = require("node:assert/strict");
 const { test } = require("node:test");
 
 const { resourceName, sharedQuorum } = require("./nodes");
-const { InvalidArgumentError, Lock, Redlock, RedlockError } = require("./package");
+const { InvalidArgumentError, Lock, Redlock, RedlockError, freedChannel } = require("./package");
 
 let cluster;
 let locks;
@@ -114,4 +114,30 @@ test("a lock used after its release or detach, and a closed client", T, async (t
   await refused(other.tryAcquire(r, { ttl: 5000 }), /this Redlock client is closed/);
   assert.throws(() => new Lock({}), TypeError);
   assert.throws(() => new Redlock({}), TypeError);
+});
+
+
+test("freedChannel names the channel and refuses bad arguments", () => {
+  assert.deepEqual(freedChannel("job"), { channel: "__lock@0__:job", subscribe: "SUBSCRIBE" });
+  assert.deepEqual(freedChannel("job", { db: 3 }), { channel: "__lock@3__:job", subscribe: "SUBSCRIBE" });
+  // A cluster member: a channel in the resource's slot, subscribed at its shard.
+  assert.deepEqual(freedChannel("job", { cluster: true }), { channel: "__lock@0__:{job}", subscribe: "SSUBSCRIBE" });
+  assert.deepEqual(freedChannel("{user:7}:job", { cluster: true }), {
+    channel: "__lock@0__:{user:7}:job",
+    subscribe: "SSUBSCRIBE",
+  });
+  // No channel in the slot of a tagless name with a `}`: every node hears it.
+  assert.deepEqual(freedChannel("a}b", { cluster: true }), { channel: "__lock@0__:a}b", subscribe: "SUBSCRIBE" });
+  assert.throws(() => freedChannel(7), { name: "TypeError", message: "resource must be a string, not number" });
+  assert.throws(() => freedChannel("job", { cluster: 1 }), {
+    name: "TypeError",
+    message: "cluster must be a boolean, not number",
+  });
+  for (const db of [-1, 1.5, 2 ** 31, "0"]) {
+    assert.throws(() => freedChannel("job", { db }), (error) => {
+      assert.ok(error instanceof InvalidArgumentError, String(error));
+      assert.match(error.message, /^invalid argument: db must be an integer between 0 and 2147483647, got /);
+      return true;
+    });
+  }
 });

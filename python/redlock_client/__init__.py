@@ -19,6 +19,7 @@ asyncio twin. Errors are in :mod:`redlock_client.errors`.
 """
 
 import atexit as _atexit
+from typing import Tuple as _Tuple
 
 from . import _native, errors
 from ._async import AsyncLock, AsyncLockContext, AsyncLostEvent, AsyncRedlock
@@ -37,6 +38,8 @@ from ._types import (
     Tally,
     Watchdog,
 )
+from ._types import name as _name
+from .errors import _invalid
 from .errors import (
     ExpiredBeforeUseError,
     InvalidArgumentError,
@@ -69,10 +72,29 @@ __all__ = [
     "NodeHealth",
     "Entered",
     "Detached",
+    "freed_channel",
 ]
 __all__ += errors.__all__
 
 __version__ = "0.1.0"
+
+
+def freed_channel(resource: str, *, cluster: bool = False, db: int = 0) -> _Tuple[str, str]:
+    """The pub/sub channel on which the lock module announces that
+    ``resource``'s lock was freed (the message ``released`` or
+    ``expired``), and the command to subscribe with, for code that waits
+    in its own event loop: ``("__lock@0__:job", "SUBSCRIBE")`` on a single
+    master; with ``cluster=True`` (a cluster member) ``("__lock@0__:{job}",
+    "SSUBSCRIBE")``, sent to a node of the shard that serves the resource.
+    ``db`` is the database the resource's locks are in."""
+    if not isinstance(cluster, bool):
+        raise TypeError(f"cluster must be a bool, not {type(cluster).__name__}")
+    if isinstance(db, bool) or not isinstance(db, int):
+        raise TypeError(f"db must be an int, not {type(db).__name__}")
+    if not 0 <= db <= 0x7FFF_FFFF:
+        raise _invalid(f"db must be between 0 and {0x7FFF_FFFF}, got {db}")
+    return _native.freed_channel(_name(resource, "resource"), cluster, db)
+
 
 # No thread of the runtime calls into Python once the interpreter exits.
 _atexit.register(_native.shutdown)

@@ -11,6 +11,13 @@ use pyo3::IntoPyObjectExt;
 use redlock_client::bindings::{retry_policy, Unit};
 use redlock_client::{Error, Lost, RetryPolicy, Tally};
 
+/// `freed_channel(resource, cluster, db)`: the channel a freed lock is
+/// announced on and the command that subscribes to it.
+#[pyfunction]
+pub(crate) fn freed_channel(resource: &str, cluster: bool, db: i32) -> (String, &'static str) {
+    redlock_client::bindings::freed_channel(resource, cluster, db)
+}
+
 /// Set when the interpreter exits: no thread of the runtime calls into
 /// Python after that.
 static SHUT_DOWN: AtomicBool = AtomicBool::new(false);

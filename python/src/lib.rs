@@ -225,5 +225,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Bridge>()?;
     m.add_class::<Task>()?;
     m.add_function(wrap_pyfunction!(convert::shutdown, m)?)?;
+    m.add_function(wrap_pyfunction!(convert::freed_channel, m)?)?;
     Ok(())
 }

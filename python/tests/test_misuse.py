@@ -17,6 +17,7 @@ from redlock_client import (
     Redlock,
     RedlockError,
     Watchdog,
+    freed_channel,
 )
 
 
@@ -217,3 +218,23 @@ def test_an_interpreter_exiting_with_locks_held_and_watchdogs_running(cluster: C
     for _ in range(3):
         done = run_python(script, ",".join(cluster.urls), resource)
         assert done.returncode == 0 and done.stdout.strip() == "exiting", (done.returncode, done.stderr)
+
+
+def test_freed_channel_names_the_channel_and_refuses_bad_arguments() -> None:
+    assert freed_channel("job") == ("__lock@0__:job", "SUBSCRIBE")
+    assert freed_channel("job", db=3) == ("__lock@3__:job", "SUBSCRIBE")
+    # A cluster member: a channel in the resource's slot, subscribed at its shard.
+    assert freed_channel("job", cluster=True) == ("__lock@0__:{job}", "SSUBSCRIBE")
+    assert freed_channel("{user:7}:job", cluster=True) == ("__lock@0__:{user:7}:job", "SSUBSCRIBE")
+    # No channel in the slot of a tagless name with a `}`: every node hears it.
+    assert freed_channel("a}b", cluster=True) == ("__lock@0__:a}b", "SUBSCRIBE")
+    with pytest.raises(TypeError, match="resource must be a str"):
+        freed_channel(b"job")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cluster must be a bool"):
+        freed_channel("job", cluster=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="db must be an int"):
+        freed_channel("job", db=True)
+    with pytest.raises(InvalidArgumentError, match="db must be between 0 and 2147483647, got -1"):
+        freed_channel("job", db=-1)
+    with pytest.raises(InvalidArgumentError, match="got 2147483648"):
+        freed_channel("job", db=2**31)

@@ -5,6 +5,9 @@ use std::ffi::{c_char, c_int};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::slice;
+use std::sync::OnceLock;
+
+use lock_protocol::freed::{self, Announce};
 
 use redis_module::raw;
 
@@ -338,34 +341,42 @@ impl<'a> Call<'a> {
         }
     }
 
-    /// Announces a freed lock on the key's channel `__lock@<db>__:<key>`
-    /// (not replicated). Built to cost little when nobody listens: the
-    /// channel name goes through a reused buffer and the two possible
-    /// messages are created once.
+    /// Announces a freed lock on the key's channel (not replicated), as
+    /// [`lock_protocol::freed`] names it: `PUBLISH` on
+    /// `__lock@<db>__:<key>` on a single master; in a cluster a sharded
+    /// message (`SPUBLISH`), which reaches only the nodes of the key's
+    /// shard, where a classic one would be sent to every node. Built to
+    /// cost little when nobody listens: the channel name goes through a
+    /// reused buffer and the two possible messages are created once.
     pub fn publish_freed(&self, reason: Freed) {
         thread_local! {
             static CHANNEL: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
         }
+        // Cluster mode is set at start-up and cannot change: read once.
+        static CLUSTER: OnceLock<bool> = OnceLock::new();
+        let cluster = *CLUSTER.get_or_init(|| self.in_cluster());
         let message = constant(match reason {
             Freed::Released => Constant::Released,
             Freed::Expired => Constant::Expired,
         });
         let db = self.db();
         CHANNEL.with_borrow_mut(|channel| {
-            channel.clear();
-            channel.extend_from_slice(b"__lock@");
-            channel.extend_from_slice(itoa::Buffer::new().format(db).as_bytes());
-            channel.extend_from_slice(b"__:");
-            channel.extend_from_slice(self.key_name());
+            let how = freed::channel_into(channel, db, self.key_name(), cluster);
             // SAFETY: ctx is live; the channel string is created and freed
-            // here; the message strings live forever (`constant`).
+            // here; the message strings live forever (`constant`). Both
+            // publish entries are checked present at load (`missing_api`),
+            // and the API table is only read after it.
             unsafe {
+                let publish = match how {
+                    Announce::Classic => raw::RedisModule_PublishMessage,
+                    Announce::Sharded => raw::RedisModule_PublishMessageShard,
+                };
                 let channel = api(raw::RedisModule_CreateString)(
                     self.ctx,
                     channel.as_ptr().cast::<c_char>(),
                     channel.len(),
                 );
-                api(raw::RedisModule_PublishMessage)(self.ctx, channel, message);
+                api(publish)(self.ctx, channel, message);
                 api(raw::RedisModule_FreeString)(self.ctx, channel);
             }
         });

@@ -297,7 +297,7 @@ pub fn has_defrag_callbacks() -> bool {
 pub fn missing_api() -> Option<&'static str> {
     // SAFETY: the API table is written once by Redis before OnLoad runs and
     // only read afterwards.
-    let checks: [(&str, bool); 25] = unsafe {
+    let checks: [(&str, bool); 26] = unsafe {
         [
             ("IsKeysPositionRequest", { raw::RedisModule_IsKeysPositionRequest }.is_some()),
             ("KeyAtPos", { raw::RedisModule_KeyAtPos }.is_some()),
@@ -323,6 +323,7 @@ pub fn missing_api() -> Option<&'static str> {
             ("BlockClient", { raw::RedisModule_BlockClient }.is_some()),
             ("SetDisconnectCallback", { raw::RedisModule_SetDisconnectCallback }.is_some()),
             ("PublishMessage", { raw::RedisModule_PublishMessage }.is_some()),
+            ("PublishMessageShard", { raw::RedisModule_PublishMessageShard }.is_some()),
             ("SubscribeToServerEvent", { raw::RedisModule_SubscribeToServerEvent }.is_some()),
         ]
     };

@@ -12,6 +12,7 @@ import {
   RedlockError,
   QuorumStatus,
   Tally,
+  freedChannel,
 } from "redlock-client";
 
 declare const process: { argv: string[] };
@@ -46,6 +47,8 @@ async function main(nodes: string[], resource: string): Promise<string> {
   const counters: bigint[] = health.members.map((m) => m.nodes[0].health?.fencingCounter ?? 0n);
   if (!health.grants || counters.length !== nodes.length || health.cause !== null) throw new Error(health.summary);
   const errorKinds: Array<typeof RedlockError> = [LockHeldError, NoQuorumError];
+  const freed = freedChannel(resource, { cluster: false });
+  if (freed.channel !== `__lock@0__:${resource}` || freed.subscribe !== "SUBSCRIBE") throw new Error(freed.channel);
 
   // @ts-expect-error: "exclusive" is no mode (plain or write)
   void redlock.tryAcquire(resource, { ttl: 5_000, mode: "exclusive" }).catch(() => {});
@@ -55,7 +58,10 @@ async function main(nodes: string[], resource: string): Promise<string> {
   const wrong: number = fence;
   // @ts-expect-error: a set member's mode is never a permit
   void redlock.tryAcquireMany([[resource, "permit"]], { ttl: 5_000 }).catch(() => {});
+  // @ts-expect-error: the subscribe command is one of two
+  const verb: "PSUBSCRIBE" = freed.subscribe;
   void wrong;
+  void verb;
 
   return `${tally.yes >= tally.need} ${result} ${errorKinds.length} ok`;
 }
