@@ -136,7 +136,11 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     w.chance(p)
                 };
                 let at = w.now_ms();
-                let text = words.iter().map(|x| String::from_utf8_lossy(x)).collect::<Vec<_>>().join(" ");
+                let text = if w.history.unrecorded {
+                    String::new()
+                } else {
+                    words.iter().map(|x| String::from_utf8_lossy(x)).collect::<Vec<_>>().join(" ")
+                };
                 if !alive {
                     w.history.note(at, format!("c{client} -> n{node} {text}: connection reset (node down)"));
                     return;
@@ -149,6 +153,9 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     Some(n) => n.call(&words, at),
                     None => return,
                 };
+                let granted = matches!(reply, Reply::Int(_))
+                    && words.first().is_some_and(|name| name.eq_ignore_ascii_case(b"LOCK.ACQUIRE"));
+                w.history.served(node, at, &words, granted);
                 let reply_lost = {
                     let p = w.faults.reply_lost_per_mille;
                     w.chance(p)
@@ -160,7 +167,9 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     );
                     return;
                 }
-                w.history.note(at, format!("c{client} -> n{node} {text} = {reply:?}"));
+                if !w.history.unrecorded {
+                    w.history.note(at, format!("c{client} -> n{node} {text} = {reply:?}"));
+                }
                 reply
             };
             let mut out = Vec::new();

@@ -61,6 +61,10 @@ pub struct Node {
     quarantine_since_ms: Option<i64>,
     quarantine_ms: i64,
     ttl_max_ms: i64,
+    /// `lock.expiry-delay-ms`: a lock that ran out unreleased keeps its
+    /// slot this much longer (the module's only; the classic recipe has
+    /// none).
+    expiry_delay_ms: i64,
     /// How far the wall clock is from true time (steps add up here).
     wall_offset_ms: i64,
     /// The module clock's offset: the wall clock's when the process
@@ -73,15 +77,20 @@ pub struct Node {
     /// How fast the node's clocks run, in thousandths off true time (a
     /// clock 0.8% fast: 8); the client budgets 1% of drift.
     pub rate_per_mille: i64,
+    /// The AOF was rewritten since the last `LOCK.FENCE` raises: a restart
+    /// does not replay them.
+    pub aof_rewritten: bool,
     pub up: bool,
     /// Bumped by every crash: a connection of an older epoch is dead.
     pub epoch: u64,
 }
 
 impl Node {
-    /// A node up since `virtual_ms`, whose clients use TTLs up to
-    /// `ttl_max_ms` (its quarantine, when it has one, covers them).
-    pub fn new(rules: Rules, persistence: Persistence, ttl_max_ms: i64) -> Node {
+    /// A node whose clients use TTLs up to `ttl_max_ms` (its quarantine,
+    /// when it has one, covers them and the lock-delay), with the
+    /// lock-delay `expiry_delay_ms` (0: none).
+    pub fn new(rules: Rules, persistence: Persistence, ttl_max_ms: i64, expiry_delay_ms: i64) -> Node {
+        let expiry_delay_ms = if rules == Rules::Module { expiry_delay_ms.max(0) } else { 0 };
         Node {
             persistence,
             rules,
@@ -91,12 +100,14 @@ impl Node {
             fencer: Fencer::new(0),
             grants: 0,
             quarantine_since_ms: None,
-            quarantine_ms: quarantine::length_ms(-1, ttl_max_ms, 0),
+            quarantine_ms: quarantine::length_ms(-1, ttl_max_ms, expiry_delay_ms),
             ttl_max_ms,
+            expiry_delay_ms,
             wall_offset_ms: 0,
             anchor_ms: 0,
             grace_since_ms: None,
             rate_per_mille: 0,
+            aof_rewritten: false,
             up: true,
             epoch: 0,
         }
@@ -111,6 +122,13 @@ impl Node {
             Rules::Classic => self.wall_offset_ms,
         };
         EPOCH_MS + virtual_ms + virtual_ms * self.rate_per_mille / 1000 + offset
+    }
+
+    /// The node's clocks start `offset_ms` off true time (the nodes' wall
+    /// clocks disagree; the module clock starts on the wall clock).
+    pub fn set_clock_offset(&mut self, offset_ms: i64) {
+        self.wall_offset_ms = offset_ms;
+        self.anchor_ms = offset_ms;
     }
 
     /// The wall clock steps by `step_ms` (NTP, an operator).
@@ -134,7 +152,13 @@ impl Node {
             Persistence::EverySec => self.on_disk.clone(),
             Persistence::Always => std::mem::take(&mut self.keys),
         };
-        self.fencer = Fencer::new(0);
+        // The counter is not stored: an `always` AOF replays the grants and
+        // `LOCK.FENCE` raises it holds, unless a rewrite compacted them away
+        // (then only the clock floor and the tokens of the stored locks are
+        // left, as without an AOF or with `everysec`, whose quarantine
+        // covers it).
+        let replayed = self.persistence == Persistence::Always && !self.aof_rewritten;
+        self.fencer = Fencer::new(if replayed { self.fencer.last() } else { 0 });
         self.grants = 0;
         let always = self.persistence == Persistence::Always;
         self.quarantine_since_ms = match self.rules {
@@ -175,13 +199,34 @@ impl Node {
         let rules = self.rules;
         let (fencer, grants) = (&mut self.fencer, &mut self.grants);
         let stored = self.keys.get(key.as_slice()).cloned().unwrap_or_else(Holders::free);
-        let grace_ms =
-            quarantine::restart_grace_ms(self.grace_since_ms, now, self.ttl_max_ms, 0, CLOCK_TOLERANCE_MS);
-        let mut txn = Txn::new(&stored, now, grace_ms);
+        let grace_ms = quarantine::restart_grace_ms(
+            self.grace_since_ms,
+            now,
+            self.ttl_max_ms,
+            self.expiry_delay_ms,
+            CLOCK_TOLERANCE_MS,
+        );
+        // The lock-delay in force, as the module's key state computes it.
+        let mut txn = Txn::new(&stored, now, self.expiry_delay_ms.saturating_add(grace_ms));
+        // The grants, each with its kind and mode: `LOCK.ACQUIRE`,
+        // `SHARED` and `EXCLUSIVE key owner ttl`, `LOCK.SEMAPHORE key owner
+        // limit ttl`.
+        let grant = match name.as_str() {
+            "LOCK.ACQUIRE" => Some((Want::plain(), number(3))),
+            "LOCK.SHARED" => Some((Want::read(), number(3))),
+            "LOCK.EXCLUSIVE" => Some((Want::write(), number(3))),
+            "LOCK.SEMAPHORE" => number(3)
+                .and_then(|limit| u32::try_from(limit).ok())
+                .map(|limit| (Want::permit(limit), number(4))),
+            _ => None,
+        };
         let reply = match (name.as_str(), number(3)) {
-            ("LOCK.ACQUIRE", Some(ttl_ms)) => {
+            _ if grant.is_some() => {
+                let Some((want, Some(ttl_ms))) = grant else {
+                    return Reply::Error(ERR, format!("{name}: a bad TTL"));
+                };
                 let admission = if left_ms > 0 { Admission::Quarantined } else { Admission::Open };
-                match lock::acquire(&mut txn, Want::plain(), owner.as_slice(), ttl_ms, admission, fencer) {
+                match lock::acquire(&mut txn, want, owner.as_slice(), ttl_ms, admission, fencer) {
                     Grant::Granted(fence) | Grant::Renewed(fence) => match rules {
                         Rules::Module => Reply::Int(fence as i64),
                         Rules::Classic => {

@@ -13,11 +13,15 @@ use tokio::time::Instant;
 use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
+use redlock_client::Watchdog;
 
 /// The resource every client contends for.
 const RESOURCE: &str = "res";
 /// The longest TTL a client asks for (the nodes' quarantine covers it).
 const TTL_MAX_MS: u64 = 600;
+/// A crash before this (ms) is early: the clients spread their cycles to
+/// take the lock again after its quarantine.
+const EARLY_CRASH_MS: u64 = 300;
 
 /// What a run simulates: the lock service and the faults it may see.
 #[derive(Clone, Copy, Debug)]
@@ -39,9 +43,56 @@ pub struct Setup {
     /// Each node's clocks run up to this many thousandths fast or slow
     /// (the client budgets 1%).
     pub drift_per_mille: i64,
+    /// Each node's clocks start up to this far off true time, either way
+    /// (the nodes' clocks disagree by up to twice this).
+    pub clock_offset_max_ms: i64,
+    /// Per mille of histories whose clock step comes to the node that
+    /// crashes, just before its crash, with an `always` AOF: a restart that
+    /// keeps its locks and takes in the step.
+    pub step_before_crash_per_mille: u32,
+    /// Per mille of histories whose `always` AOF was rewritten before the
+    /// crash: the restart replays no `LOCK.FENCE` raise, and the fencing
+    /// counter has only the clock floor. Those histories' node clocks agree
+    /// (no offset, no drift): see docs/safety.md on what a rewrite needs.
+    pub aof_rewrite_per_mille: u32,
     /// Per mille of holds that pause (a GC pause) between their check and
     /// their write, for up to twice the TTL.
     pub pause_per_mille: u32,
+    /// Per mille of holds that work up to three TTLs, kept alive by
+    /// extensions by hand or by the watchdog (half each).
+    pub keep_alive_per_mille: u32,
+    /// The nodes' lock-delay (`lock.expiry-delay-ms`), drawn per history:
+    /// up to this in a quarter of them, none in the others (a lock-delay
+    /// is a margin that hides a lease too long).
+    pub lock_delay_max_ms: i64,
+    /// Per mille of histories whose resource is a read-write lock (each
+    /// hold a reader or the writer), and as many whose resource is a
+    /// semaphore of 2 permits with a third client; the others take plain
+    /// locks.
+    pub family_per_mille: u32,
+}
+
+/// The kind of lock a history's clients take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Family {
+    Plain,
+    ReadWrite,
+    Semaphore,
+}
+
+/// The semaphore's permits.
+const PERMITS: u32 = 2;
+
+impl Family {
+    /// The mode of one hold (a read-write lock's drawn by `write`).
+    fn mode(self, write: bool) -> Mode {
+        match self {
+            Family::Plain => Mode::Plain,
+            Family::ReadWrite if write => Mode::Write,
+            Family::ReadWrite => Mode::Read,
+            Family::Semaphore => Mode::Permit { permits: PERMITS },
+        }
+    }
 }
 
 impl Setup {
@@ -65,13 +116,19 @@ impl Setup {
             },
             pause_per_mille: 150,
             drift_per_mille: 8,
+            keep_alive_per_mille: 300,
+            lock_delay_max_ms: 300,
+            clock_offset_max_ms: 250,
+            step_before_crash_per_mille: 250,
+            aof_rewrite_per_mille: 500,
+            family_per_mille: 400,
         }
     }
 
     /// The classic recipe (SET NX PX, no quarantine, no fencing) under the
     /// same faults.
     pub fn classic() -> Setup {
-        Setup { rules: Rules::Classic, ..Setup::module() }
+        Setup { rules: Rules::Classic, lock_delay_max_ms: 0, family_per_mille: 0, ..Setup::module() }
     }
 
     /// Kleppmann's scenarios, one fault each, for `rules`: a holder paused
@@ -114,6 +171,12 @@ fn quiet() -> Setup {
         clock_steps: 0,
         pause_per_mille: 0,
         drift_per_mille: 0,
+        keep_alive_per_mille: 0,
+        lock_delay_max_ms: 0,
+        clock_offset_max_ms: 0,
+        step_before_crash_per_mille: 0,
+        aof_rewrite_per_mille: 0,
+        family_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -139,15 +202,19 @@ pub type Schedule = Vec<(u64, Fault)>;
 pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_fa17);
     let mut faults = Vec::new();
+    let mut crashes = Vec::new();
     for _ in 0..setup.crashes {
         let persistence = setup.persistence.unwrap_or(match rng.gen_range(0..3) {
             0 => Persistence::None,
             1 => Persistence::EverySec,
             _ => Persistence::Always,
         });
-        let fault =
-            Fault::Crash { node: rng.gen_range(0..setup.nodes), down_ms: rng.gen_range(1..400), persistence };
-        faults.push((rng.gen_range(0..1500), fault));
+        // A quarter of the crashes come early, so that the clients still
+        // take the lock once the restart's quarantine is over.
+        let latest = if rng.gen_range(0..4) == 0 { EARLY_CRASH_MS } else { 1500 };
+        let (at, node): (u64, usize) = (rng.gen_range(0..latest), rng.gen_range(0..setup.nodes));
+        crashes.push((at, node));
+        faults.push((at, Fault::Crash { node, down_ms: rng.gen_range(1..400), persistence }));
     }
     for _ in 0..setup.partitions {
         let fault = Fault::Partition {
@@ -159,10 +226,29 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
     }
     for _ in 0..setup.clock_steps {
         let step_ms = rng.gen_range(-setup.step_max_ms..=setup.step_max_ms);
-        faults.push((
-            rng.gen_range(0..1500),
-            Fault::ClockStep { node: rng.gen_range(0..setup.nodes), step_ms },
-        ));
+        let tied = rng.gen_range(0..1000) < setup.step_before_crash_per_mille;
+        let (at, node) = match crashes.first() {
+            // The crashing node's clock steps, then it crashes and restarts
+            // from an `always` AOF: its locks come back with the step taken
+            // in (the restart grace's case), its counter with only the clock
+            // floor (the fencing counter's case).
+            Some(&(crash_at, node)) if tied => {
+                if let (None, Some((_, Fault::Crash { persistence, .. }))) = (
+                    setup.persistence,
+                    faults.iter_mut().find(|(at, f)| *at == crash_at && matches!(f, Fault::Crash { .. })),
+                ) {
+                    *persistence = Persistence::Always;
+                }
+                (crash_at.saturating_sub(rng.gen_range(0..100)), node)
+            }
+            _ => (rng.gen_range(0..1500), rng.gen_range(0..setup.nodes)),
+        };
+        // A node that restarts from an `always` AOF has no quarantine: its
+        // clock must not step back across the restart (assumption 1), so
+        // its steps go forward.
+        let always = |f: &Fault| matches!(f, Fault::Crash { node: n, persistence: Persistence::Always, .. } if *n == node);
+        let step_ms = if faults.iter().any(|(_, f)| always(f)) { step_ms.abs() } else { step_ms };
+        faults.push((at, Fault::ClockStep { node, step_ms }));
     }
     faults.sort_by_key(|(at, _)| *at);
     faults
@@ -176,38 +262,90 @@ pub struct Outcome {
 
 /// Runs the history of `seed` under `faults`.
 pub fn run(seed: u64, setup: &Setup, faults: &[(u64, Fault)]) -> Outcome {
+    run_recorded(seed, setup, faults, true)
+}
+
+/// Whether the history of `seed` fails, without keeping its lines (the
+/// same history as [`run`]'s, a third cheaper: a bulk run prints only its
+/// failing seeds, run again).
+pub fn fails(seed: u64, setup: &Setup) -> bool {
+    !run_recorded(seed, setup, &schedule(seed, setup), false).violations.is_empty()
+}
+
+fn run_recorded(seed: u64, setup: &Setup, faults: &[(u64, Fault)], recorded: bool) -> Outcome {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build()
     {
         Ok(runtime) => runtime,
         Err(e) => return Outcome { history: String::new(), violations: vec![format!("no runtime: {e}")] },
     };
     redlock_client::sim::seed(Some(seed));
-    let outcome = runtime.block_on(simulate(seed, *setup, faults.to_vec()));
+    let outcome = runtime.block_on(simulate(seed, *setup, faults.to_vec(), recorded));
     redlock_client::sim::set_connector(None);
     redlock_client::sim::seed(None);
     outcome
 }
 
-async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome {
+async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: bool) -> Outcome {
     let mut rng = StdRng::seed_from_u64(seed);
-    let nodes = (0..setup.nodes)
+    let lock_delay_ms = match setup.rules {
+        Rules::Module if setup.lock_delay_max_ms > 0 && rng.gen_range(0..4) == 0 => {
+            rng.gen_range(1..=setup.lock_delay_max_ms)
+        }
+        _ => 0,
+    };
+    let mut nodes = (0..setup.nodes)
         .map(|_| {
-            let mut node = Node::new(setup.rules, Persistence::None, TTL_MAX_MS as i64);
+            let mut node = Node::new(setup.rules, Persistence::None, TTL_MAX_MS as i64, lock_delay_ms);
             node.rate_per_mille = rng.gen_range(-setup.drift_per_mille..=setup.drift_per_mille);
+            node.set_clock_offset(rng.gen_range(-setup.clock_offset_max_ms..=setup.clock_offset_max_ms));
             node
         })
-        .collect();
+        .collect::<Vec<Node>>();
+    // A node runs with the persistence it will crash with from the start
+    // (an `everysec` AOF has its last fsynced second when it crashes).
+    for (_, fault) in faults.iter().rev() {
+        if let Fault::Crash { node, persistence, .. } = fault {
+            if let Some(n) = nodes.get_mut(*node) {
+                n.persistence = *persistence;
+            }
+        }
+    }
+    let family = match rng.gen_range(0..2000) {
+        draw if draw < setup.family_per_mille => Family::ReadWrite,
+        draw if draw < 2 * setup.family_per_mille => Family::Semaphore,
+        _ => Family::Plain,
+    };
+    // A semaphore of 2 permits needs a third client to be full.
+    let client_count = setup.clients + usize::from(family == Family::Semaphore);
+    let always = nodes.iter().any(|n| n.persistence == Persistence::Always);
+    if always && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
+        for n in &mut nodes {
+            n.aof_rewritten = true;
+            n.rate_per_mille = 0;
+            n.set_clock_offset(0);
+        }
+    }
     let world: Shared = Arc::new(Mutex::new(World {
         nodes,
         partitioned: vec![vec![false; setup.nodes]; setup.clients],
         rng,
         faults: setup.messages,
-        history: History::default(),
+        history: History {
+            lock_delay_ms,
+            fenced: setup.rules == Rules::Module,
+            unrecorded: !recorded,
+            ..History::default()
+        },
         started: Instant::now(),
     }));
     redlock_client::sim::set_connector(Some(net::connector(world.clone())));
+    // After an early crash, the clients spread their cycles (now and then
+    // a long think) so as to take the lock again once the restart's
+    // quarantine is over; otherwise they keep contending.
+    let spread = faults.iter().any(|(at, f)| matches!(f, Fault::Crash { .. }) && *at < EARLY_CRASH_MS);
     let injector = tokio::spawn(inject(world.clone(), faults));
-    let clients: Vec<_> = (0..setup.clients).map(|c| tokio::spawn(client(world.clone(), c, setup))).collect();
+    let clients: Vec<_> =
+        (0..client_count).map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family))).collect();
     for handle in clients {
         let _ = handle.await;
     }
@@ -216,9 +354,9 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome
     // left behind (a probe client takes it).
     let _ = injector.await;
     net::lock(&world).faults = quiet().messages;
-    let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, 0);
+    let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, lock_delay_ms);
     tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs())).await;
-    let left_behind = probe(&world, setup).await;
+    let left_behind = probe(&world, setup, client_count, family).await;
     let w = net::lock(&world);
     let mut violations = w.history.violations();
     if let Some(why) = left_behind {
@@ -228,7 +366,8 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>) -> Outcome
 }
 
 /// A failing seed's shortest history found: the schedule's faults removed
-/// one at a time, then the message faults and pauses, then lock cycles,
+/// one at a time, then the message faults, pauses and long holds, then
+/// lock cycles,
 /// each kept out while the run still fails.
 pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
     let mut faults = schedule(seed, setup);
@@ -248,8 +387,13 @@ pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
             (faults, best) = (fewer, outcome);
         }
     }
-    let quieter = [Setup { messages: quiet().messages, ..setup }, Setup { pause_per_mille: 0, ..setup }];
-    for candidate in quieter {
+    let quieter: [fn(Setup) -> Setup; 3] = [
+        |s| Setup { messages: quiet().messages, ..s },
+        |s| Setup { pause_per_mille: 0, ..s },
+        |s| Setup { keep_alive_per_mille: 0, ..s },
+    ];
+    for quieten in quieter {
+        let candidate = quieten(setup);
         let outcome = run(seed, &candidate, &faults);
         if !outcome.violations.is_empty() {
             (setup, best) = (candidate, outcome);
@@ -268,13 +412,14 @@ pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
 
 /// A client of its own (the next index) takes and releases the lock once;
 /// why not, if it cannot.
-async fn probe(world: &Shared, setup: Setup) -> Option<String> {
-    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(setup.clients, n)).collect();
+async fn probe(world: &Shared, setup: Setup, c: usize, family: Family) -> Option<String> {
+    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(c, n)).collect();
     let redlock = match Redlock::connect(urls, Config::default()).await {
         Ok(redlock) => redlock,
         Err(e) => return Some(format!("connect: {e}")),
     };
-    let outcome = match redlock.try_acquire(RESOURCE, Mode::Plain, Duration::from_millis(TTL_MAX_MS)).await {
+    let mode = family.mode(true);
+    let outcome = match redlock.try_acquire(RESOURCE, mode, Duration::from_millis(TTL_MAX_MS)).await {
         Ok(guard) => {
             let _ = guard.release().await;
             None
@@ -347,9 +492,67 @@ fn note(world: &Shared, what: String) {
     w.history.note(now, what);
 }
 
+/// How a hold keeps its lock while it works.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeepAlive {
+    /// It works within its first lease.
+    None,
+    /// It extends by hand (`Guard::extend`) before each step of its work.
+    Extend,
+    /// Its watchdog renews every ttl/3, up to this many times.
+    Watchdog(u32),
+}
+
+/// What one lock cycle of a client does, drawn from the world's generator.
+struct Cycle {
+    ttl_ms: u64,
+    /// The work between writes: one step within the first lease, or up to
+    /// three TTLs in steps of up to half a TTL when kept alive.
+    steps_ms: Vec<u64>,
+    /// A pause before the last write (0: none).
+    pause_ms: u64,
+    think_ms: u64,
+    keep: KeepAlive,
+}
+
+fn draw_cycle(world: &Shared, setup: &Setup, spread: bool) -> Cycle {
+    let mut w = net::lock(world);
+    let ttl_ms = w.rng.gen_range(100..=TTL_MAX_MS);
+    let pause_ms =
+        if w.rng.gen_range(0..1000) < setup.pause_per_mille { w.rng.gen_range(1..2 * ttl_ms) } else { 0 };
+    let keep = if w.rng.gen_range(0..1000) < setup.keep_alive_per_mille {
+        if w.rng.gen_bool(0.5) {
+            KeepAlive::Extend
+        } else {
+            KeepAlive::Watchdog(w.rng.gen_range(1..=8))
+        }
+    } else {
+        KeepAlive::None
+    };
+    let steps_ms = match keep {
+        KeepAlive::None => vec![w.rng.gen_range(0..ttl_ms / 2)],
+        KeepAlive::Extend | KeepAlive::Watchdog(_) => {
+            let mut steps = Vec::new();
+            let mut total = w.rng.gen_range(ttl_ms / 2..3 * ttl_ms);
+            while total > 0 {
+                let step = w.rng.gen_range(1..=ttl_ms / 2).min(total);
+                steps.push(step);
+                total -= step;
+            }
+            steps
+        }
+    };
+    // Mostly a short think; when spread, now and then a long one, which
+    // takes the cycles past a restart's quarantine (simulated time costs
+    // nothing).
+    let think_max_ms = if spread && w.rng.gen_range(0..3) == 0 { 1000 } else { 100 };
+    Cycle { ttl_ms, steps_ms, pause_ms, think_ms: w.rng.gen_range(0..think_max_ms), keep }
+}
+
 /// One client: lock cycles on the resource with the real client (grant,
-/// fencing round, writes to the resource, maybe a pause, release).
-async fn client(world: Shared, c: usize, setup: Setup) {
+/// fencing round, writes to the resource between steps of work kept alive
+/// by extensions or the watchdog, maybe a pause, release).
+async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Family) {
     let config = Config {
         connect_timeout: Duration::from_millis(100),
         command_timeout: Duration::from_millis(60),
@@ -368,20 +571,16 @@ async fn client(world: Shared, c: usize, setup: Setup) {
     };
     let fencing = setup.rules == crate::node::Rules::Module;
     for _ in 0..setup.cycles {
-        let (ttl_ms, work_ms, pause_ms, think_ms) = {
-            let mut w = net::lock(&world);
-            let ttl = w.rng.gen_range(100..=TTL_MAX_MS);
-            let pause = if w.rng.gen_range(0..1000) < setup.pause_per_mille {
-                w.rng.gen_range(1..2 * ttl)
-            } else {
-                0
-            };
-            (ttl, w.rng.gen_range(0..ttl / 2), pause, w.rng.gen_range(0..100))
-        };
-        note(&world, format!("c{c} acquires, ttl {ttl_ms} ms"));
-        match redlock.acquire(RESOURCE, Mode::Plain, Duration::from_millis(ttl_ms), &retry).await {
+        let cycle = draw_cycle(&world, &setup, spread);
+        let mode = family.mode(net::lock(&world).rng.gen_bool(0.5));
+        let ttl = Duration::from_millis(cycle.ttl_ms);
+        note(&world, format!("c{c} acquires {mode:?}, ttl {} ms, {:?}", cycle.ttl_ms, cycle.keep));
+        match redlock.acquire(RESOURCE, mode, ttl, &retry).await {
             Err(e) => note(&world, format!("c{c} acquire failed: {e}")),
-            Ok(guard) => {
+            Ok(mut guard) => {
+                // Its grant round's start: the nodes may grant a reader or a
+                // permit from there, beside the holders of the time.
+                let began_ms = ms(&world, guard.lease().start);
                 let token = match guard.fencing_token().await {
                     Ok(token) => token,
                     Err(e) => {
@@ -398,24 +597,37 @@ async fn client(world: Shared, c: usize, setup: Setup) {
                         .note(now, format!("c{c} holds, token {token}, valid until {valid_until_ms} ms"));
                     w.history.holds.push(Hold {
                         client: c,
+                        mode,
                         token,
+                        began_ms,
                         granted_ms: now,
                         valid_until_ms,
                         released_ms: None,
                     });
                     w.history.holds.len() - 1
                 };
+                if let KeepAlive::Watchdog(renewals_max) = cycle.keep {
+                    guard.start_watchdog(Watchdog { renewals_max, duration_max: Duration::from_secs(60) });
+                }
                 // The careful holder checks that it still holds the lock
                 // before each write; a pause may come between the check and
-                // the write (Kleppmann's GC pause).
-                for (work, pause) in [(0, 0), (work_ms, pause_ms)] {
+                // the last write (Kleppmann's GC pause).
+                let last = cycle.steps_ms.len();
+                let steps = std::iter::once(0).chain(cycle.steps_ms.iter().copied()).enumerate();
+                for (i, work) in steps {
                     tokio::time::sleep(Duration::from_millis(work)).await;
+                    if cycle.keep == KeepAlive::Extend && i > 0 {
+                        match guard.extend(ttl).await {
+                            Ok(_) => learn_lease(&world, hold, &guard, format!("c{c} extended")),
+                            Err(e) => note(&world, format!("c{c} extend failed: {e}")),
+                        }
+                    }
                     if !guard.is_held() {
                         break;
                     }
-                    if pause > 0 {
-                        note(&world, format!("c{c} pauses {pause} ms"));
-                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                    if i == last && cycle.pause_ms > 0 {
+                        note(&world, format!("c{c} pauses {} ms", cycle.pause_ms));
+                        tokio::time::sleep(Duration::from_millis(cycle.pause_ms)).await;
                     }
                     let mut w = net::lock(&world);
                     let now = w.now_ms();
@@ -428,20 +640,35 @@ async fn client(world: Shared, c: usize, setup: Setup) {
                         ),
                     );
                 }
+                // The latest lease the watchdog got before the release.
+                learn_lease(&world, hold, &guard, format!("c{c} releases"));
                 {
                     let mut w = net::lock(&world);
                     let now = w.now_ms();
                     if let Some(h) = w.history.holds.get_mut(hold) {
                         h.released_ms = Some(now);
                     }
-                    w.history.note(now, format!("c{c} releases"));
                 }
                 if let Err(e) = guard.release().await {
                     note(&world, format!("c{c} release failed: {e}"));
                 }
             }
         }
-        tokio::time::sleep(Duration::from_millis(think_ms)).await;
+        tokio::time::sleep(Duration::from_millis(cycle.think_ms)).await;
     }
     redlock.settle().await;
+}
+
+/// The hold's validity as the guard now knows it: the latest lease an
+/// extension or the watchdog got (never earlier than one before: the
+/// earlier lease's promise still stands).
+fn learn_lease(world: &Shared, hold: usize, guard: &redlock_client::Guard, what: String) {
+    let deadline_ms = ms(world, guard.lease().deadline);
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    if let Some(h) = w.history.holds.get_mut(hold) {
+        h.valid_until_ms = h.valid_until_ms.max(deadline_ms);
+        let until = h.valid_until_ms;
+        w.history.note(now, format!("{what}, valid until {until} ms"));
+    }
 }

@@ -85,7 +85,7 @@ fn main() {
                     let mut failing = Vec::new();
                     let mut seed = first + t;
                     while seed < end && !(until_failure && seed > smallest.load(Ordering::Relaxed)) {
-                        if !run::run(seed, &setup, &run::schedule(seed, &setup)).violations.is_empty() {
+                        if run::fails(seed, &setup) {
                             failing.push(seed);
                             smallest.fetch_min(seed, Ordering::Relaxed);
                         }
