@@ -320,7 +320,12 @@ mod module {
         let call = Call::bare(ctx.ctx);
         let (appendonly, appendfsync) = persistence(&call);
         if !NODE.quarantine_at_start(appendonly, &appendfsync, clock::now_ms()) {
-            ctx.log_notice("lock: appendonly yes + appendfsync always: no start-up quarantine needed");
+            ctx.log_notice(&format!(
+                "lock: appendonly yes + appendfsync always: no start-up quarantine needed; the fencing \
+                 counter starts at {} (the clock plus the {} ms quarantine it skipped, at most 30 minutes)",
+                NODE.last_fence(),
+                NODE.quarantine_length_ms()
+            ));
         }
         ffi::set_handlers(handlers());
         memory_policy(&call);

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::config::{EvictionMode, Protection, Settings};
-use crate::core::fencing::Fencer;
+use crate::core::fencing::{self, Fencer};
 use crate::core::forgetting::{self, Cause, Forgetting, Quarantined};
 use crate::core::quarantine::{self, Quarantine, Reason, Refusal};
 use crate::core::waiting::Waiting;
@@ -190,11 +190,19 @@ impl Node {
 
     /// At module load: quarantines the node unless its persistence proves
     /// that no acknowledged grant can have been lost (`appendonly yes` with
-    /// `appendfsync always`). Returns whether it did.
+    /// `appendfsync always`); a node that does not wait starts its fencing
+    /// counter where the wait would have ended ([`fencing::start_floor`]).
+    /// Returns whether it quarantined.
     pub fn quarantine_at_start(&self, appendonly: bool, appendfsync: &str, now_ms: i64) -> bool {
         let needed = quarantine::needed_at_start(appendonly, appendfsync);
         if needed {
             self.start_quarantine(Reason::Startup, now_ms);
+        } else {
+            // No wait for the clock to move past a quorum token from a node
+            // whose clock is ahead: start the counter where the wait would
+            // have ended (an AOF rewrite leaves no other floor).
+            let floor = fencing::start_floor(now_ms, self.quarantine_length_ms());
+            self.with_fencer(|f| f.raise_to(floor));
         }
         let s = &self.settings;
         let covered = needed

@@ -97,6 +97,53 @@ fn aof_always_needs_no_quarantine_and_keeps_the_lock() {
     assert!(acquire(&mut c, "other", "b").unwrap().unwrap() > t1);
 }
 
+/// The server's wall clock in ms (`TIME`): the module clock starts on it.
+fn server_clock_ms(c: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = cmd("TIME").query(c).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+#[test]
+fn aof_always_restart_after_a_rewrite_starts_the_counter_where_the_quarantine_would_have_ended() {
+    // The counter is not stored: after a rewrite the AOF replays no
+    // LOCK.FENCE raise, and a released lock's key is gone. A quorum token T
+    // from a node whose clock is AHEAD_MS ahead of this one's must still be
+    // below this node's next token: it starts its counter QUARANTINE_MS
+    // ahead of its clock, as if it had waited out the quarantine it skips.
+    const QUARANTINE_MS: i64 = 10_000;
+    const AHEAD_MS: i64 = 4_000;
+    let mut s =
+        Server::with(Opts::new().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()).aof_always());
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0);
+    let first = acquire(&mut c, "res", "a").unwrap().unwrap();
+    assert!(first > (server_clock_ms(&mut c) + QUARANTINE_MS - 1000) * 1000, "a first start too: {first}");
+    // (This start skipped the quarantine too, so T is below `first`; the
+    // restart below forgets `first` and T alike.)
+    let t = (server_clock_ms(&mut c) + AHEAD_MS) * 1000;
+    assert_eq!(cmd("LOCK.FENCE").arg("res").arg("a").arg(t).query::<i64>(&mut c).unwrap(), 1);
+    assert_eq!(cmd("LOCK.RELEASE").arg("res").arg("a").query::<i64>(&mut c).unwrap(), 1);
+    assert_eq!(cmd("EXISTS").arg("res").query::<i64>(&mut c).unwrap(), 0, "the key went with the release");
+
+    let rewrites = |c: &mut Connection| info_field(c, "persistence", "aof_rewrites");
+    let before = rewrites(&mut c);
+    let _: String = cmd("BGREWRITEAOF").query(&mut c).unwrap();
+    wait_until(Duration::from_secs(20), "the AOF rewrite to finish", || {
+        let text: String = cmd("INFO").arg("persistence").query(&mut c).unwrap();
+        text.contains("aof_rewrite_in_progress:0")
+            && text.contains("aof_rewrite_scheduled:0")
+            && text.contains("aof_last_bgrewrite_status:ok")
+            && rewrites(&mut c) > before
+    });
+
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "appendfsync always: no quarantine");
+    let next = acquire(&mut c, "res", "b").unwrap().expect("granted at once");
+    assert!(next > t, "the token after the restart is above the quorum token: {next} after {t}");
+    assert!(next > (server_clock_ms(&mut c) + QUARANTINE_MS - 1000) * 1000, "{next}");
+}
+
 #[test]
 fn config_set_zero_ends_the_quarantine_and_turns_the_protection_off_loudly() {
     let s = Server::with(Opts::new().module_arg("quarantine-ms", "60000"));

@@ -11,6 +11,12 @@
 /// Tokens per millisecond of clock.
 pub const TOKENS_PER_MS: u64 = 1000;
 
+/// The furthest ahead of its clock a start without quarantine sets the
+/// counter (30 minutes): half of the one hour ahead of a node's clock past
+/// which `LOCK.FENCE` refuses a floor, so that the other nodes still accept
+/// this node's tokens when their clocks are up to 30 minutes behind.
+pub const START_AHEAD_MAX_MS: i64 = 30 * 60 * 1000;
+
 #[derive(Clone, Debug)]
 pub struct Fencer {
     last: u64,
@@ -42,6 +48,23 @@ impl Fencer {
     pub fn clock_floor(now_ms: i64) -> u64 {
         u64::try_from(now_ms).unwrap_or(0).saturating_mul(TOKENS_PER_MS)
     }
+}
+
+/// The counter's floor at a start that skipped the quarantine (an
+/// `appendfsync always` AOF): where that quarantine, `quarantine_ms` long,
+/// would have ended, at most [`START_AHEAD_MAX_MS`] ahead of `now_ms`.
+///
+/// Why: the counter is not stored. After an AOF rewrite the replayed
+/// `LOCK.FENCE` raises are gone, and a released lock's key (with the token
+/// it was raised to) too, so the clock is the only floor left. A quorum
+/// token T came from a node whose clock may be ahead of this one's (within
+/// the quarantine period, assumption 2); a node that quarantines grants
+/// nothing until its clock has moved `quarantine_ms` on, which puts its
+/// tokens above T. Starting the counter there gives the node that skips the
+/// wait the same floor.
+pub fn start_floor(now_ms: i64, quarantine_ms: i64) -> u64 {
+    let ahead_ms = quarantine_ms.clamp(0, START_AHEAD_MAX_MS);
+    Fencer::clock_floor(now_ms.saturating_add(ahead_ms))
 }
 
 /// When the grant that issued `fence` happened, on the module clock (ms):
@@ -91,6 +114,33 @@ mod tests {
         assert_eq!(to_reply(1_795_312_345_678_001), 1_795_312_345_678_001);
         assert_eq!(to_reply(i64::MAX as u64), i64::MAX);
         assert_eq!(to_reply(u64::MAX), i64::MAX);
+    }
+
+    #[test]
+    fn a_start_without_quarantine_floors_the_counter_where_it_would_have_ended() {
+        // Quarantine 5 s: the first token is as if the node had waited it out.
+        let mut f = Fencer::new(0);
+        f.raise_to(start_floor(1_000, 5_000));
+        assert_eq!(f.next(1_000), 6_000_000 + 1);
+        // A quorum token from a node whose clock is 2 s ahead stays below.
+        assert!(Fencer::clock_floor(1_000 + 2_000) < start_floor(1_000, 5_000));
+        assert_eq!(start_floor(1_000, 0), 1_000_000, "quarantine 0: the clock alone");
+        assert_eq!(start_floor(1_000, -1), 1_000_000, "a negative length counts as 0");
+        assert_eq!(
+            start_floor(1_000, 10 * START_AHEAD_MAX_MS),
+            Fencer::clock_floor(1_000 + START_AHEAD_MAX_MS),
+            "never more than 30 minutes ahead"
+        );
+        assert_eq!(START_AHEAD_MAX_MS, 1_800_000);
+        assert_eq!(start_floor(i64::MAX, 5_000), Fencer::clock_floor(i64::MAX), "saturates");
+        assert_eq!(start_floor(-5, 0), 0, "a clock before the epoch: no floor");
+    }
+
+    #[test]
+    fn the_start_floor_never_lowers_a_replayed_counter() {
+        let mut f = Fencer::new(9_000_000);
+        f.raise_to(start_floor(1_000, 5_000));
+        assert_eq!(f.last(), 9_000_000);
     }
 
     proptest! {
