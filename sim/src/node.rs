@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use lock_core::fencing::Fencer;
+use lock_core::fencing::{self, Fencer};
 use lock_core::kind::Want;
 use lock_core::lock::{self, Admission, Grant};
 use lock_core::memory::Holders;
@@ -172,6 +172,13 @@ impl Node {
             }
             _ => None,
         };
+        // A start that skips the quarantine starts the counter where the
+        // quarantine would have ended, as the module does: a quorum token
+        // from a node whose clock is ahead (within the quarantine) stays
+        // below this node's next one, even with the raises rewritten away.
+        if self.rules == Rules::Module && self.quarantine_since_ms.is_none() {
+            self.fencer.raise_to(fencing::start_floor(now, self.quarantine_ms));
+        }
         let kept = self.persistence != Persistence::None && !self.keys.is_empty();
         self.grace_since_ms =
             (self.rules == Rules::Module && kept && self.quarantine_since_ms.is_none()).then_some(now);

@@ -52,8 +52,9 @@ pub struct Setup {
     pub step_before_crash_per_mille: u32,
     /// Per mille of histories whose `always` AOF was rewritten before the
     /// crash: the restart replays no `LOCK.FENCE` raise, and the fencing
-    /// counter has only the clock floor. Those histories' node clocks agree
-    /// (no offset, no drift): see docs/safety.md on what a rewrite needs.
+    /// counter has only the clock floor and the start floor (where the
+    /// quarantine it skips would have ended). Their clocks disagree as in
+    /// any other history.
     pub aof_rewrite_per_mille: u32,
     /// Per mille of holds that pause (a GC pause) between their check and
     /// their write, for up to twice the TTL.
@@ -321,8 +322,6 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     if always && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
         for n in &mut nodes {
             n.aof_rewritten = true;
-            n.rate_per_mille = 0;
-            n.set_clock_offset(0);
         }
     }
     let world: Shared = Arc::new(Mutex::new(World {
