@@ -293,7 +293,8 @@ impl Node {
     /// An operator's `LOCK.UNQUARANTINE`: ends the quarantine in force now
     /// if it is the one named (`reason`), and nothing else: the settings
     /// stay, so a later start or promotion is quarantined again. Returns
-    /// the milliseconds it had left. Locks restored from disk under the
+    /// the milliseconds it had left. The fencing counter moves to where the
+    /// quarantine would have ended. Locks restored from disk under the
     /// start-up quarantine it ends get the restart grace they would have had
     /// without one (see [`Node::on_loaded_from_disk`]).
     pub fn end_quarantine(&self, reason: Reason, now_ms: i64) -> Result<i64, NotEnded> {
@@ -301,7 +302,13 @@ impl Node {
         if in_force != reason {
             return Err(NotEnded::OtherReason(in_force, left));
         }
-        *locked(&self.quarantine) = None;
+        // Its grants start where the quarantine would have ended, as after
+        // a start that skips it (a quorum token from a node whose clock is
+        // ahead stays below them).
+        if let Some(q) = locked(&self.quarantine).take() {
+            let floor = fencing::start_floor(q.since_ms, self.quarantine_length_ms());
+            self.with_fencer(|f| f.raise_to(floor));
+        }
         self.quarantine_over.store(true, Ordering::Relaxed);
         if reason == Reason::Startup {
             self.uncover_restored_locks();

@@ -227,9 +227,14 @@ fn unquarantine_ends_the_startup_quarantine_once_and_a_later_promotion_is_quaran
     assert_eq!(info_stat(&mut r, "quarantine"), 1, "nothing ended");
     assert_eq!(info_stat(&mut r, "quarantines_ended"), 0);
 
+    let before_ms = server_clock_ms(&mut r);
     let left = unquarantine(&mut r, "startup").unwrap();
     assert!(left > 50_000 && left <= 60_000, "{left}");
     assert_eq!(info_stat(&mut r, "quarantine"), 0);
+    // Its counter moved to where the quarantine would have ended (100 ms
+    // for the module clock against TIME's).
+    let counter = info_stat(&mut r, "last_fencing_token");
+    assert!(counter >= (before_ms + left - 100) * 1000, "{counter} vs {before_ms} + {left} ms");
     assert_eq!(info_stat(&mut r, "quarantines_ended"), 1);
     let log = replica.log();
     let line = log

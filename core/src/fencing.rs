@@ -51,8 +51,9 @@ impl Fencer {
 }
 
 /// The counter's floor at a start that skipped the quarantine (an
-/// `appendfsync always` AOF): where that quarantine, `quarantine_ms` long,
-/// would have ended, at most [`START_AHEAD_MAX_MS`] ahead of `now_ms`.
+/// `appendfsync always` AOF), or whose quarantine an operator ended early:
+/// where that quarantine, `quarantine_ms` long from `started_ms`, would have
+/// ended, at most [`START_AHEAD_MAX_MS`] ahead of `started_ms`.
 ///
 /// Why: the counter is not stored. After an AOF rewrite the replayed
 /// `LOCK.FENCE` raises are gone, and a released lock's key (with the token
@@ -62,9 +63,9 @@ impl Fencer {
 /// nothing until its clock has moved `quarantine_ms` on, which puts its
 /// tokens above T. Starting the counter there gives the node that skips the
 /// wait the same floor.
-pub fn start_floor(now_ms: i64, quarantine_ms: i64) -> u64 {
+pub fn start_floor(started_ms: i64, quarantine_ms: i64) -> u64 {
     let ahead_ms = quarantine_ms.clamp(0, START_AHEAD_MAX_MS);
-    Fencer::clock_floor(now_ms.saturating_add(ahead_ms))
+    Fencer::clock_floor(started_ms.saturating_add(ahead_ms))
 }
 
 /// When the grant that issued `fence` happened, on the module clock (ms):

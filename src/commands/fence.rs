@@ -33,6 +33,11 @@ pub const COMMAND: Command = Command {
 /// bug or an attack that would exhaust the token space.
 pub const FENCE_AHEAD_MS_MAX: i64 = 3_600_000;
 
+// A node that skipped its start-up quarantine starts its counter up to
+// `START_AHEAD_MAX_MS` ahead of its clock; the other nodes must accept its
+// tokens as floors with their clocks that far behind too.
+const _: () = assert!(2 * crate::core::fencing::START_AHEAD_MAX_MS <= FENCE_AHEAD_MS_MAX);
+
 fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
     let floor_max = Fencer::clock_floor(cx.now_ms.saturating_add(FENCE_AHEAD_MS_MAX));
     let request = match args::fence(argv, floor_max) {
