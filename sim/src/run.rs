@@ -53,8 +53,9 @@ pub struct Setup {
     /// Per mille of histories whose `always` AOF was rewritten before the
     /// crash: the restart replays no `LOCK.FENCE` raise, and the fencing
     /// counter has only the clock floor and the start floor (where the
-    /// quarantine it skips would have ended). Their clocks disagree as in
-    /// any other history.
+    /// quarantine it skips would have ended). Their clocks are as far apart
+    /// as any history's (`clock_offset_max_ms` either way): one node ahead,
+    /// the others, the restarting one among them, behind.
     pub aof_rewrite_per_mille: u32,
     /// Per mille of holds that pause (a GC pause) between their check and
     /// their write, for up to twice the TTL.
@@ -320,8 +321,16 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let client_count = setup.clients + usize::from(family == Family::Semaphore);
     let always = nodes.iter().any(|n| n.persistence == Persistence::Always);
     if always && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
-        for n in &mut nodes {
+        // The clocks as far apart as any history's: one node ahead, the
+        // others (the one that restarts with the raises rewritten away
+        // among them) behind. A quorum token from the node ahead is then
+        // above the clocks of a majority that meets its own only at the
+        // restarted node: the start floor must lift that node above it.
+        let apart_ms = setup.clock_offset_max_ms;
+        let ahead = nodes.iter().position(|n| n.persistence != Persistence::Always);
+        for (i, n) in nodes.iter_mut().enumerate() {
             n.aof_rewritten = true;
+            n.set_clock_offset(if Some(i) == ahead { apart_ms } else { -apart_ms });
         }
     }
     let world: Shared = Arc::new(Mutex::new(World {
