@@ -145,6 +145,36 @@ fn aof_always_restart_after_a_rewrite_starts_the_counter_where_the_quarantine_wo
 }
 
 #[test]
+fn aof_always_restart_keeps_a_token_granted_above_a_fence_raise_after_its_key_is_gone() {
+    // The AOF replays the LOCK.FENCE raise to F, not the token F + 1 this
+    // node then granted itself (it lived in the key, deleted on release):
+    // the start floor, QUARANTINE_MS ahead of the clock, is above it as
+    // long as F was less than that ahead (a quorum token from a node whose
+    // clock agrees within the quarantine). No rewrite needed.
+    const QUARANTINE_MS: i64 = 10_000;
+    let mut s =
+        Server::with(Opts::new().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()).aof_always());
+    let mut c = s.conn();
+    let f = (server_clock_ms(&mut c) + QUARANTINE_MS + 1_000) * 1000;
+    acquire(&mut c, "a", "o1").unwrap().unwrap();
+    assert_eq!(cmd("LOCK.FENCE").arg("a").arg("o1").arg(f).query::<i64>(&mut c).unwrap(), 1);
+    assert_eq!(cmd("LOCK.RELEASE").arg("a").arg("o1").query::<i64>(&mut c).unwrap(), 1);
+    // A restart now would not be covered (F is more than the quarantine
+    // ahead): let the clock come within it.
+    let f_ms = f / 1000;
+    wait_until(Duration::from_secs(20), "the clock within the quarantine of F", || {
+        server_clock_ms(&mut c) + QUARANTINE_MS > f_ms + 300
+    });
+    let own = acquire(&mut c, "b", "o2").unwrap().unwrap();
+    assert_eq!(own, f + 1, "the node's own grant just above the raise");
+    assert_eq!(cmd("LOCK.RELEASE").arg("b").arg("o2").query::<i64>(&mut c).unwrap(), 1);
+    s.kill_and_restart();
+    let mut c = s.conn();
+    let next = acquire(&mut c, "c", "o3").unwrap().unwrap();
+    assert!(next > own, "a token granted before the restart is not granted again: {next} after {own}");
+}
+
+#[test]
 fn config_set_zero_ends_the_quarantine_and_turns_the_protection_off_loudly() {
     let s = Server::with(Opts::new().module_arg("quarantine-ms", "60000"));
     let mut c = s.conn();
