@@ -136,6 +136,15 @@ impl Node {
         self.with_fencer(|f| f.last())
     }
 
+    /// After a grant of `fence` to `owner` on the call's key: keeps the
+    /// token in the AOF and on replicas as a counter raise when a restart
+    /// would not get it back from its start floor once the key is gone.
+    pub fn keep_token(&self, call: &crate::ffi::Call<'_>, owner: &[u8], fence: u64, now_ms: i64) {
+        if fencing::outruns_start_floor(fence, now_ms, self.quarantine_length_ms()) {
+            call.replicate_raise(owner, fence);
+        }
+    }
+
     // --- the start-up and promotion quarantine ----------------------------
 
     /// Starts (or restarts) the quarantine at `now_ms`.

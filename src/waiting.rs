@@ -200,6 +200,9 @@ fn serve_run(call: &Call<'_>, node: &Node, now_ms: i64, key: &KeyId) -> Round {
     let mut granted = false;
     for s in served {
         granted |= s.outcome.is_ok() && stored;
+        if let (Ok(fence), true) = (&s.outcome, stored) {
+            node.keep_token(call, &s.waiter.owner, *fence, now_ms);
+        }
         answer(node, now_ms, s, stored, None);
     }
     if let RunEnd::RetryAt(at) = end {
@@ -234,6 +237,7 @@ fn serve_set(call: &Call<'_>, node: &Node, now_ms: i64, handle: WaiterHandle) ->
     let (outcome, refused_at) = match result {
         Ok((SetDecision::Granted(fence), written)) => {
             node.stats.expiries.add(written.iter().filter(|w| w.found_expired).count() as u64);
+            node.keep_token(call, &waiter.owner, fence, now_ms);
             (Ok(fence), None)
         }
         Ok((SetDecision::Wait(next_free), _)) => {

@@ -175,6 +175,30 @@ fn aof_always_restart_keeps_a_token_granted_above_a_fence_raise_after_its_key_is
 }
 
 #[test]
+fn aof_always_restart_keeps_a_token_granted_further_ahead_than_the_quarantine() {
+    // A token the node grants itself more than the quarantine ahead of its
+    // clock (raised there by another node's token or start floor) is above
+    // any start floor of a restart soon after: the grant also writes it to
+    // the AOF as a counter raise.
+    const QUARANTINE_MS: i64 = 5_000;
+    let mut s =
+        Server::with(Opts::new().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()).aof_always());
+    let mut c = s.conn();
+    let f = (server_clock_ms(&mut c) + QUARANTINE_MS + 20_000) * 1000;
+    acquire(&mut c, "a", "o1").unwrap().unwrap();
+    assert_eq!(cmd("LOCK.FENCE").arg("a").arg("o1").arg(f).query::<i64>(&mut c).unwrap(), 1);
+    assert_eq!(cmd("LOCK.RELEASE").arg("a").arg("o1").query::<i64>(&mut c).unwrap(), 1);
+    let own = acquire(&mut c, "b", "o2").unwrap().unwrap();
+    assert_eq!(own, f + 1, "the node's own grant just above the raise");
+    assert_eq!(cmd("LOCK.RELEASE").arg("b").arg("o2").query::<i64>(&mut c).unwrap(), 1);
+    s.kill_and_restart();
+    let mut c = s.conn();
+    let next = acquire(&mut c, "c", "o3").unwrap().unwrap();
+    assert!(next > own, "a token granted before the restart is not granted again: {next} after {own}");
+    assert!(info_stat(&mut c, "last_fencing_token") > own);
+}
+
+#[test]
 fn config_set_zero_ends_the_quarantine_and_turns_the_protection_off_loudly() {
     let s = Server::with(Opts::new().module_arg("quarantine-ms", "60000"));
     let mut c = s.conn();

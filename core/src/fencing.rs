@@ -68,6 +68,19 @@ pub fn start_floor(started_ms: i64, quarantine_ms: i64) -> u64 {
     Fencer::clock_floor(started_ms.saturating_add(ahead_ms))
 }
 
+/// Whether a token this node grants at `now_ms` must also be kept in the
+/// AOF and on replicas as a counter raise: the key holds it only until the
+/// lock is released or expires, and after that a restart without quarantine
+/// gets it back only if it is below that start's floor. A restart comes at
+/// least a millisecond later, so its floor is at least
+/// `start_floor(now_ms + 1, quarantine_ms)` (the clock does not step back
+/// across a restart: assumption 1). A token at or above that came from a
+/// raise to another node's token or start floor (or a burst of more than
+/// 1000 grants in a millisecond with no quarantine set).
+pub fn outruns_start_floor(fence: u64, now_ms: i64, quarantine_ms: i64) -> bool {
+    fence >= start_floor(now_ms.saturating_add(1), quarantine_ms)
+}
+
 /// When the grant that issued `fence` happened, on the module clock (ms):
 /// a token is the grant's clock in microsecond-ish units unless more than
 /// `TOKENS_PER_MS` grants a millisecond ran the counter ahead, or a FENCE
@@ -135,6 +148,18 @@ mod tests {
         assert_eq!(START_AHEAD_MAX_MS, 1_800_000);
         assert_eq!(start_floor(i64::MAX, 5_000), Fencer::clock_floor(i64::MAX), "saturates");
         assert_eq!(start_floor(-5, 0), 0, "a clock before the epoch: no floor");
+    }
+
+    #[test]
+    fn a_token_at_or_above_the_start_floor_is_kept_as_a_raise() {
+        // At 1,000 ms with a 5 s quarantine, a restart's floor is at least
+        // 6,001 ms of tokens.
+        assert!(!outruns_start_floor(6_000_999, 1_000, 5_000), "below: the next start covers it");
+        assert!(outruns_start_floor(6_001_000, 1_000, 5_000));
+        assert!(outruns_start_floor(9_000_000, 1_000, 5_000));
+        assert!(!outruns_start_floor(1_000_000, 1_000, 0), "a token on the clock: never");
+        assert!(!outruns_start_floor(1_000_999, 1_000, 0), "nor a burst within the millisecond");
+        assert!(outruns_start_floor(1_001_000, 1_000, 0));
     }
 
     #[test]

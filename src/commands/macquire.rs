@@ -72,6 +72,9 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
     let first_refusal = refusals.iter().flatten().next().cloned();
     match (grant, first_refusal, wait_ms) {
         (AllGrant::Granted(fence), ..) => {
+            if let Some(first) = calls.first() {
+                cx.node.keep_token(first, request.owner, fence, cx.now_ms);
+            }
             super::watch_for_removal(cx.call, cx.node);
             Reply::Int(grants::counted_token(&cx.node.stats, fence, false))
         }

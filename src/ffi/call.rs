@@ -333,6 +333,30 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// Replicates `LOCK.FENCE <key> <owner> <fence>` after a grant of the
+    /// call's key whose token a restart would not get back otherwise (see
+    /// `fencing::outruns_start_floor`): a replica or an AOF replay applies
+    /// the counter raise alone.
+    pub fn replicate_raise(&self, owner: &[u8], fence: u64) {
+        let mut digits = itoa::Buffer::new();
+        let fence = digits.format(fence);
+        // SAFETY: ctx is the live context of a command call or event; the
+        // format "sbb" matches the key name and two buffers with their
+        // lengths (copied by Redis).
+        unsafe {
+            api(raw::RedisModule_Replicate)(
+                self.ctx,
+                c"LOCK.FENCE".as_ptr(),
+                c"sbb".as_ptr(),
+                self.key,
+                owner.as_ptr().cast::<c_char>(),
+                owner.len(),
+                fence.as_ptr().cast::<c_char>(),
+                fence.len(),
+            );
+        }
+    }
+
     /// Replicates the command exactly as the client sent it.
     pub fn replicate_verbatim(&self) {
         // SAFETY: ctx is the live context of a command call.
