@@ -307,7 +307,10 @@ async fn a_shard_failover_quarantines_that_shard_only() {
     let rl = client(&[cluster.member()]).await;
     let (held, fresh) = ("{failover}:held", "{failover}:fresh");
     let master = cluster.master_of(held);
-    let guard = rl.try_acquire(held, Mode::Plain, TTL).await.expect("acquire");
+    // The longest TTL a node allows: the failover and the calls below may
+    // take seconds under load, and the lock must still be held when the
+    // promoted master is asked (a 10 s TTL ran out once under load).
+    let guard = rl.try_acquire(held, Mode::Plain, Duration::from_secs(30)).await.expect("acquire");
     replicated(master);
     let replica = cluster.replicas_of(master)[0];
     let elsewhere = keys_elsewhere(&cluster, master.port, "failover-other");
