@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 
 use lock_core::fencing::{self, Fencer};
 use lock_core::kind::Want;
-use lock_core::lock::{self, Admission, Grant};
+use lock_core::lock::{self, Admission, Exit, Grant};
 use lock_core::memory::Holders;
 use lock_core::quarantine;
 use lock_core::txn::{Changes, Txn};
-use lock_protocol::code::{ERR, QUARANTINE};
+use lock_protocol::code::{ERR, QUARANTINE, WRONGTYPE};
 
 use crate::resp::Reply;
 
@@ -216,10 +216,11 @@ impl Node {
         // The lock-delay in force, as the module's key state computes it.
         let mut txn = Txn::new(&stored, now, self.expiry_delay_ms.saturating_add(grace_ms));
         // The grants, each with its kind and mode: `LOCK.ACQUIRE`,
-        // `SHARED` and `EXCLUSIVE key owner ttl`, `LOCK.SEMAPHORE key owner
+        // `ENTER`, `SHARED` and `EXCLUSIVE key owner ttl`, `LOCK.SEMAPHORE key owner
         // limit ttl`.
         let grant = match name.as_str() {
             "LOCK.ACQUIRE" => Some((Want::plain(), number(3))),
+            "LOCK.ENTER" => Some((Want::reentrant(), number(3))),
             "LOCK.SHARED" => Some((Want::read(), number(3))),
             "LOCK.EXCLUSIVE" => Some((Want::write(), number(3))),
             "LOCK.SEMAPHORE" => number(3)
@@ -256,6 +257,11 @@ impl Node {
                 Rules::Classic => Reply::Int(1),
             },
             ("LOCK.RELEASE", None) if words.len() == 3 => Reply::Int(lock::release(&mut txn, owner).into()),
+            ("LOCK.EXIT", None) if words.len() == 3 => match lock::exit(&mut txn, owner, None) {
+                Exit::Left(holds) => Reply::Int(holds.into()),
+                Exit::NotHeld => Reply::Nil,
+                Exit::WrongKind { found } => Reply::Error(WRONGTYPE, format!("a {} lock", found.name())),
+            },
             _ => Reply::Error(
                 ERR,
                 format!("the simulated node does not serve {name} with {} words", words.len()),

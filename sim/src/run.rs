@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
+use crate::resp::Reply;
 use redlock_client::Watchdog;
 
 /// The resource every client contends for.
@@ -72,6 +73,12 @@ pub struct Setup {
     /// semaphore of 2 permits with a third client; the others take plain
     /// locks.
     pub family_per_mille: u32,
+    /// Per mille of histories with a misusing client: at times of its
+    /// own, it calls `LOCK.EXTEND` on the contended lock with a token that
+    /// holds nothing, and `LOCK.EXIT` on a reentrant lock it entered under
+    /// another owner id, directly on a node. A node that answers that it
+    /// extended or exited is a violation ("misuse accepted").
+    pub misuse_per_mille: u32,
 }
 
 /// The kind of lock a history's clients take.
@@ -124,13 +131,20 @@ impl Setup {
             step_before_crash_per_mille: 250,
             aof_rewrite_per_mille: 500,
             family_per_mille: 400,
+            misuse_per_mille: 250,
         }
     }
 
     /// The classic recipe (SET NX PX, no quarantine, no fencing) under the
     /// same faults.
     pub fn classic() -> Setup {
-        Setup { rules: Rules::Classic, lock_delay_max_ms: 0, family_per_mille: 0, ..Setup::module() }
+        Setup {
+            rules: Rules::Classic,
+            lock_delay_max_ms: 0,
+            family_per_mille: 0,
+            misuse_per_mille: 0,
+            ..Setup::module()
+        }
     }
 
     /// Kleppmann's scenarios, one fault each, for `rules`: a holder paused
@@ -179,6 +193,7 @@ fn quiet() -> Setup {
         step_before_crash_per_mille: 0,
         aof_rewrite_per_mille: 0,
         family_per_mille: 0,
+        misuse_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -352,6 +367,11 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // quarantine is over; otherwise they keep contending.
     let spread = faults.iter().any(|(at, f)| matches!(f, Fault::Crash { .. }) && *at < EARLY_CRASH_MS);
     let injector = tokio::spawn(inject(world.clone(), faults));
+    // The misuser draws from its own generator: the other histories' draws
+    // stay as they were.
+    let mut misuse_rng = StdRng::seed_from_u64(seed ^ 0x0bad_70c3);
+    let misuser = (misuse_rng.gen_range(0..1000) < setup.misuse_per_mille)
+        .then(|| tokio::spawn(misuse(world.clone(), setup, misuse_rng)));
     let clients: Vec<_> =
         (0..client_count).map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family))).collect();
     for handle in clients {
@@ -361,6 +381,9 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // TTL and quarantine has run out, the lock must be free: nothing was
     // left behind (a probe client takes it).
     let _ = injector.await;
+    if let Some(misuser) = misuser {
+        let _ = misuser.await;
+    }
     net::lock(&world).faults = quiet().messages;
     let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, lock_delay_ms);
     tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs())).await;
@@ -437,6 +460,45 @@ async fn probe(world: &Shared, setup: Setup, c: usize, family: Family) -> Option
     redlock.settle().await;
     note(world, format!("probe: {}", outcome.as_deref().unwrap_or("took and released the lock")));
     outcome
+}
+
+/// The misusing client: at a few times of its own, on a node drawn each
+/// time, `LOCK.EXTEND` of the contended lock with a token that holds
+/// nothing, and `LOCK.ENTER` of a reentrant lock of its own then
+/// `LOCK.EXIT` of it under another owner id. Each call goes straight to
+/// the node (no client API sends another's token); a node that is down
+/// is skipped. The node must answer 0 to the extension and nil to the
+/// exit; anything else is a misuse accepted.
+async fn misuse(world: Shared, setup: Setup, mut rng: StdRng) {
+    const REENTRANT: &str = "misuse-reentrant";
+    let words = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+    let started = net::lock(&world).started;
+    let mut times: Vec<u64> = (0..3).map(|_| rng.gen_range(0..1500)).collect();
+    times.sort_unstable();
+    for (i, at) in times.into_iter().enumerate() {
+        tokio::time::sleep_until(started + Duration::from_millis(at)).await;
+        let node = rng.gen_range(0..setup.nodes);
+        let ttl = rng.gen_range(100..=TTL_MAX_MS).to_string();
+        let (nobody, holder) = (format!("misuser-nobody-{i}"), format!("misuser-holder-{i}"));
+        let calls = [
+            (words(&["LOCK.EXTEND", RESOURCE, &nobody, &ttl]), Some(Reply::Int(0))),
+            (words(&["LOCK.ENTER", REENTRANT, &holder, &ttl]), None),
+            (words(&["LOCK.EXIT", REENTRANT, &nobody]), Some(Reply::Nil)),
+        ];
+        let mut w = net::lock(&world);
+        let now = w.now_ms();
+        for (call, expected) in calls {
+            let Some(n) = w.nodes.get_mut(node).filter(|n| n.up) else { break };
+            let reply = n.call(&call, now);
+            let text = call.iter().map(|x| String::from_utf8_lossy(x)).collect::<Vec<_>>().join(" ");
+            w.history.note(now, format!("misuser -> n{node} {text}: {reply:?}"));
+            if expected.is_some_and(|e| e != reply) {
+                w.history.seen.push(format!(
+                    "misuse accepted: n{node} answered {reply:?} at {now} ms to {text}, whose owner holds nothing"
+                ));
+            }
+        }
+    }
 }
 
 /// Applies the schedule's faults at their times.
