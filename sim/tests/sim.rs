@@ -66,3 +66,27 @@ fn the_classic_recipe_fails_kleppmanns_scenarios() {
         );
     }
 }
+
+#[test]
+fn a_node_refuses_the_misusers_calls_and_histories_have_them() {
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    let words = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    assert!(matches!(node.call(&words(&["LOCK.ACQUIRE", "res", "a", "300"]), 0), Reply::Int(_)));
+    assert_eq!(node.call(&words(&["LOCK.EXTEND", "res", "nobody", "300"]), 10), Reply::Int(0));
+    assert_eq!(node.call(&words(&["LOCK.EXTEND", "res", "a", "300"]), 10), Reply::Int(1));
+    assert!(matches!(node.call(&words(&["LOCK.ENTER", "re", "a", "300"]), 20), Reply::Int(_)));
+    assert!(matches!(node.call(&words(&["LOCK.ENTER", "re", "a", "300"]), 20), Reply::Int(_)));
+    assert_eq!(node.call(&words(&["LOCK.EXIT", "re", "nobody"]), 30), Reply::Nil);
+    // The holder's two holds are still there: its exits count down.
+    assert_eq!(node.call(&words(&["LOCK.EXIT", "re", "a"]), 40), Reply::Int(1));
+    assert_eq!(node.call(&words(&["LOCK.EXIT", "re", "a"]), 40), Reply::Int(0));
+    assert!(matches!(node.call(&words(&["LOCK.EXIT", "res", "a"]), 50), Reply::Error("WRONGTYPE", _)));
+    // Some histories of the module's setup have the misuser, none of the
+    // classic recipe's.
+    let misused =
+        |setup: &Setup| (0..40).filter(|&seed| history(seed, setup).history.contains("misuser ->")).count();
+    assert!(misused(&Setup::module()) > 0);
+    assert_eq!(misused(&Setup::classic()), 0);
+}
