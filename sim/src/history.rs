@@ -22,6 +22,9 @@
 //!   in `run.rs`, by a probe client); and no node grants a lock to an owner
 //!   whose release it already served (a release that overtook its acquire
 //!   leaves the lock behind on that node until its TTL runs out).
+//! - misuse refused: no node answers that it extended (`LOCK.EXTEND`) or
+//!   exited (`LOCK.EXIT`) a lock for an owner that holds nothing there
+//!   (checked as the misusing client calls, in `run.rs`).
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;

@@ -1,6 +1,6 @@
 //! A simulated node: the module's real lock core (`lock-core`: the same
-//! `lock::acquire`, `release`, `extend` and `fence` the commands call, the
-//! same fencing counter, the same quarantine arithmetic) behind a thin
+//! `lock::acquire`, `release`, `extend`, `exit` and `fence` the commands
+//! call, the same fencing counter, the same quarantine arithmetic) behind a thin
 //! dispatcher that stands in for the module's Redis glue. What the glue
 //! does that this file re-implements (storing a lock, the node clock, the
 //! restart quarantine's start, the persistence a restart finds) is covered
