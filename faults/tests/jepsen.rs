@@ -940,26 +940,19 @@ async fn probe_shard_promotion(
     };
     let h1 = p1.try_acquire_ttl(KEY, Want::Plain, ttl).await;
     members.unblock(1, KEY.into(), RIVAL).await;
-    if let Err(why) = &h1 {
-        // Nothing to promote over: the replica catches up again.
-        members.resume_replica(0, replica).await;
-        return Err(format!("ShardPromotion probe: P1 not granted: {why}"));
-    }
-    let promoted = members.take_over(0, KEY.into(), master, replica).await;
-    let mut h1 = match (h1, promoted) {
-        (Ok(h1), Ok(())) => h1,
-        (h1, promoted) => {
-            let granted = match h1 {
-                Ok(h1) => {
-                    p1.finish(h1).await;
-                    "granted".to_string()
-                }
-                Err(why) => format!("not granted: {why}"),
-            };
-            members.rejoin(0, master).await;
-            return Err(format!("ShardPromotion probe: P1 {granted}; the promotion: {promoted:?}"));
+    let mut h1 = match h1 {
+        Ok(h1) => h1,
+        Err(why) => {
+            // Nothing to promote over: the replica catches up again.
+            members.resume_replica(0, replica).await;
+            return Err(format!("ShardPromotion probe: P1 not granted: {why}"));
         }
     };
+    if let Err(why) = members.take_over(0, KEY.into(), master, replica).await {
+        p1.finish(h1).await;
+        members.rejoin(0, master).await;
+        return Err(format!("ShardPromotion probe: P1 granted, no promotion: {why}"));
+    }
     if let Some(base) = p1.read(&mut h1) {
         p1.careful_write(&mut h1, base);
     }
