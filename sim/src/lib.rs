@@ -8,9 +8,12 @@
 //! - `run.rs`: one history: the setup, the fault schedule, the clients;
 //! - `net.rs`: the network: ordered connections and their faults;
 //! - `node.rs`: a node: the core behind a thin command dispatcher;
+//! - `forget.rs`: lock keys a node loses behind the module's back, and
+//!   the module's forgetting rules that cover them;
 //! - `history.rs`: the events, and the checker's properties;
 //! - `resp.rs`: the RESP the node reads and writes.
 
+pub mod forget;
 pub mod history;
 pub mod net;
 pub mod node;

@@ -16,6 +16,7 @@ use lock_core::quarantine;
 use lock_core::txn::{Changes, Txn};
 use lock_protocol::code::{ERR, QUARANTINE, WRONGTYPE};
 
+use crate::forget::{Forgotten, Loss};
 use crate::resp::Reply;
 
 /// Where the node's clock starts: a realistic epoch in milliseconds, so
@@ -83,6 +84,8 @@ pub struct Node {
     pub up: bool,
     /// Bumped by every crash: a connection of an older epoch is dead.
     pub epoch: u64,
+    /// The module's forgetting rules (property 10), this process's.
+    forgotten: Forgotten,
 }
 
 impl Node {
@@ -110,6 +113,7 @@ impl Node {
             aof_rewritten: false,
             up: true,
             epoch: 0,
+            forgotten: Forgotten::default(),
         }
     }
 
@@ -182,6 +186,8 @@ impl Node {
         let kept = self.persistence != Persistence::None && !self.keys.is_empty();
         self.grace_since_ms =
             (self.rules == Rules::Module && kept && self.quarantine_since_ms.is_none()).then_some(now);
+        let loaded = self.persistence != Persistence::None;
+        self.forgotten = Forgotten::started(loaded, now, self.ttl_max_ms);
         self.up = true;
     }
 
@@ -204,17 +210,11 @@ impl Node {
             self.quarantine_ms,
         );
         let rules = self.rules;
+        // The lock-delay in force, as the module's key state computes it.
+        let cool_down_ms = self.cool_down_ms(now);
         let (fencer, grants) = (&mut self.fencer, &mut self.grants);
         let stored = self.keys.get(key.as_slice()).cloned().unwrap_or_else(Holders::free);
-        let grace_ms = quarantine::restart_grace_ms(
-            self.grace_since_ms,
-            now,
-            self.ttl_max_ms,
-            self.expiry_delay_ms,
-            CLOCK_TOLERANCE_MS,
-        );
-        // The lock-delay in force, as the module's key state computes it.
-        let mut txn = Txn::new(&stored, now, self.expiry_delay_ms.saturating_add(grace_ms));
+        let mut txn = Txn::new(&stored, now, cool_down_ms);
         // The grants, each with its kind and mode: `LOCK.ACQUIRE`,
         // `ENTER`, `SHARED` and `EXCLUSIVE key owner ttl`, `LOCK.SEMAPHORE key owner
         // limit ttl`.
@@ -228,12 +228,18 @@ impl Node {
                 .map(|limit| (Want::permit(limit), number(4))),
             _ => None,
         };
+        // A key or database quarantined for a lock it lost (property 10).
+        let forgotten = match rules {
+            Rules::Module if grant.is_some() && left_ms == 0 => self.forgotten.refusal(key, now),
+            _ => None,
+        };
         let reply = match (name.as_str(), number(3)) {
             _ if grant.is_some() => {
                 let Some((want, Some(ttl_ms))) = grant else {
                     return Reply::Error(ERR, format!("{name}: a bad TTL"));
                 };
-                let admission = if left_ms > 0 { Admission::Quarantined } else { Admission::Open };
+                let admission =
+                    if left_ms > 0 || forgotten.is_some() { Admission::Quarantined } else { Admission::Open };
                 match lock::acquire(&mut txn, want, owner.as_slice(), ttl_ms, admission, fencer) {
                     Grant::Granted(fence) | Grant::Renewed(fence) => match rules {
                         Rules::Module => Reply::Int(fence as i64),
@@ -245,7 +251,9 @@ impl Node {
                     Grant::Busy => Reply::Nil,
                     Grant::Quarantined => Reply::Error(
                         QUARANTINE,
-                        format!("the node restarted, refusing new locks for {left_ms} ms"),
+                        forgotten.unwrap_or_else(|| {
+                            format!("the node restarted, refusing new locks for {left_ms} ms")
+                        }),
                     ),
                     other => Reply::Error(ERR, format!("{other:?}")),
                 }
@@ -268,6 +276,7 @@ impl Node {
             ),
         };
         let changes: Changes<'_> = txn.finish();
+        self.forgotten.wrote(key, &changes, now, cool_down_ms);
         if !changes.is_empty() {
             let after = stored.apply(&changes);
             if after.records().is_empty() {
@@ -277,5 +286,26 @@ impl Node {
             }
         }
         reply
+    }
+    /// The node loses `key` or its database at `virtual_ms` behind the
+    /// module's back (see `forget.rs`); what happened, in words.
+    pub fn lose(&mut self, loss: Loss, key: &[u8], virtual_ms: i64) -> String {
+        let now = self.now_ms(virtual_ms);
+        let cool_down_ms = self.cool_down_ms(now);
+        self.forgotten.lose(loss, key, &mut self.keys, now, cool_down_ms)
+    }
+
+    /// How long an expired lock keeps its slot at `now` (module clock):
+    /// the lock-delay and the restart grace, as the module's key state
+    /// computes it.
+    fn cool_down_ms(&self, now: i64) -> i64 {
+        let grace_ms = quarantine::restart_grace_ms(
+            self.grace_since_ms,
+            now,
+            self.ttl_max_ms,
+            self.expiry_delay_ms,
+            CLOCK_TOLERANCE_MS,
+        );
+        self.expiry_delay_ms.saturating_add(grace_ms)
     }
 }

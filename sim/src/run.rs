@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use redlock_client::{Config, Mode, Redlock, RetryPolicy};
 use tokio::time::Instant;
 
+use crate::forget::{self, Loss};
 use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
@@ -79,6 +80,11 @@ pub struct Setup {
     /// another owner id, directly on a node. A node that answers that it
     /// extended or exited is a violation ("misuse accepted").
     pub misuse_per_mille: u32,
+    /// Per mille of histories in which nodes lose the lock key behind the
+    /// module's back (an eviction, a `DEL`, `FLUSHDB`, `FLUSHALL`), and
+    /// how many times (each of one node or of a majority at once).
+    pub loss_per_mille: u32,
+    pub losses: usize,
 }
 
 /// The kind of lock a history's clients take.
@@ -132,6 +138,8 @@ impl Setup {
             aof_rewrite_per_mille: 500,
             family_per_mille: 400,
             misuse_per_mille: 250,
+            loss_per_mille: 500,
+            losses: 2,
         }
     }
 
@@ -194,6 +202,7 @@ fn quiet() -> Setup {
         aof_rewrite_per_mille: 0,
         family_per_mille: 0,
         misuse_per_mille: 0,
+        loss_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -210,6 +219,7 @@ pub enum Fault {
     Crash { node: usize, down_ms: u64, persistence: Persistence },
     Partition { client: usize, node: usize, for_ms: u64 },
     ClockStep { node: usize, step_ms: i64 },
+    Lose { node: usize, loss: Loss },
 }
 
 /// Faults at their times (ms from the start), in order.
@@ -266,6 +276,9 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
         let always = |f: &Fault| matches!(f, Fault::Crash { node: n, persistence: Persistence::Always, .. } if *n == node);
         let step_ms = if faults.iter().any(|(_, f)| always(f)) { step_ms.abs() } else { step_ms };
         faults.push((at, Fault::ClockStep { node, step_ms }));
+    }
+    for (at, node, loss) in forget::draw(seed, setup.nodes, setup.losses, setup.loss_per_mille) {
+        faults.push((at, Fault::Lose { node, loss }));
     }
     faults.sort_by_key(|(at, _)| *at);
     faults
@@ -386,7 +399,10 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     }
     net::lock(&world).faults = quiet().messages;
     let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, lock_delay_ms);
-    tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs())).await;
+    // A key lost after a start from disk is quarantined as long as a start
+    // (the floor), and its restart grace on top.
+    let grace_ms = crate::node::CLOCK_TOLERANCE_MS.unsigned_abs();
+    tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs() + grace_ms)).await;
     let left_behind = probe(&world, setup, client_count, family).await;
     let w = net::lock(&world);
     let mut violations = w.history.violations();
@@ -532,6 +548,15 @@ async fn inject(world: Shared, faults: Vec<(u64, Fault)>) {
                 if let Some(n) = w.nodes.get_mut(node) {
                     n.step_clock(step_ms);
                 }
+            }
+            Fault::Lose { node, loss } => {
+                let mut w = net::lock(&world);
+                let now = w.now_ms();
+                let what = match w.nodes.get_mut(node).filter(|n| n.up) {
+                    Some(n) => n.lose(loss, RESOURCE.as_bytes(), now),
+                    None => "down: nothing happens".into(),
+                };
+                w.history.note(now, format!("n{node} loses {RESOURCE} ({loss:?}): {what}"));
             }
             Fault::Partition { client, node, for_ms } => {
                 set_partition(&world, client, node, true);

@@ -90,3 +90,32 @@ fn a_node_refuses_the_misusers_calls_and_histories_have_them() {
     assert!(misused(&Setup::module()) > 0);
     assert_eq!(misused(&Setup::classic()), 0);
 }
+
+#[test]
+fn a_node_that_loses_a_held_key_refuses_it_until_the_lock_s_latest_deadline() {
+    use lock_sim::forget::Loss;
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    let words = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+    for loss in [Loss::Evicted, Loss::Deleted, Loss::FlushDb, Loss::FlushAll] {
+        let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+        assert!(matches!(node.call(&words(&["LOCK.ACQUIRE", "res", "a", "300"]), 0), Reply::Int(_)));
+        // Extended at 200 ms: the lock's deadline moves from 300 to 500 ms.
+        assert_eq!(node.call(&words(&["LOCK.EXTEND", "res", "a", "300"]), 200), Reply::Int(1));
+        let what = node.lose(loss, b"res", 350);
+        assert!(what.starts_with("quarantined for 150 ms"), "{loss:?}: {what}");
+        let refused = node.call(&words(&["LOCK.ACQUIRE", "res", "b", "300"]), 499);
+        assert!(
+            matches!(&refused, Reply::Error("QUARANTINE", why) if why.contains("1 ms")),
+            "{loss:?}: {refused:?}"
+        );
+        // The holder's extension does not bring back a lock the node lost.
+        assert_eq!(node.call(&words(&["LOCK.EXTEND", "res", "a", "300"]), 499), Reply::Int(0));
+        assert!(matches!(node.call(&words(&["LOCK.ACQUIRE", "res", "b", "300"]), 500), Reply::Int(_)));
+    }
+    // A missing key is neither evicted nor deleted: nothing is quarantined.
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    assert_eq!(node.lose(Loss::Deleted, b"res", 0), "no such key: nothing happens");
+    // Some histories of the module's setup lose keys.
+    assert!((0..40).any(|seed| history(seed, &Setup::module()).history.contains(" loses res ")));
+}
