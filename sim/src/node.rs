@@ -18,6 +18,7 @@ use lock_protocol::code::{ERR, QUARANTINE, WRONGTYPE};
 
 use crate::forget::{Forgotten, Loss};
 use crate::resp::Reply;
+use crate::tokens::Ledger;
 
 /// Where the node's clock starts: a realistic epoch in milliseconds, so
 /// that fencing tokens look like the module's (`now_ms * 1000`).
@@ -86,6 +87,8 @@ pub struct Node {
     pub epoch: u64,
     /// The module's forgetting rules (property 10), this process's.
     forgotten: Forgotten,
+    /// The checker's record of the tokens this node issued (property 9).
+    pub ledger: Ledger,
 }
 
 impl Node {
@@ -114,6 +117,7 @@ impl Node {
             up: true,
             epoch: 0,
             forgotten: Forgotten::default(),
+            ledger: Ledger::default(),
         }
     }
 
@@ -240,9 +244,16 @@ impl Node {
                 };
                 let admission =
                     if left_ms > 0 || forgotten.is_some() { Admission::Quarantined } else { Admission::Open };
-                match lock::acquire(&mut txn, want, owner.as_slice(), ttl_ms, admission, fencer) {
+                let acquired = lock::acquire(&mut txn, want, owner.as_slice(), ttl_ms, admission, fencer);
+                let new = matches!(acquired, Grant::Granted(_));
+                match acquired {
                     Grant::Granted(fence) | Grant::Renewed(fence) => match rules {
-                        Rules::Module => Reply::Int(fence as i64),
+                        Rules::Module => {
+                            if new {
+                                self.ledger.issued(fence, virtual_ms, self.epoch);
+                            }
+                            Reply::Int(fence as i64)
+                        }
                         Rules::Classic => {
                             *grants += 1;
                             Reply::Int(*grants as i64)
@@ -276,6 +287,9 @@ impl Node {
             ),
         };
         let changes: Changes<'_> = txn.finish();
+        if rules == Rules::Module {
+            self.ledger.reached(fencer.last(), virtual_ms, self.epoch);
+        }
         self.forgotten.wrote(key, &changes, now, cool_down_ms);
         if !changes.is_empty() {
             let after = stored.apply(&changes);

@@ -406,6 +406,9 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let left_behind = probe(&world, setup, client_count, family).await;
     let w = net::lock(&world);
     let mut violations = w.history.violations();
+    for (i, n) in w.nodes.iter().enumerate() {
+        violations.extend(n.ledger.violations.iter().map(|v| format!("node token order: n{i} {v}")));
+    }
     if let Some(why) = left_behind {
         violations.push(format!("left behind: the lock is not free once every TTL ran out: {why}"));
     }
