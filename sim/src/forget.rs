@@ -15,7 +15,6 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use lock_core::forgetting::{self, Cause, Forgetting, ALL_DBS};
-use lock_core::memory::Holders;
 use lock_core::quarantine;
 use lock_core::txn::Changes;
 
@@ -85,11 +84,11 @@ impl Forgotten {
     /// neither fires for a missing key) or its whole database: gone from
     /// `keys`, and quarantined as the module's keyspace and server events
     /// do. Returns what happened, in words.
-    pub fn lose(
+    pub fn lose<V>(
         &mut self,
         loss: Loss,
         key: &[u8],
-        keys: &mut BTreeMap<Vec<u8>, Holders>,
+        keys: &mut BTreeMap<Vec<u8>, V>,
         now_ms: i64,
         cool_down_ms: i64,
     ) -> String {

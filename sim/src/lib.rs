@@ -11,6 +11,7 @@
 //! - `forget.rs`: lock keys a node loses behind the module's back, and
 //!   the module's forgetting rules that cover them;
 //! - `history.rs`: the events, and the checker's properties;
+//! - `stored.rs`: a lock key's value as the module stores it;
 //! - `tokens.rs`: the checker's record of each node's tokens;
 //! - `resp.rs`: the RESP the node reads and writes.
 
@@ -20,4 +21,5 @@ pub mod net;
 pub mod node;
 pub mod resp;
 pub mod run;
+pub mod stored;
 pub mod tokens;

@@ -11,13 +11,13 @@ use std::collections::BTreeMap;
 use lock_core::fencing::{self, Fencer};
 use lock_core::kind::Want;
 use lock_core::lock::{self, Admission, Exit, Grant};
-use lock_core::memory::Holders;
 use lock_core::quarantine;
 use lock_core::txn::{Changes, Txn};
 use lock_protocol::code::{ERR, QUARANTINE, WRONGTYPE};
 
 use crate::forget::{Forgotten, Loss};
 use crate::resp::Reply;
+use crate::stored::{self, Value, View};
 use crate::tokens::Ledger;
 
 /// Where the node's clock starts: a realistic epoch in milliseconds, so
@@ -53,9 +53,10 @@ pub enum Rules {
 pub struct Node {
     pub persistence: Persistence,
     rules: Rules,
-    keys: BTreeMap<Vec<u8>, Holders>,
+    /// Each lock key's value as the module stores it (`stored.rs`).
+    keys: BTreeMap<Vec<u8>, Value>,
     /// What an `everysec` AOF has on disk, and when it was written.
-    on_disk: BTreeMap<Vec<u8>, Holders>,
+    on_disk: BTreeMap<Vec<u8>, Value>,
     synced_ms: i64,
     fencer: Fencer,
     /// The classic recipe's grant counter (reset by a restart).
@@ -89,6 +90,13 @@ pub struct Node {
     forgotten: Forgotten,
     /// The checker's record of the tokens this node issued (property 9).
     pub ledger: Ledger,
+    /// The next restart runs a new release of the module over the data
+    /// the previous one wrote (shared locks and semaphores in its string
+    /// form).
+    pub upgrade: bool,
+    /// Writes whose stored value lost or changed a holder the transaction
+    /// meant to keep (property 6), as the checker saw them.
+    pub misstored: Vec<String>,
 }
 
 impl Node {
@@ -118,6 +126,8 @@ impl Node {
             epoch: 0,
             forgotten: Forgotten::default(),
             ledger: Ledger::default(),
+            upgrade: false,
+            misstored: Vec::new(),
         }
     }
 
@@ -160,6 +170,9 @@ impl Node {
             Persistence::EverySec => self.on_disk.clone(),
             Persistence::Always => std::mem::take(&mut self.keys),
         };
+        if std::mem::take(&mut self.upgrade) {
+            stored::as_before_the_upgrade(&mut self.keys);
+        }
         // The counter is not stored: an `always` AOF replays the grants and
         // `LOCK.FENCE` raises it holds, unless a rewrite compacted them away
         // (then only the clock floor and the tokens of the stored locks are
@@ -217,8 +230,11 @@ impl Node {
         // The lock-delay in force, as the module's key state computes it.
         let cool_down_ms = self.cool_down_ms(now);
         let (fencer, grants) = (&mut self.fencer, &mut self.grants);
-        let stored = self.keys.get(key.as_slice()).cloned().unwrap_or_else(Holders::free);
-        let mut txn = Txn::new(&stored, now, cool_down_ms);
+        let value = self.keys.get(key.as_slice()).cloned();
+        let Some(view) = View::of(value.as_ref()) else {
+            return Reply::Error(WRONGTYPE, "the key holds a value that is not a lock".into());
+        };
+        let mut txn = Txn::new(view.lock(), now, cool_down_ms);
         // The grants, each with its kind and mode: `LOCK.ACQUIRE`,
         // `ENTER`, `SHARED` and `EXCLUSIVE key owner ttl`, `LOCK.SEMAPHORE key owner
         // limit ttl`.
@@ -292,12 +308,15 @@ impl Node {
         }
         self.forgotten.wrote(key, &changes, now, cool_down_ms);
         if !changes.is_empty() {
-            let after = stored.apply(&changes);
-            if after.records().is_empty() {
-                self.keys.remove(key.as_slice());
-            } else {
-                self.keys.insert(key.clone(), after);
+            let after = stored::written(value.as_ref(), &view, &changes);
+            if let Some(wrong) = stored::differs(after.as_ref(), &view, &changes) {
+                let key = String::from_utf8_lossy(key);
+                self.misstored.push(format!("{name} {key} at {virtual_ms} ms: {wrong}"));
             }
+            match after {
+                Some(after) => self.keys.insert(key.clone(), after),
+                None => self.keys.remove(key.as_slice()),
+            };
         }
         reply
     }

@@ -15,6 +15,7 @@ use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
 use crate::resp::Reply;
+use crate::stored;
 use redlock_client::Watchdog;
 
 /// The resource every client contends for.
@@ -85,6 +86,15 @@ pub struct Setup {
     /// how many times (each of one node or of a majority at once).
     pub loss_per_mille: u32,
     pub losses: usize,
+    /// Per mille of histories with a rolling upgrade of the module: each
+    /// node restarts in turn on the new release over what the previous one
+    /// stored (shared locks and semaphores in its string form), with the
+    /// persistence it crashes with, or an `always` AOF.
+    pub upgrade_per_mille: u32,
+    /// A history with an upgrade has no key lost and no AOF rewrite: the
+    /// module does not survive those together yet (docs/evidence.md,
+    /// "Findings"); the scenario `upgrade-unsafe` keeps them.
+    pub upgrade_alone: bool,
 }
 
 /// The kind of lock a history's clients take.
@@ -140,6 +150,8 @@ impl Setup {
             misuse_per_mille: 250,
             loss_per_mille: 500,
             losses: 2,
+            upgrade_per_mille: 250,
+            upgrade_alone: true,
         }
     }
 
@@ -174,6 +186,12 @@ impl Setup {
         }
     }
 
+    /// The module under every fault at once, a rolling upgrade with key
+    /// losses and AOF rewrites among them (which it does not survive yet).
+    pub fn upgrade_unsafe() -> Setup {
+        Setup { upgrade_per_mille: 1000, upgrade_alone: false, ..Setup::module() }
+    }
+
     /// ... a node restarting without fsync.
     pub fn restart(rules: Rules) -> Setup {
         Setup {
@@ -203,6 +221,7 @@ fn quiet() -> Setup {
         family_per_mille: 0,
         misuse_per_mille: 0,
         loss_per_mille: 0,
+        upgrade_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -220,6 +239,7 @@ pub enum Fault {
     Partition { client: usize, node: usize, for_ms: u64 },
     ClockStep { node: usize, step_ms: i64 },
     Lose { node: usize, loss: Loss },
+    Upgrade { node: usize, down_ms: u64, persistence: Persistence },
 }
 
 /// Faults at their times (ms from the start), in order.
@@ -277,8 +297,31 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
         let step_ms = if faults.iter().any(|(_, f)| always(f)) { step_ms.abs() } else { step_ms };
         faults.push((at, Fault::ClockStep { node, step_ms }));
     }
-    for (at, node, loss) in forget::draw(seed, setup.nodes, setup.losses, setup.loss_per_mille) {
-        faults.push((at, Fault::Lose { node, loss }));
+    let upgrade = stored::draw_upgrade(seed, setup.nodes, setup.upgrade_per_mille);
+    if upgrade.is_empty() || !setup.upgrade_alone {
+        for (at, node, loss) in forget::draw(seed, setup.nodes, setup.losses, setup.loss_per_mille) {
+            faults.push((at, Fault::Lose { node, loss }));
+        }
+    }
+    for (at, node, down_ms) in upgrade {
+        // The persistence the node crashes with, if it does; else an
+        // `always` AOF, whose restart keeps the locks (its clock steps
+        // forward only: it has no quarantine, assumption 1).
+        let crash = faults.iter().find_map(|(_, f)| match f {
+            Fault::Crash { node: n, persistence, .. } if *n == node => Some(*persistence),
+            _ => None,
+        });
+        let persistence = crash.unwrap_or(Persistence::Always);
+        if persistence == Persistence::Always {
+            for (_, f) in faults.iter_mut() {
+                if let Fault::ClockStep { node: n, step_ms } = f {
+                    if *n == node {
+                        *step_ms = step_ms.abs();
+                    }
+                }
+            }
+        }
+        faults.push((at, Fault::Upgrade { node, down_ms, persistence }));
     }
     faults.sort_by_key(|(at, _)| *at);
     faults
@@ -334,7 +377,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // A node runs with the persistence it will crash with from the start
     // (an `everysec` AOF has its last fsynced second when it crashes).
     for (_, fault) in faults.iter().rev() {
-        if let Fault::Crash { node, persistence, .. } = fault {
+        if let Fault::Crash { node, persistence, .. } | Fault::Upgrade { node, persistence, .. } = fault {
             if let Some(n) = nodes.get_mut(*node) {
                 n.persistence = *persistence;
             }
@@ -348,7 +391,8 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // A semaphore of 2 permits needs a third client to be full.
     let client_count = setup.clients + usize::from(family == Family::Semaphore);
     let always = nodes.iter().any(|n| n.persistence == Persistence::Always);
-    if always && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
+    let upgraded = faults.iter().any(|(_, f)| matches!(f, Fault::Upgrade { .. }));
+    if always && !(upgraded && setup.upgrade_alone) && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
         // The clocks as far apart as any history's: one node ahead, the
         // others (the one that restarts with the raises rewritten away
         // among them) behind. A quorum token from the node ahead is then
@@ -408,6 +452,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let mut violations = w.history.violations();
     for (i, n) in w.nodes.iter().enumerate() {
         violations.extend(n.ledger.violations.iter().map(|v| format!("node token order: n{i} {v}")));
+        violations.extend(n.misstored.iter().map(|v| format!("stored form: n{i} {v}")));
     }
     if let Some(why) = left_behind {
         violations.push(format!("left behind: the lock is not free once every TTL ran out: {why}"));
@@ -550,6 +595,28 @@ async fn inject(world: Shared, faults: Vec<(u64, Fault)>) {
                 w.history.note(now, format!("n{node}'s wall clock steps {step_ms:+} ms"));
                 if let Some(n) = w.nodes.get_mut(node) {
                     n.step_clock(step_ms);
+                }
+            }
+            Fault::Upgrade { node, down_ms, persistence } => {
+                {
+                    let mut w = net::lock(&world);
+                    let now = w.now_ms();
+                    w.history.note(
+                        now,
+                        format!("n{node} stops for an upgrade ({persistence:?}), down {down_ms} ms"),
+                    );
+                    if let Some(n) = w.nodes.get_mut(node) {
+                        n.persistence = persistence;
+                        n.crash();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(down_ms)).await;
+                let mut w = net::lock(&world);
+                let now = w.now_ms();
+                w.history.note(now, format!("n{node} restarts on the new release"));
+                if let Some(n) = w.nodes.get_mut(node) {
+                    n.upgrade = true;
+                    n.restart(now);
                 }
             }
             Fault::Lose { node, loss } => {

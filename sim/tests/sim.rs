@@ -119,3 +119,12 @@ fn a_node_that_loses_a_held_key_refuses_it_until_the_lock_s_latest_deadline() {
     // Some histories of the module's setup lose keys.
     assert!((0..40).any(|seed| history(seed, &Setup::module()).history.contains(" loses res ")));
 }
+
+#[test]
+fn some_histories_upgrade_the_module_over_locks_in_the_previous_form() {
+    let upgraded = (0..40)
+        .map(|seed| history(seed, &Setup::module()).history)
+        .filter(|h| h.contains("restarts on the new release"))
+        .count();
+    assert!(upgraded > 0, "no rolling upgrade in 40 histories");
+}

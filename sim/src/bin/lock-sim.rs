@@ -2,7 +2,8 @@
 //! prints a summary, and for the first failing seed its shortest history.
 //!
 //!   lock-sim [--seeds FIRST..END] [--threads N] [--rules module|classic]
-//!            [--scenario all|gc-pause|clock-jump|restart] [--print SEED]
+//!            [--scenario all|gc-pause|clock-jump|restart|upgrade-unsafe]
+//!            [--print SEED]
 //!            [--until-failure]
 //!
 //! `--until-failure` stops at the first failing seed (the smallest: each
@@ -63,6 +64,7 @@ fn main() {
         "gc-pause" => Setup::gc_pause(rules),
         "clock-jump" => Setup::clock_jump(rules),
         "restart" => Setup::restart(rules),
+        "upgrade-unsafe" => Setup { rules, ..Setup::upgrade_unsafe() },
         other => {
             eprintln!("lock-sim: unknown scenario {other}");
             std::process::exit(2);
