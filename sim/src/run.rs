@@ -572,22 +572,7 @@ async fn inject(world: Shared, faults: Vec<(u64, Fault)>) {
         tokio::time::sleep_until(started + Duration::from_millis(at)).await;
         match fault {
             Fault::Crash { node, down_ms, persistence } => {
-                {
-                    let mut w = net::lock(&world);
-                    let now = w.now_ms();
-                    w.history.note(now, format!("n{node} crashes ({persistence:?}), down {down_ms} ms"));
-                    if let Some(n) = w.nodes.get_mut(node) {
-                        n.persistence = persistence;
-                        n.crash();
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(down_ms)).await;
-                let mut w = net::lock(&world);
-                let now = w.now_ms();
-                w.history.note(now, format!("n{node} restarts"));
-                if let Some(n) = w.nodes.get_mut(node) {
-                    n.restart(now);
-                }
+                stop_and_restart(&world, node, down_ms, persistence, false).await
             }
             Fault::ClockStep { node, step_ms } => {
                 let mut w = net::lock(&world);
@@ -598,26 +583,7 @@ async fn inject(world: Shared, faults: Vec<(u64, Fault)>) {
                 }
             }
             Fault::Upgrade { node, down_ms, persistence } => {
-                {
-                    let mut w = net::lock(&world);
-                    let now = w.now_ms();
-                    w.history.note(
-                        now,
-                        format!("n{node} stops for an upgrade ({persistence:?}), down {down_ms} ms"),
-                    );
-                    if let Some(n) = w.nodes.get_mut(node) {
-                        n.persistence = persistence;
-                        n.crash();
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(down_ms)).await;
-                let mut w = net::lock(&world);
-                let now = w.now_ms();
-                w.history.note(now, format!("n{node} restarts on the new release"));
-                if let Some(n) = w.nodes.get_mut(node) {
-                    n.upgrade = true;
-                    n.restart(now);
-                }
+                stop_and_restart(&world, node, down_ms, persistence, true).await
             }
             Fault::Lose { node, loss } => {
                 let mut w = net::lock(&world);
@@ -634,6 +600,35 @@ async fn inject(world: Shared, faults: Vec<(u64, Fault)>) {
                 set_partition(&world, client, node, false);
             }
         }
+    }
+}
+
+/// The node stops (a crash, or a stop for an upgrade), then restarts
+/// `down_ms` later with `persistence`; on the new release if `upgrade`.
+async fn stop_and_restart(
+    world: &Shared,
+    node: usize,
+    down_ms: u64,
+    persistence: Persistence,
+    upgrade: bool,
+) {
+    {
+        let mut w = net::lock(world);
+        let now = w.now_ms();
+        let how = if upgrade { "stops for an upgrade" } else { "crashes" };
+        w.history.note(now, format!("n{node} {how} ({persistence:?}), down {down_ms} ms"));
+        if let Some(n) = w.nodes.get_mut(node) {
+            n.persistence = persistence;
+            n.crash();
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(down_ms)).await;
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    w.history.note(now, format!("n{node} restarts{}", if upgrade { " on the new release" } else { "" }));
+    if let Some(n) = w.nodes.get_mut(node) {
+        n.upgrade = upgrade;
+        n.restart(now);
     }
 }
 
