@@ -86,8 +86,11 @@ pub struct Node {
     pub up: bool,
     /// Bumped by every crash: a connection of an older epoch is dead.
     pub epoch: u64,
-    /// The module's forgetting rules (property 10), this process's.
+    /// The module's forgetting rules (property 10), this process's; fed
+    /// only in a history where keys may be lost (nothing else reads them,
+    /// and the deadline sketch costs a 256 KB table per process).
     forgotten: Forgotten,
+    pub may_lose_keys: bool,
     /// The checker's record of the tokens this node issued (property 9).
     pub ledger: Ledger,
     /// The next restart runs a new release of the module over the data
@@ -125,6 +128,7 @@ impl Node {
             up: true,
             epoch: 0,
             forgotten: Forgotten::default(),
+            may_lose_keys: false,
             ledger: Ledger::default(),
             upgrade: false,
             misstored: Vec::new(),
@@ -306,7 +310,9 @@ impl Node {
         if rules == Rules::Module {
             self.ledger.reached(fencer.last(), virtual_ms, self.epoch);
         }
-        self.forgotten.wrote(key, &changes, now, cool_down_ms);
+        if self.may_lose_keys {
+            self.forgotten.wrote(key, &changes, now, cool_down_ms);
+        }
         if !changes.is_empty() {
             let after = stored::written(value.as_ref(), &view, &changes);
             if let Some(wrong) = stored::differs(after.as_ref(), &view, &changes) {

@@ -91,10 +91,12 @@ pub struct Setup {
     /// stored (shared locks and semaphores in its string form), with the
     /// persistence it crashes with, or an `always` AOF.
     pub upgrade_per_mille: u32,
-    /// A history with an upgrade has no key lost and no AOF rewrite: the
-    /// module does not survive those together yet (docs/evidence.md,
-    /// "Findings"); the scenario `upgrade-unsafe` keeps them.
-    pub upgrade_alone: bool,
+    /// The module's open gaps (docs/evidence.md, "Findings") are kept out:
+    /// a history in which a node restarts without a quarantine (an
+    /// `always` AOF, by a crash or an upgrade) loses no key, and one with
+    /// an upgrade has no AOF rewrite. The scenario `upgrade-unsafe` lets
+    /// them in.
+    pub open_gaps_out: bool,
 }
 
 /// The kind of lock a history's clients take.
@@ -151,7 +153,7 @@ impl Setup {
             loss_per_mille: 500,
             losses: 2,
             upgrade_per_mille: 250,
-            upgrade_alone: true,
+            open_gaps_out: true,
         }
     }
 
@@ -189,7 +191,7 @@ impl Setup {
     /// The module under every fault at once, a rolling upgrade with key
     /// losses and AOF rewrites among them (which it does not survive yet).
     pub fn upgrade_unsafe() -> Setup {
-        Setup { upgrade_per_mille: 1000, upgrade_alone: false, ..Setup::module() }
+        Setup { upgrade_per_mille: 1000, open_gaps_out: false, ..Setup::module() }
     }
 
     /// ... a node restarting without fsync.
@@ -297,13 +299,8 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
         let step_ms = if faults.iter().any(|(_, f)| always(f)) { step_ms.abs() } else { step_ms };
         faults.push((at, Fault::ClockStep { node, step_ms }));
     }
-    let upgrade = stored::draw_upgrade(seed, setup.nodes, setup.upgrade_per_mille);
-    if upgrade.is_empty() || !setup.upgrade_alone {
-        for (at, node, loss) in forget::draw(seed, setup.nodes, setup.losses, setup.loss_per_mille) {
-            faults.push((at, Fault::Lose { node, loss }));
-        }
-    }
-    for (at, node, down_ms) in upgrade {
+    let losses = forget::draw(seed, setup.nodes, setup.losses, setup.loss_per_mille);
+    for (at, node, down_ms) in stored::draw_upgrade(seed, setup.nodes, setup.upgrade_per_mille) {
         // The persistence the node crashes with, if it does; else an
         // `always` AOF, whose restart keeps the locks (its clock steps
         // forward only: it has no quarantine, assumption 1).
@@ -322,6 +319,16 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
             }
         }
         faults.push((at, Fault::Upgrade { node, down_ms, persistence }));
+    }
+    let unquarantined = faults.iter().any(|(_, f)| {
+        matches!(
+            f,
+            Fault::Crash { persistence: Persistence::Always, .. }
+                | Fault::Upgrade { persistence: Persistence::Always, .. }
+        )
+    });
+    if !(unquarantined && setup.open_gaps_out) {
+        faults.extend(losses.into_iter().map(|(at, node, loss)| (at, Fault::Lose { node, loss })));
     }
     faults.sort_by_key(|(at, _)| *at);
     faults
@@ -383,6 +390,10 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
             }
         }
     }
+    let may_lose_keys = faults.iter().any(|(_, f)| matches!(f, Fault::Lose { .. }));
+    for n in &mut nodes {
+        n.may_lose_keys = may_lose_keys;
+    }
     let family = match rng.gen_range(0..2000) {
         draw if draw < setup.family_per_mille => Family::ReadWrite,
         draw if draw < 2 * setup.family_per_mille => Family::Semaphore,
@@ -392,7 +403,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let client_count = setup.clients + usize::from(family == Family::Semaphore);
     let always = nodes.iter().any(|n| n.persistence == Persistence::Always);
     let upgraded = faults.iter().any(|(_, f)| matches!(f, Fault::Upgrade { .. }));
-    if always && !(upgraded && setup.upgrade_alone) && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
+    if always && !(upgraded && setup.open_gaps_out) && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
         // The clocks as far apart as any history's: one node ahead, the
         // others (the one that restarts with the raises rewritten away
         // among them) behind. A quorum token from the node ahead is then

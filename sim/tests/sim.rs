@@ -99,6 +99,7 @@ fn a_node_that_loses_a_held_key_refuses_it_until_the_lock_s_latest_deadline() {
     let words = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
     for loss in [Loss::Evicted, Loss::Deleted, Loss::FlushDb, Loss::FlushAll] {
         let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+        node.may_lose_keys = true;
         assert!(matches!(node.call(&words(&["LOCK.ACQUIRE", "res", "a", "300"]), 0), Reply::Int(_)));
         // Extended at 200 ms: the lock's deadline moves from 300 to 500 ms.
         assert_eq!(node.call(&words(&["LOCK.EXTEND", "res", "a", "300"]), 200), Reply::Int(1));
