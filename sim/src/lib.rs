@@ -8,9 +8,14 @@
 //! - `run.rs`: one history: the setup, the fault schedule, the clients;
 //! - `net.rs`: the network: ordered connections and their faults;
 //! - `node.rs`: a node: the core behind a thin command dispatcher;
+//! - `bad_input.rs`: malformed calls, and the guard that turns a panic
+//!   of the core into a violation;
+//! - `command.rs`: a call's words read with the module's own parser;
 //! - `history.rs`: the events, and the checker's properties;
 //! - `resp.rs`: the RESP the node reads and writes.
 
+pub mod bad_input;
+pub mod command;
 pub mod history;
 pub mod net;
 pub mod node;

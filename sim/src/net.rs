@@ -15,6 +15,7 @@ use redlock_client::sim::{Connect, Connector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::time::Instant;
 
+use crate::bad_input;
 use crate::history::History;
 use crate::node::Node;
 use crate::resp::{self, Reply};
@@ -149,8 +150,15 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     w.history.note(at, format!("c{client} -> n{node} {text}: lost, connection reset"));
                     return;
                 }
-                let reply = match w.nodes.get_mut(node) {
-                    Some(n) => n.call(&words, at),
+                let reply = match w.nodes.get_mut(node).map(|n| bad_input::guarded(n, &words, at)) {
+                    Some(Ok(reply)) => reply,
+                    Some(Err(why)) => {
+                        if let Some(n) = w.nodes.get_mut(node) {
+                            n.crash();
+                        }
+                        w.history.seen.push(bad_input::panicked(node, at, &bad_input::text(&words), &why));
+                        return;
+                    }
                     None => return,
                 };
                 let granted = matches!(reply, Reply::Int(_))

@@ -9,13 +9,13 @@
 use std::collections::BTreeMap;
 
 use lock_core::fencing::{self, Fencer};
-use lock_core::kind::Want;
-use lock_core::lock::{self, Admission, Exit, Grant};
+use lock_core::lock::{self, Admission, AllGrant, Exit, Grant};
 use lock_core::memory::Holders;
 use lock_core::quarantine;
 use lock_core::txn::{Changes, Txn};
 use lock_protocol::code::{ERR, QUARANTINE, WRONGTYPE};
 
+use crate::command::{self, Request};
 use crate::resp::Reply;
 
 /// Where the node's clock starts: a realistic epoch in milliseconds, so
@@ -185,17 +185,18 @@ impl Node {
         self.up = true;
     }
 
-    /// Runs one command at `virtual_ms`.
+    /// Runs one command at `virtual_ms`: its words read with the module's
+    /// parser (`command.rs`), then the core on the keys it names.
     pub fn call(&mut self, words: &[Vec<u8>], virtual_ms: i64) -> Reply {
         let now = self.now_ms(virtual_ms);
         if self.persistence == Persistence::EverySec && now - self.synced_ms >= 1000 {
             self.on_disk = self.keys.clone();
             self.synced_ms = now;
         }
-        let name = words.first().map(|w| String::from_utf8_lossy(w).to_ascii_uppercase()).unwrap_or_default();
-        let number = |i: usize| -> Option<i64> { std::str::from_utf8(words.get(i)?).ok()?.parse().ok() };
-        let (Some(key), Some(owner)) = (words.get(1), words.get(2)) else {
-            return Reply::Error(ERR, format!("wrong number of arguments for '{name}'"));
+        let argv: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+        let request = match command::parse(&argv, command::limits(self.ttl_max_ms), now) {
+            Ok(request) => request,
+            Err(refused) => return refused,
         };
         let left_ms = quarantine::remaining_ms(
             self.quarantine_since_ms
@@ -203,9 +204,83 @@ impl Node {
             now,
             self.quarantine_ms,
         );
+        let admission = if left_ms > 0 { Admission::Quarantined } else { Admission::Open };
+        let refused = |why: Grant| match why {
+            Grant::Busy => Reply::Nil,
+            Grant::Quarantined => {
+                Reply::Error(QUARANTINE, format!("the node restarted, refusing new locks for {left_ms} ms"))
+            }
+            other => Reply::Error(ERR, format!("{other:?}")),
+        };
         let rules = self.rules;
-        let (fencer, grants) = (&mut self.fencer, &mut self.grants);
-        let stored = self.keys.get(key.as_slice()).cloned().unwrap_or_else(Holders::free);
+        // The classic recipe's "token" counts this process's grants.
+        let token = |fence: u64, grants: &mut u64| match rules {
+            Rules::Module => Reply::Int(fence as i64),
+            Rules::Classic => {
+                *grants += 1;
+                Reply::Int(*grants as i64)
+            }
+        };
+        match request {
+            // The simulated node serves no waits: a call with `WAIT` is
+            // refused, not answered as without it.
+            Request::Grant { wait_ms: Some(_), .. } | Request::GrantAll { wait_ms: Some(_), .. } => {
+                Reply::Error(ERR, "the simulated node does not serve WAIT".into())
+            }
+            Request::Grant { key, want, owner, ttl_ms, wait_ms: None } => {
+                self.on_keys(&[key], now, |txns, node| {
+                    let [txn] = txns else { return Reply::Nil };
+                    match lock::acquire(txn, want, owner, ttl_ms, admission, &mut node.fencer) {
+                        Grant::Granted(fence) | Grant::Renewed(fence) => token(fence, &mut node.grants),
+                        other => refused(other),
+                    }
+                })
+            }
+            Request::GrantAll { keys, wants, owner, ttl_ms, wait_ms: None } => {
+                let admissions = vec![admission; keys.len()];
+                self.on_keys(&keys, now, |txns, node| {
+                    match lock::acquire_all(txns, &wants, owner, ttl_ms, &admissions, &mut node.fencer) {
+                        AllGrant::Granted(fence) | AllGrant::Renewed(fence) => token(fence, &mut node.grants),
+                        AllGrant::Refused { why, .. } => refused(why),
+                    }
+                })
+            }
+            Request::Extend { key, owner, ttl_ms } => {
+                self.on_keys(&[key], now, |txns, _| one(flags(txns, |txn| lock::extend(txn, owner, ttl_ms))))
+            }
+            Request::Renew { keys, owner, ttl_ms } => self.on_keys(&keys, now, |txns, _| {
+                Reply::Ints(flags(txns, |txn| lock::extend(txn, owner, ttl_ms)))
+            }),
+            Request::Release { key, owner } => {
+                self.on_keys(&[key], now, |txns, _| one(flags(txns, |txn| lock::release(txn, owner))))
+            }
+            Request::ReleaseAll { keys, owner } => {
+                self.on_keys(&keys, now, |txns, _| Reply::Ints(flags(txns, |txn| lock::release(txn, owner))))
+            }
+            Request::Fence { key, owner, floor } => self.on_keys(&[key], now, |txns, node| match rules {
+                Rules::Module => one(flags(txns, |txn| lock::fence(txn, owner, floor, &mut node.fencer))),
+                // No fencing: whatever the client asks, the node says yes.
+                Rules::Classic => Reply::Int(1),
+            }),
+            Request::Exit { key, owner, request_id } => self.on_keys(&[key], now, |txns, _| {
+                let [txn] = txns else { return Reply::Nil };
+                match lock::exit(txn, owner, request_id) {
+                    Exit::Left(holds) => Reply::Int(holds.into()),
+                    Exit::NotHeld => Reply::Nil,
+                    Exit::WrongKind { found } => Reply::Error(WRONGTYPE, format!("a {} lock", found.name())),
+                }
+            }),
+        }
+    }
+
+    /// Runs `run` on a transaction over each of `keys` (their stored locks
+    /// as now), then stores what each changed.
+    fn on_keys<'o>(
+        &mut self,
+        keys: &[&'o [u8]],
+        now: i64,
+        run: impl FnOnce(&mut [Txn<'_, 'o, Holders>], &mut Node) -> Reply,
+    ) -> Reply {
         let grace_ms = quarantine::restart_grace_ms(
             self.grace_since_ms,
             now,
@@ -214,68 +289,44 @@ impl Node {
             CLOCK_TOLERANCE_MS,
         );
         // The lock-delay in force, as the module's key state computes it.
-        let mut txn = Txn::new(&stored, now, self.expiry_delay_ms.saturating_add(grace_ms));
-        // The grants, each with its kind and mode: `LOCK.ACQUIRE`,
-        // `ENTER`, `SHARED` and `EXCLUSIVE key owner ttl`, `LOCK.SEMAPHORE key owner
-        // limit ttl`.
-        let grant = match name.as_str() {
-            "LOCK.ACQUIRE" => Some((Want::plain(), number(3))),
-            "LOCK.ENTER" => Some((Want::reentrant(), number(3))),
-            "LOCK.SHARED" => Some((Want::read(), number(3))),
-            "LOCK.EXCLUSIVE" => Some((Want::write(), number(3))),
-            "LOCK.SEMAPHORE" => number(3)
-                .and_then(|limit| u32::try_from(limit).ok())
-                .map(|limit| (Want::permit(limit), number(4))),
-            _ => None,
-        };
-        let reply = match (name.as_str(), number(3)) {
-            _ if grant.is_some() => {
-                let Some((want, Some(ttl_ms))) = grant else {
-                    return Reply::Error(ERR, format!("{name}: a bad TTL"));
-                };
-                let admission = if left_ms > 0 { Admission::Quarantined } else { Admission::Open };
-                match lock::acquire(&mut txn, want, owner.as_slice(), ttl_ms, admission, fencer) {
-                    Grant::Granted(fence) | Grant::Renewed(fence) => match rules {
-                        Rules::Module => Reply::Int(fence as i64),
-                        Rules::Classic => {
-                            *grants += 1;
-                            Reply::Int(*grants as i64)
-                        }
-                    },
-                    Grant::Busy => Reply::Nil,
-                    Grant::Quarantined => Reply::Error(
-                        QUARANTINE,
-                        format!("the node restarted, refusing new locks for {left_ms} ms"),
-                    ),
-                    other => Reply::Error(ERR, format!("{other:?}")),
-                }
+        let cool_down_ms = self.expiry_delay_ms.saturating_add(grace_ms);
+        let stored: Vec<Holders> =
+            keys.iter().map(|key| self.keys.get(*key).cloned().unwrap_or_else(Holders::free)).collect();
+        let mut txns: Vec<Txn<'_, 'o, Holders>> =
+            stored.iter().map(|s| Txn::new(s, now, cool_down_ms)).collect();
+        let reply = run(&mut txns, self);
+        for ((key, before), txn) in keys.iter().zip(&stored).zip(txns) {
+            let changes: Changes<'_> = txn.finish();
+            if changes.is_empty() {
+                continue;
             }
-            ("LOCK.EXTEND", Some(ttl_ms)) => Reply::Int(lock::extend(&mut txn, owner, ttl_ms).into()),
-            ("LOCK.FENCE", Some(floor)) => match rules {
-                Rules::Module => Reply::Int(lock::fence(&mut txn, owner, floor as u64, fencer).into()),
-                // No fencing: whatever the client asks, the node says yes.
-                Rules::Classic => Reply::Int(1),
-            },
-            ("LOCK.RELEASE", None) if words.len() == 3 => Reply::Int(lock::release(&mut txn, owner).into()),
-            ("LOCK.EXIT", None) if words.len() == 3 => match lock::exit(&mut txn, owner, None) {
-                Exit::Left(holds) => Reply::Int(holds.into()),
-                Exit::NotHeld => Reply::Nil,
-                Exit::WrongKind { found } => Reply::Error(WRONGTYPE, format!("a {} lock", found.name())),
-            },
-            _ => Reply::Error(
-                ERR,
-                format!("the simulated node does not serve {name} with {} words", words.len()),
-            ),
-        };
-        let changes: Changes<'_> = txn.finish();
-        if !changes.is_empty() {
-            let after = stored.apply(&changes);
+            let after = before.apply(&changes);
             if after.records().is_empty() {
-                self.keys.remove(key.as_slice());
+                self.keys.remove(*key);
             } else {
-                self.keys.insert(key.clone(), after);
+                self.keys.insert(key.to_vec(), after);
             }
         }
         reply
     }
+
+    /// The locks this node holds and its fencing counter: what a call that
+    /// changes nothing leaves as it was.
+    pub fn state(&self) -> (BTreeMap<Vec<u8>, Holders>, u64) {
+        (self.keys.clone(), self.fencer.last())
+    }
+}
+
+/// A yes (1) or no (0) per key: the single-key commands answer the one
+/// key's, `LOCK.RENEW` and `LOCK.MRELEASE` one per key.
+fn flags<'o>(
+    txns: &mut [Txn<'_, 'o, Holders>],
+    mut run: impl FnMut(&mut Txn<'_, 'o, Holders>) -> bool,
+) -> Vec<i64> {
+    txns.iter_mut().map(|txn| i64::from(run(txn))).collect()
+}
+
+/// The one key's flag.
+fn one(flags: Vec<i64>) -> Reply {
+    Reply::Int(flags.first().copied().unwrap_or(0))
 }

@@ -8,6 +8,8 @@ pub enum Reply {
     Int(i64),
     Nil,
     Status(&'static str),
+    /// An array of integers (`LOCK.RENEW`, `LOCK.MRELEASE`: one per key).
+    Ints(Vec<i64>),
     /// The error's code and the rest of its line.
     Error(&'static str, String),
 }
@@ -18,6 +20,12 @@ impl Reply {
             Reply::Int(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
             Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
             Reply::Status(s) => out.extend_from_slice(format!("+{s}\r\n").as_bytes()),
+            Reply::Ints(ns) => {
+                out.extend_from_slice(format!("*{}\r\n", ns.len()).as_bytes());
+                for n in ns {
+                    Reply::Int(*n).encode(out);
+                }
+            }
             Reply::Error(code, detail) => out.extend_from_slice(format!("-{code} {detail}\r\n").as_bytes()),
         }
     }

@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use redlock_client::{Config, Mode, Redlock, RetryPolicy};
 use tokio::time::Instant;
 
+use crate::bad_input;
 use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
@@ -77,7 +78,9 @@ pub struct Setup {
     /// own, it calls `LOCK.EXTEND` on the contended lock with a token that
     /// holds nothing, and `LOCK.EXIT` on a reentrant lock it entered under
     /// another owner id, directly on a node. A node that answers that it
-    /// extended or exited is a violation ("misuse accepted").
+    /// extended or exited is a violation ("misuse accepted"); then
+    /// malformed calls (`bad_input.rs`), each of which must get an error
+    /// and change nothing ("bad input accepted").
     pub misuse_per_mille: u32,
 }
 
@@ -370,8 +373,9 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // The misuser draws from its own generator: the other histories' draws
     // stay as they were.
     let mut misuse_rng = StdRng::seed_from_u64(seed ^ 0x0bad_70c3);
-    let misuser = (misuse_rng.gen_range(0..1000) < setup.misuse_per_mille)
-        .then(|| tokio::spawn(misuse(world.clone(), setup, misuse_rng)));
+    let misuser = (misuse_rng.gen_range(0..1000) < setup.misuse_per_mille).then(|| {
+        tokio::spawn(misuse(world.clone(), setup, misuse_rng, StdRng::seed_from_u64(seed ^ 0x0bad_1e9a)))
+    });
     let clients: Vec<_> =
         (0..client_count).map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family))).collect();
     for handle in clients {
@@ -468,8 +472,10 @@ async fn probe(world: &Shared, setup: Setup, c: usize, family: Family) -> Option
 /// `LOCK.EXIT` of it under another owner id. Each call goes straight to
 /// the node (no client API sends another's token); a node that is down
 /// is skipped. The node must answer 0 to the extension and nil to the
-/// exit; anything else is a misuse accepted.
-async fn misuse(world: Shared, setup: Setup, mut rng: StdRng) {
+/// exit; anything else is a misuse accepted. Then, on the same node, a
+/// few malformed calls drawn from `bad` (`bad_input.rs`): each must get an
+/// error and change nothing, or the bad input was accepted.
+async fn misuse(world: Shared, setup: Setup, mut rng: StdRng, mut bad: StdRng) {
     const REENTRANT: &str = "misuse-reentrant";
     let words = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
     let started = net::lock(&world).started;
@@ -487,15 +493,34 @@ async fn misuse(world: Shared, setup: Setup, mut rng: StdRng) {
         ];
         let mut w = net::lock(&world);
         let now = w.now_ms();
+        let malformed = bad_input::calls(&mut bad, RESOURCE, &nobody, TTL_MAX_MS);
+        let calls = calls
+            .into_iter()
+            .map(|(call, expected)| (call, Some(expected)))
+            .chain(malformed.into_iter().map(|call| (call, None)));
         for (call, expected) in calls {
             let Some(n) = w.nodes.get_mut(node).filter(|n| n.up) else { break };
-            let reply = n.call(&call, now);
-            let text = call.iter().map(|x| String::from_utf8_lossy(x)).collect::<Vec<_>>().join(" ");
+            let before = n.state();
+            let text = bad_input::text(&call);
+            let reply = match bad_input::guarded(n, &call, now) {
+                Ok(reply) => reply,
+                Err(why) => {
+                    n.crash();
+                    w.history.seen.push(bad_input::panicked(node, now, &text, &why));
+                    break;
+                }
+            };
+            let changed = before != n.state();
             w.history.note(now, format!("misuser -> n{node} {text}: {reply:?}"));
-            if expected.is_some_and(|e| e != reply) {
-                w.history.seen.push(format!(
+            match expected {
+                Some(Some(e)) if e != reply => w.history.seen.push(format!(
                     "misuse accepted: n{node} answered {reply:?} at {now} ms to {text}, whose owner holds nothing"
-                ));
+                )),
+                None if !matches!(reply, Reply::Error(..)) || changed => w.history.seen.push(format!(
+                    "bad input accepted: n{node} answered {reply:?} at {now} ms to {text}{}",
+                    if changed { ", and its locks or fencing counter changed" } else { "" }
+                )),
+                _ => {}
             }
         }
     }

@@ -90,3 +90,34 @@ fn a_node_refuses_the_misusers_calls_and_histories_have_them() {
     assert!(misused(&Setup::module()) > 0);
     assert_eq!(misused(&Setup::classic()), 0);
 }
+
+#[test]
+fn a_node_answers_bad_input_with_an_error_and_changes_nothing() {
+    use lock_sim::bad_input;
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    use rand::SeedableRng;
+    let words = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    assert!(matches!(node.call(&words(&["LOCK.ACQUIRE", "res", "a", "300"]), 0), Reply::Int(_)));
+    let mut sent = 0;
+    for seed in 0..20 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for call in bad_input::calls(&mut rng, "res", "misuser", 600) {
+            let before = node.state();
+            let reply = bad_input::guarded(&mut node, &call, 10).expect("no panic");
+            assert!(matches!(reply, Reply::Error("ERR", _)), "{}: {reply:?}", bad_input::text(&call));
+            assert!(before == node.state(), "{} changed the node", bad_input::text(&call));
+            sent += 1;
+        }
+    }
+    assert!(sent > 100);
+    // The holder's lock is still there.
+    assert_eq!(node.call(&words(&["LOCK.RELEASE", "res", "a"]), 20), Reply::Int(1));
+    // Histories with the misuser send it malformed calls (an empty word
+    // among them).
+    let bad =
+        (0..40).filter(|&seed| history(seed, &Setup::module()).history.contains("misuser -> n")).count();
+    assert!(bad > 0);
+    assert!((0..40).any(|seed| history(seed, &Setup::module()).history.contains(" '': Error")));
+}
