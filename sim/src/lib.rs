@@ -12,6 +12,7 @@
 //!   of the core into a violation;
 //! - `command.rs`: a call's words read with the module's own parser;
 //! - `history.rs`: the events, and the checker's properties;
+//! - `sets.rs`: sets of resources taken all or nothing, and their check;
 //! - `resp.rs`: the RESP the node reads and writes.
 
 pub mod bad_input;
@@ -21,3 +22,4 @@ pub mod net;
 pub mod node;
 pub mod resp;
 pub mod run;
+pub mod sets;

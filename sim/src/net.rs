@@ -19,6 +19,7 @@ use crate::bad_input;
 use crate::history::History;
 use crate::node::Node;
 use crate::resp::{self, Reply};
+use crate::sets;
 
 /// How often each message fault strikes, per request (per mille).
 #[derive(Clone, Copy, Debug)]
@@ -150,6 +151,11 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     w.history.note(at, format!("c{client} -> n{node} {text}: lost, connection reset"));
                     return;
                 }
+                let set = sets::macquire(&words);
+                let before = match (&set, w.nodes.get(node)) {
+                    (Some((owner, keys)), Some(n)) => n.on_keys_of(owner, keys),
+                    _ => Vec::new(),
+                };
                 let reply = match w.nodes.get_mut(node).map(|n| bad_input::guarded(n, &words, at)) {
                     Some(Ok(reply)) => reply,
                     Some(Err(why)) => {
@@ -161,6 +167,13 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     }
                     None => return,
                 };
+                if let (Some((owner, keys)), Some(n)) = (&set, w.nodes.get(node)) {
+                    let after = n.on_keys_of(owner, keys);
+                    let text = bad_input::text(&words);
+                    if let Some(v) = sets::all_or_nothing(node, at, &text, &reply, &before, &after) {
+                        w.history.seen.push(v);
+                    }
+                }
                 let granted = matches!(reply, Reply::Int(_))
                     && words.first().is_some_and(|name| name.eq_ignore_ascii_case(b"LOCK.ACQUIRE"));
                 w.history.served(node, at, &words, granted);

@@ -310,6 +310,13 @@ impl Node {
         reply
     }
 
+    /// Whether `owner` has a record (live or not) on each of `keys`.
+    pub fn on_keys_of(&self, owner: &[u8], keys: &[Vec<u8>]) -> Vec<bool> {
+        let on =
+            |key: &Vec<u8>| self.keys.get(key).is_some_and(|h| h.records().iter().any(|(o, _)| o == owner));
+        keys.iter().map(on).collect()
+    }
+
     /// The locks this node holds and its fencing counter: what a call that
     /// changes nothing leaves as it was.
     pub fn state(&self) -> (BTreeMap<Vec<u8>, Holders>, u64) {

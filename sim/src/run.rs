@@ -15,6 +15,7 @@ use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
 use crate::resp::Reply;
+use crate::sets;
 use redlock_client::Watchdog;
 
 /// The resource every client contends for.
@@ -82,6 +83,10 @@ pub struct Setup {
     /// malformed calls (`bad_input.rs`), each of which must get an error
     /// and change nothing ("bad input accepted").
     pub misuse_per_mille: u32,
+    /// Per mille of the lock cycles of a plain lock's history that take a
+    /// set (`sets.rs`: two or three resources, the contended one among
+    /// them or not, all or nothing, with `Redlock::acquire_many`).
+    pub set_per_mille: u32,
 }
 
 /// The kind of lock a history's clients take.
@@ -135,6 +140,7 @@ impl Setup {
             aof_rewrite_per_mille: 500,
             family_per_mille: 400,
             misuse_per_mille: 250,
+            set_per_mille: 250,
         }
     }
 
@@ -146,6 +152,7 @@ impl Setup {
             lock_delay_max_ms: 0,
             family_per_mille: 0,
             misuse_per_mille: 0,
+            set_per_mille: 0,
             ..Setup::module()
         }
     }
@@ -197,6 +204,7 @@ fn quiet() -> Setup {
         aof_rewrite_per_mille: 0,
         family_per_mille: 0,
         misuse_per_mille: 0,
+        set_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -376,8 +384,9 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let misuser = (misuse_rng.gen_range(0..1000) < setup.misuse_per_mille).then(|| {
         tokio::spawn(misuse(world.clone(), setup, misuse_rng, StdRng::seed_from_u64(seed ^ 0x0bad_1e9a)))
     });
-    let clients: Vec<_> =
-        (0..client_count).map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family))).collect();
+    let clients: Vec<_> = (0..client_count)
+        .map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family, seed)))
+        .collect();
     for handle in clients {
         let _ = handle.await;
     }
@@ -647,7 +656,7 @@ fn draw_cycle(world: &Shared, setup: &Setup, spread: bool) -> Cycle {
 /// One client: lock cycles on the resource with the real client (grant,
 /// fencing round, writes to the resource between steps of work kept alive
 /// by extensions or the watchdog, maybe a pause, release).
-async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Family) {
+async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Family, seed: u64) {
     let config = Config {
         connect_timeout: Duration::from_millis(100),
         command_timeout: Duration::from_millis(60),
@@ -665,12 +674,28 @@ async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Fam
         total_max: None,
     };
     let fencing = setup.rules == crate::node::Rules::Module;
+    let mut set_rng = StdRng::seed_from_u64(seed ^ 0x5e75 ^ (c as u64) << 32);
     for _ in 0..setup.cycles {
         let cycle = draw_cycle(&world, &setup, spread);
         let mode = family.mode(net::lock(&world).rng.gen_bool(0.5));
+        // A set (plain locks only), drawn from the client's own generator:
+        // the other draws stay as they were.
+        let set = match family {
+            Family::Plain => sets::draw(&mut set_rng, setup.set_per_mille),
+            _ => None,
+        };
+        let keys: Vec<String> =
+            set.clone().unwrap_or_else(|| vec![RESOURCE]).iter().map(|k| k.to_string()).collect();
         let ttl = Duration::from_millis(cycle.ttl_ms);
-        note(&world, format!("c{c} acquires {mode:?}, ttl {} ms, {:?}", cycle.ttl_ms, cycle.keep));
-        match redlock.acquire(RESOURCE, mode, ttl, &retry).await {
+        note(&world, format!("c{c} acquires {mode:?} {keys:?}, ttl {} ms, {:?}", cycle.ttl_ms, cycle.keep));
+        let acquired = match &set {
+            Some(set) => {
+                let resources: Vec<(&str, Mode)> = set.iter().map(|k| (*k, mode)).collect();
+                redlock.acquire_many(&resources, ttl, &retry).await
+            }
+            None => redlock.acquire(RESOURCE, mode, ttl, &retry).await,
+        };
+        match acquired {
             Err(e) => note(&world, format!("c{c} acquire failed: {e}")),
             Ok(mut guard) => {
                 // Its grant round's start: the nodes may grant a reader or a
@@ -698,6 +723,7 @@ async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Fam
                         granted_ms: now,
                         valid_until_ms,
                         released_ms: None,
+                        keys: keys.clone(),
                     });
                     w.history.holds.len() - 1
                 };

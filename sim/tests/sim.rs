@@ -121,3 +121,26 @@ fn a_node_answers_bad_input_with_an_error_and_changes_nothing() {
     assert!(bad > 0);
     assert!((0..40).any(|seed| history(seed, &Setup::module()).history.contains(" '': Error")));
 }
+
+#[test]
+fn a_node_grants_a_set_whole_or_not_at_all() {
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    let words = |line: &str| line.split(' ').map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+    let keys = |line: &str| line.split(' ').map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    assert!(matches!(node.call(&words("LOCK.ACQUIRE res a 300"), 0), Reply::Int(_)));
+    // One key of the set is held: nothing is taken.
+    assert_eq!(node.call(&words("LOCK.MACQUIRE b 300 2 res2 res"), 10), Reply::Nil);
+    assert_eq!(node.on_keys_of(b"b", &keys("res2 res")), [false, false]);
+    assert!(matches!(node.call(&words("LOCK.MACQUIRE b 300 2 res2 res3"), 20), Reply::Int(_)));
+    assert_eq!(node.on_keys_of(b"b", &keys("res2 res3")), [true, true]);
+    assert_eq!(node.call(&words("LOCK.RENEW b 300 res2 res3 res"), 30), Reply::Ints(vec![1, 1, 0]));
+    assert_eq!(node.call(&words("LOCK.MRELEASE b res2 res3"), 40), Reply::Ints(vec![1, 1]));
+    // Some histories take sets, none of the classic recipe's.
+    let sets = |setup: &Setup| {
+        (0..20).filter(|&seed| history(seed, setup).history.contains("lock.macquire")).count()
+    };
+    assert!(sets(&Setup::module()) > 0);
+    assert_eq!(sets(&Setup::classic()), 0);
+}
