@@ -160,7 +160,7 @@ impl History {
                 let at_once = self
                     .holds
                     .iter()
-                    .filter(|b| b.granted_ms <= a.granted_ms && a.granted_ms < end(b, kept_ms))
+                    .filter(|b| a.meets(b) && b.granted_ms <= a.granted_ms && a.granted_ms < end(b, kept_ms))
                     .count();
                 if at_once > permits as usize {
                     found.push(format!(

@@ -12,6 +12,7 @@
 //!   of the core into a violation;
 //! - `command.rs`: a call's words read with the module's own parser;
 //! - `history.rs`: the events, and the checker's properties;
+//! - `reentrant.rs`: reentrant clients whose `EXIT ... ID` is sent again;
 //! - `sets.rs`: sets of resources taken all or nothing, and their check;
 //! - `resp.rs`: the RESP the node reads and writes.
 
@@ -20,6 +21,7 @@ pub mod command;
 pub mod history;
 pub mod net;
 pub mod node;
+pub mod reentrant;
 pub mod resp;
 pub mod run;
 pub mod sets;

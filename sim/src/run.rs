@@ -14,6 +14,7 @@ use crate::bad_input;
 use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
+use crate::reentrant;
 use crate::resp::Reply;
 use crate::sets;
 use redlock_client::Watchdog;
@@ -87,6 +88,10 @@ pub struct Setup {
     /// set (`sets.rs`: two or three resources, the contended one among
     /// them or not, all or nothing, with `Redlock::acquire_many`).
     pub set_per_mille: u32,
+    /// Per mille of histories with two reentrant clients on one node
+    /// (`reentrant.rs`: `LOCK.ENTER` twice, `LOCK.EXIT ... ID` sent again
+    /// until answered).
+    pub reentrant_per_mille: u32,
 }
 
 /// The kind of lock a history's clients take.
@@ -141,6 +146,7 @@ impl Setup {
             family_per_mille: 400,
             misuse_per_mille: 250,
             set_per_mille: 250,
+            reentrant_per_mille: 250,
         }
     }
 
@@ -153,6 +159,7 @@ impl Setup {
             family_per_mille: 0,
             misuse_per_mille: 0,
             set_per_mille: 0,
+            reentrant_per_mille: 0,
             ..Setup::module()
         }
     }
@@ -205,6 +212,7 @@ fn quiet() -> Setup {
         family_per_mille: 0,
         misuse_per_mille: 0,
         set_per_mille: 0,
+        reentrant_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -384,10 +392,30 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let misuser = (misuse_rng.gen_range(0..1000) < setup.misuse_per_mille).then(|| {
         tokio::spawn(misuse(world.clone(), setup, misuse_rng, StdRng::seed_from_u64(seed ^ 0x0bad_1e9a)))
     });
+    // The reentrant clients (after the probe's index), from their own
+    // generator too.
+    let mut reentrant_rng = StdRng::seed_from_u64(seed ^ 0x4ee7_e4e7);
+    let reentrant_clients: Vec<_> =
+        reentrant::draw(&mut reentrant_rng, setup.reentrant_per_mille, setup.nodes)
+            .map(|node| {
+                (1..=2)
+                    .map(|i| {
+                        let rng = StdRng::seed_from_u64(reentrant_rng.gen());
+                        tokio::spawn(reentrant::client(
+                            world.clone(),
+                            client_count + i,
+                            node,
+                            TTL_MAX_MS,
+                            rng,
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
     let clients: Vec<_> = (0..client_count)
         .map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family, seed)))
         .collect();
-    for handle in clients {
+    for handle in clients.into_iter().chain(reentrant_clients) {
         let _ = handle.await;
     }
     // Every fault has ended (the schedule is bounded); then, once every

@@ -144,3 +144,22 @@ fn a_node_grants_a_set_whole_or_not_at_all() {
     assert!(sets(&Setup::module()) > 0);
     assert_eq!(sets(&Setup::classic()), 0);
 }
+
+#[test]
+fn a_resent_exit_counts_once_and_histories_have_reentrant_clients() {
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    let words = |line: &str| line.split(' ').map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    let token = node.call(&words("LOCK.ENTER reentrant a 300"), 0);
+    assert_eq!(node.call(&words("LOCK.ENTER reentrant a 300"), 1), token);
+    assert_eq!(node.call(&words("LOCK.EXIT reentrant a ID x1"), 2), Reply::Int(1));
+    // The same id again (its reply was lost): counted once.
+    assert_eq!(node.call(&words("LOCK.EXIT reentrant a ID x1"), 3), Reply::Int(1));
+    assert_eq!(node.call(&words("LOCK.ENTER reentrant b 300"), 4), Reply::Nil);
+    let with = |setup: &Setup| {
+        (0..40).filter(|&seed| history(seed, setup).history.contains("LOCK.EXIT reentrant")).count()
+    };
+    assert!(with(&Setup::module()) > 0);
+    assert_eq!(with(&Setup::classic()), 0);
+}

@@ -1,0 +1,178 @@
+//! Reentrant locks with `LOCK.EXIT key owner ID request-id`: two clients
+//! of their own on one node, each entering the lock twice, then leaving
+//! it one hold at a time, each `EXIT` with an id of its own and sent again
+//! with the same id when its reply does not come (the connection reset,
+//! or no answer within the call's timeout): the id makes the node count
+//! it once. The quorum client's `Redlock::exit` sends no id (it never
+//! sends a call twice), so these clients speak the commands themselves,
+//! over the simulated network and its faults (a delayed call on a
+//! connection given up reaches the node after its resend: a duplicate).
+//!
+//! What they check: a node never answers an `EXIT` with fewer holds than
+//! the holder believes it has left ("hold count"); and their holds go to
+//! the history, whose checker sees two that overlap (mutual exclusion).
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::Rng;
+use redlock_client::sim::Connector;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+use crate::history::Hold;
+use crate::net::{self, Shared};
+use crate::resp::Reply;
+
+/// The key the reentrant clients take (no other client takes it).
+pub const KEY: &str = "reentrant";
+/// Tries per call (the first and its resends).
+const ATTEMPTS_MAX: usize = 4;
+/// How long a call (its connect, write and reply) may take.
+const CALL_TIMEOUT_MS: u64 = 60;
+/// Lock cycles per client.
+const CYCLES: usize = 3;
+
+/// One client's connection to its node, opened again after a reset.
+struct Link {
+    connector: Connector,
+    host: String,
+    stream: Option<DuplexStream>,
+}
+
+impl Link {
+    /// Sends `words` and reads the one-line reply; `None` when the
+    /// connection reset or the call timed out (the connection is then
+    /// given up: a late reply on it is never read).
+    async fn call(&mut self, words: &[String]) -> Option<Reply> {
+        let attempt = async {
+            let mut stream = match self.stream.take() {
+                Some(stream) => stream,
+                None => (self.connector)(&self.host, 6379).await.ok()?,
+            };
+            let mut out = format!("*{}\r\n", words.len()).into_bytes();
+            for w in words {
+                out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
+            }
+            stream.write_all(&out).await.ok()?;
+            let mut line = Vec::new();
+            while !line.ends_with(b"\r\n") {
+                let mut byte = [0u8; 1];
+                if stream.read(&mut byte).await.ok()? == 0 {
+                    return None;
+                }
+                line.extend_from_slice(&byte);
+            }
+            Some((stream, reply_of(&line)))
+        };
+        let (stream, reply) =
+            tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), attempt).await.ok()??;
+        self.stream = Some(stream);
+        Some(reply)
+    }
+
+    /// [`Link::call`], sent again until it is answered, up to
+    /// [`ATTEMPTS_MAX`] tries.
+    async fn call_until_answered(&mut self, words: &[String]) -> Option<Reply> {
+        for _ in 0..ATTEMPTS_MAX {
+            if let Some(reply) = self.call(words).await {
+                return Some(reply);
+            }
+        }
+        None
+    }
+}
+
+/// A one-line reply: an integer, nil, or an error (its code kept when it
+/// is one the node gives).
+fn reply_of(line: &[u8]) -> Reply {
+    let text = String::from_utf8_lossy(line.strip_suffix(b"\r\n").unwrap_or(line)).into_owned();
+    if let Some(n) = text.strip_prefix(':').and_then(|n| n.parse().ok()) {
+        return Reply::Int(n);
+    }
+    if text == "$-1" {
+        return Reply::Nil;
+    }
+    Reply::Error("ERR", text)
+}
+
+/// Whether a history has the reentrant clients, and on which node: drawn
+/// from `rng` (`per_mille` of the histories).
+pub fn draw(rng: &mut StdRng, per_mille: u32, nodes: usize) -> Option<usize> {
+    (rng.gen_range(0..1000) < per_mille).then(|| rng.gen_range(0..nodes))
+}
+
+/// Client `c` (an index of its own) on node `node`: [`CYCLES`] cycles of
+/// enter, enter, exit, work, exit, with TTLs up to `ttl_max_ms`.
+pub async fn client(world: Shared, c: usize, node: usize, ttl_max_ms: u64, mut rng: StdRng) {
+    let mut link =
+        Link { connector: net::connector(world.clone()), host: format!("c{c}n{node}"), stream: None };
+    for cycle in 0..CYCLES {
+        let owner = format!("reentrant-c{c}-{cycle}");
+        let ttl_ms = rng.gen_range(100..=ttl_max_ms);
+        let (work_ms, think_ms) = (rng.gen_range(0..ttl_ms / 2), rng.gen_range(0..50));
+        hold_once(&world, &mut link, c, &owner, ttl_ms, work_ms).await;
+        tokio::time::sleep(Duration::from_millis(think_ms)).await;
+    }
+}
+
+/// One cycle. An `ENTER` whose reply does not come leaves an unknown
+/// count: the cycle ends there (its holds run out with their TTL).
+async fn hold_once(world: &Shared, link: &mut Link, c: usize, owner: &str, ttl_ms: u64, work_ms: u64) {
+    let words = |parts: &[&str]| parts.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+    let ttl = ttl_ms.to_string();
+    let enter = words(&["LOCK.ENTER", KEY, owner, &ttl]);
+    let began_ms = net::lock(world).now_ms();
+    let Some(Reply::Int(token)) = link.call(&enter).await else { return };
+    // The node's clock may run 1% fast: the hold is valid until a little
+    // before its TTL from the call's start, as the quorum client budgets.
+    let valid = |sent_ms: i64| sent_ms + ttl_ms as i64 - ttl_ms as i64 / 100 - 2;
+    let hold = {
+        let mut w = net::lock(world);
+        let now = w.now_ms();
+        w.history.holds.push(Hold {
+            client: c,
+            mode: redlock_client::Mode::Plain,
+            token: token as u64,
+            began_ms,
+            granted_ms: now,
+            valid_until_ms: valid(began_ms),
+            released_ms: None,
+            keys: vec![KEY.to_string()],
+        });
+        w.history.holds.len() - 1
+    };
+    let mut believed = 1;
+    let again_ms = net::lock(world).now_ms();
+    if let Some(Reply::Int(_)) = link.call(&enter).await {
+        believed = 2;
+        if let Some(h) = net::lock(world).history.holds.get_mut(hold) {
+            h.valid_until_ms = valid(again_ms);
+        }
+    }
+    for exit in 0..believed {
+        if exit > 0 {
+            tokio::time::sleep(Duration::from_millis(work_ms)).await;
+        }
+        let id = format!("{owner}-exit-{exit}");
+        let sent_ms = net::lock(world).now_ms();
+        let reply = link.call_until_answered(&words(&["LOCK.EXIT", KEY, owner, "ID", &id])).await;
+        let mut w = net::lock(world);
+        let now = w.now_ms();
+        let left = believed - exit - 1;
+        match reply {
+            Some(Reply::Int(holds)) if holds < left => {
+                w.history.seen.push(format!(
+                    "hold count: the node answered {holds} holds left at {now} ms to {owner}'s EXIT ID {id}, which believes it has {left} left"
+                ));
+            }
+            Some(Reply::Int(_)) if left > 0 => continue,
+            _ => {}
+        }
+        // Left, or unknown (no answer, nil): it holds no more, from the
+        // last exit's first try (the node may free it there) or now.
+        if let Some(h) = w.history.holds.get_mut(hold) {
+            h.released_ms = Some(if left == 0 { sent_ms } else { now });
+        }
+        return;
+    }
+}
