@@ -12,16 +12,24 @@
 //!   of the core into a violation;
 //! - `command.rs`: a call's words read with the module's own parser;
 //! - `history.rs`: the events, and the checker's properties;
+//! - `link.rs`: a client's own connection to a node (`reentrant.rs`,
+//!   `waiters.rs`);
 //! - `reentrant.rs`: reentrant clients whose `EXIT ... ID` is sent again;
 //! - `sets.rs`: sets of resources taken all or nothing, and their check;
+//! - `waiters.rs`: clients that wait on a node (`WAIT`);
+//! - `waits.rs`: server-side waits (`WAIT`) on a node, over the core's
+//!   queues and hand-off;
 //! - `resp.rs`: the RESP the node reads and writes.
 
 pub mod bad_input;
 pub mod command;
 pub mod history;
+pub mod link;
 pub mod net;
 pub mod node;
 pub mod reentrant;
 pub mod resp;
 pub mod run;
 pub mod sets;
+pub mod waiters;
+pub mod waits;

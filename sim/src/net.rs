@@ -20,6 +20,7 @@ use crate::history::History;
 use crate::node::Node;
 use crate::resp::{self, Reply};
 use crate::sets;
+use crate::waits;
 
 /// How often each message fault strikes, per request (per mille).
 #[derive(Clone, Copy, Debug)]
@@ -192,6 +193,29 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     w.history.note(at, format!("c{client} -> n{node} {text} = {reply:?}"));
                 }
                 reply
+            };
+            // A call that waits (`WAIT`) gets its answer later, as the
+            // node's hand-off serves it or its timeout passes.
+            let reply = match reply {
+                Reply::Blocked(handle) => {
+                    let answer = waits::blocked(|| {
+                        let mut w = lock(&world);
+                        let now = w.now_ms();
+                        let answer = match w.nodes.get_mut(node) {
+                            Some(n) if n.up && n.epoch == epoch => n.poll_wait(handle, now).map(Some),
+                            _ => Some(None),
+                        };
+                        if let Some(Some(reply)) = &answer {
+                            w.history.note(now, format!("c{client} <- n{node} after a wait: {reply:?}"));
+                        }
+                        answer
+                    });
+                    match answer.await {
+                        Some(reply) => reply,
+                        None => return,
+                    }
+                }
+                reply => reply,
             };
             let mut out = Vec::new();
             Reply::encode(&reply, &mut out);

@@ -17,6 +17,7 @@ use lock_protocol::code::{ERR, QUARANTINE, WRONGTYPE};
 
 use crate::command::{self, Request};
 use crate::resp::Reply;
+use crate::waits::{self, Waits};
 
 /// Where the node's clock starts: a realistic epoch in milliseconds, so
 /// that fencing tokens look like the module's (`now_ms * 1000`).
@@ -83,6 +84,8 @@ pub struct Node {
     pub up: bool,
     /// Bumped by every crash: a connection of an older epoch is dead.
     pub epoch: u64,
+    /// The clients blocked in a `WAIT` (lost in a crash).
+    waits: Waits,
 }
 
 impl Node {
@@ -110,6 +113,7 @@ impl Node {
             aof_rewritten: false,
             up: true,
             epoch: 0,
+            waits: Waits::default(),
         }
     }
 
@@ -141,6 +145,7 @@ impl Node {
     pub fn crash(&mut self) {
         self.up = false;
         self.epoch += 1;
+        self.waits = Waits::default();
     }
 
     /// The process starts again with what its persistence kept.
@@ -198,18 +203,11 @@ impl Node {
             Ok(request) => request,
             Err(refused) => return refused,
         };
-        let left_ms = quarantine::remaining_ms(
-            self.quarantine_since_ms
-                .map(|since_ms| quarantine::Quarantine { reason: quarantine::Reason::Startup, since_ms }),
-            now,
-            self.quarantine_ms,
-        );
+        let left_ms = self.quarantine_left_ms(now);
         let admission = if left_ms > 0 { Admission::Quarantined } else { Admission::Open };
         let refused = |why: Grant| match why {
             Grant::Busy => Reply::Nil,
-            Grant::Quarantined => {
-                Reply::Error(QUARANTINE, format!("the node restarted, refusing new locks for {left_ms} ms"))
-            }
+            Grant::Quarantined => quarantined(left_ms),
             other => Reply::Error(ERR, format!("{other:?}")),
         };
         let rules = self.rules;
@@ -222,17 +220,25 @@ impl Node {
             }
         };
         match request {
-            // The simulated node serves no waits: a call with `WAIT` is
-            // refused, not answered as without it.
-            Request::Grant { wait_ms: Some(_), .. } | Request::GrantAll { wait_ms: Some(_), .. } => {
-                Reply::Error(ERR, "the simulated node does not serve WAIT".into())
+            // The simulated node serves no waits for sets: a set with
+            // `WAIT` is refused, not answered as without it.
+            Request::GrantAll { wait_ms: Some(_), .. } => {
+                Reply::Error(ERR, "the simulated node does not serve WAIT for sets".into())
             }
-            Request::Grant { key, want, owner, ttl_ms, wait_ms: None } => {
+            Request::Grant { key, want, owner, ttl_ms, wait_ms } => {
+                // No barging past the key's waiters (`waits.rs`).
+                let admission = waits::admission(left_ms > 0, self.waits.queued(key));
                 self.on_keys(&[key], now, |txns, node| {
                     let [txn] = txns else { return Reply::Nil };
-                    match lock::acquire(txn, want, owner, ttl_ms, admission, &mut node.fencer) {
-                        Grant::Granted(fence) | Grant::Renewed(fence) => token(fence, &mut node.grants),
-                        other => refused(other),
+                    match (lock::acquire(txn, want, owner, ttl_ms, admission, &mut node.fencer), wait_ms) {
+                        (Grant::Granted(fence) | Grant::Renewed(fence), _) => token(fence, &mut node.grants),
+                        // While new grants are refused, waiting would only
+                        // block the caller: refused at once, as the module.
+                        (Grant::Busy, Some(_)) if left_ms > 0 => quarantined(left_ms),
+                        (Grant::Busy, Some(wait_ms)) => {
+                            node.waits.push(key, want, owner, ttl_ms, wait_ms, now)
+                        }
+                        (other, _) => refused(other),
                     }
                 })
             }
@@ -271,6 +277,37 @@ impl Node {
                 }
             }),
         }
+    }
+
+    /// Waiter `handle`'s answer at `virtual_ms`, if it has one (`waits.rs`):
+    /// first the hand-off on its key (the module's timer), or its waiters
+    /// refused while the node is in quarantine.
+    pub fn poll_wait(&mut self, handle: u64, virtual_ms: i64) -> Option<Reply> {
+        let now = self.now_ms(virtual_ms);
+        if let Some(key) = self.waits.key_of(handle) {
+            let left_ms = self.quarantine_left_ms(now);
+            if left_ms > 0 {
+                self.waits.fail_all(&key, &quarantined(left_ms));
+            } else {
+                self.on_keys(&[key.as_slice()], now, |txns, node| {
+                    if let [txn] = txns {
+                        node.waits.serve(&key, txn, &mut node.fencer);
+                    }
+                    Reply::Nil
+                });
+            }
+        }
+        self.waits.answer(handle, now)
+    }
+
+    /// How long the start-up quarantine still refuses new grants (0: none).
+    fn quarantine_left_ms(&self, now: i64) -> i64 {
+        quarantine::remaining_ms(
+            self.quarantine_since_ms
+                .map(|since_ms| quarantine::Quarantine { reason: quarantine::Reason::Startup, since_ms }),
+            now,
+            self.quarantine_ms,
+        )
     }
 
     /// Runs `run` on a transaction over each of `keys` (their stored locks
@@ -331,6 +368,11 @@ fn flags<'o>(
     mut run: impl FnMut(&mut Txn<'_, 'o, Holders>) -> bool,
 ) -> Vec<i64> {
     txns.iter_mut().map(|txn| i64::from(run(txn))).collect()
+}
+
+/// The refusal of a node in quarantine.
+fn quarantined(left_ms: i64) -> Reply {
+    Reply::Error(QUARANTINE, format!("the node restarted, refusing new locks for {left_ms} ms"))
 }
 
 /// The one key's flag.

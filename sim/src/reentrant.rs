@@ -16,96 +16,21 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::Rng;
-use redlock_client::sim::Connector;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use crate::history::Hold;
+use crate::link::Link;
 use crate::net::{self, Shared};
 use crate::resp::Reply;
 
 /// The key the reentrant clients take (no other client takes it).
 pub const KEY: &str = "reentrant";
-/// Tries per call (the first and its resends).
-const ATTEMPTS_MAX: usize = 4;
-/// How long a call (its connect, write and reply) may take.
-const CALL_TIMEOUT_MS: u64 = 60;
 /// Lock cycles per client.
 const CYCLES: usize = 3;
-
-/// One client's connection to its node, opened again after a reset.
-struct Link {
-    connector: Connector,
-    host: String,
-    stream: Option<DuplexStream>,
-}
-
-impl Link {
-    /// Sends `words` and reads the one-line reply; `None` when the
-    /// connection reset or the call timed out (the connection is then
-    /// given up: a late reply on it is never read).
-    async fn call(&mut self, words: &[String]) -> Option<Reply> {
-        let attempt = async {
-            let mut stream = match self.stream.take() {
-                Some(stream) => stream,
-                None => (self.connector)(&self.host, 6379).await.ok()?,
-            };
-            let mut out = format!("*{}\r\n", words.len()).into_bytes();
-            for w in words {
-                out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
-            }
-            stream.write_all(&out).await.ok()?;
-            let mut line = Vec::new();
-            while !line.ends_with(b"\r\n") {
-                let mut byte = [0u8; 1];
-                if stream.read(&mut byte).await.ok()? == 0 {
-                    return None;
-                }
-                line.extend_from_slice(&byte);
-            }
-            Some((stream, reply_of(&line)))
-        };
-        let (stream, reply) =
-            tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), attempt).await.ok()??;
-        self.stream = Some(stream);
-        Some(reply)
-    }
-
-    /// [`Link::call`], sent again until it is answered, up to
-    /// [`ATTEMPTS_MAX`] tries.
-    async fn call_until_answered(&mut self, words: &[String]) -> Option<Reply> {
-        for _ in 0..ATTEMPTS_MAX {
-            if let Some(reply) = self.call(words).await {
-                return Some(reply);
-            }
-        }
-        None
-    }
-}
-
-/// A one-line reply: an integer, nil, or an error (its code kept when it
-/// is one the node gives).
-fn reply_of(line: &[u8]) -> Reply {
-    let text = String::from_utf8_lossy(line.strip_suffix(b"\r\n").unwrap_or(line)).into_owned();
-    if let Some(n) = text.strip_prefix(':').and_then(|n| n.parse().ok()) {
-        return Reply::Int(n);
-    }
-    if text == "$-1" {
-        return Reply::Nil;
-    }
-    Reply::Error("ERR", text)
-}
-
-/// Whether a history has the reentrant clients, and on which node: drawn
-/// from `rng` (`per_mille` of the histories).
-pub fn draw(rng: &mut StdRng, per_mille: u32, nodes: usize) -> Option<usize> {
-    (rng.gen_range(0..1000) < per_mille).then(|| rng.gen_range(0..nodes))
-}
 
 /// Client `c` (an index of its own) on node `node`: [`CYCLES`] cycles of
 /// enter, enter, exit, work, exit, with TTLs up to `ttl_max_ms`.
 pub async fn client(world: Shared, c: usize, node: usize, ttl_max_ms: u64, mut rng: StdRng) {
-    let mut link =
-        Link { connector: net::connector(world.clone()), host: format!("c{c}n{node}"), stream: None };
+    let mut link = Link::new(&world, c, node);
     for cycle in 0..CYCLES {
         let owner = format!("reentrant-c{c}-{cycle}");
         let ttl_ms = rng.gen_range(100..=ttl_max_ms);

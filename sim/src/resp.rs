@@ -10,6 +10,9 @@ pub enum Reply {
     Status(&'static str),
     /// An array of integers (`LOCK.RENEW`, `LOCK.MRELEASE`: one per key).
     Ints(Vec<i64>),
+    /// Not a reply yet: the call waits (`WAIT`) as waiter this handle of
+    /// the node (`waits.rs`); its connection writes the answer later.
+    Blocked(u64),
     /// The error's code and the rest of its line.
     Error(&'static str, String),
 }
@@ -20,6 +23,8 @@ impl Reply {
             Reply::Int(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
             Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
             Reply::Status(s) => out.extend_from_slice(format!("+{s}\r\n").as_bytes()),
+            // Never written: the connection writes the waiter's answer.
+            Reply::Blocked(_) => {}
             Reply::Ints(ns) => {
                 out.extend_from_slice(format!("*{}\r\n", ns.len()).as_bytes());
                 for n in ns {

@@ -12,11 +12,13 @@ use tokio::time::Instant;
 
 use crate::bad_input;
 use crate::history::{History, Hold};
+use crate::link;
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
 use crate::reentrant;
 use crate::resp::Reply;
 use crate::sets;
+use crate::waiters;
 use redlock_client::Watchdog;
 
 /// The resource every client contends for.
@@ -92,6 +94,10 @@ pub struct Setup {
     /// (`reentrant.rs`: `LOCK.ENTER` twice, `LOCK.EXIT ... ID` sent again
     /// until answered).
     pub reentrant_per_mille: u32,
+    /// Per mille of histories with three clients that wait on one node
+    /// (`waiters.rs`: `LOCK.ACQUIRE ... WAIT`, served by the node's
+    /// hand-off).
+    pub wait_per_mille: u32,
 }
 
 /// The kind of lock a history's clients take.
@@ -147,6 +153,7 @@ impl Setup {
             misuse_per_mille: 250,
             set_per_mille: 250,
             reentrant_per_mille: 250,
+            wait_per_mille: 250,
         }
     }
 
@@ -160,6 +167,7 @@ impl Setup {
             misuse_per_mille: 0,
             set_per_mille: 0,
             reentrant_per_mille: 0,
+            wait_per_mille: 0,
             ..Setup::module()
         }
     }
@@ -213,6 +221,7 @@ fn quiet() -> Setup {
         misuse_per_mille: 0,
         set_per_mille: 0,
         reentrant_per_mille: 0,
+        wait_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -396,7 +405,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // generator too.
     let mut reentrant_rng = StdRng::seed_from_u64(seed ^ 0x4ee7_e4e7);
     let reentrant_clients: Vec<_> =
-        reentrant::draw(&mut reentrant_rng, setup.reentrant_per_mille, setup.nodes)
+        link::one_node(&mut reentrant_rng, setup.reentrant_per_mille, setup.nodes)
             .map(|node| {
                 (1..=2)
                     .map(|i| {
@@ -412,10 +421,22 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
                     .collect()
             })
             .unwrap_or_default();
+    // The waiting clients (after the reentrant ones), from their own too.
+    let mut waiters_rng = StdRng::seed_from_u64(seed ^ 0x0a17_0a17);
+    let waiting_clients: Vec<_> = link::one_node(&mut waiters_rng, setup.wait_per_mille, setup.nodes)
+        .map(|node| {
+            (1..=waiters::CLIENTS)
+                .map(|i| {
+                    let rng = StdRng::seed_from_u64(waiters_rng.gen());
+                    tokio::spawn(waiters::client(world.clone(), client_count + 2 + i, node, TTL_MAX_MS, rng))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     let clients: Vec<_> = (0..client_count)
         .map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family, seed)))
         .collect();
-    for handle in clients.into_iter().chain(reentrant_clients) {
+    for handle in clients.into_iter().chain(reentrant_clients).chain(waiting_clients) {
         let _ = handle.await;
     }
     // Every fault has ended (the schedule is bounded); then, once every

@@ -163,3 +163,31 @@ fn a_resent_exit_counts_once_and_histories_have_reentrant_clients() {
     assert!(with(&Setup::module()) > 0);
     assert_eq!(with(&Setup::classic()), 0);
 }
+
+#[test]
+fn a_node_hands_a_freed_lock_to_its_first_waiter_and_no_one_barges() {
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    let words = |line: &str| line.split(' ').map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    assert!(matches!(node.call(&words("LOCK.ACQUIRE queued a 300"), 0), Reply::Int(_)));
+    let Reply::Blocked(b) = node.call(&words("LOCK.ACQUIRE queued b 300 WAIT 500"), 1) else {
+        panic!("b waits")
+    };
+    let Reply::Blocked(c) = node.call(&words("LOCK.ACQUIRE queued c 300 WAIT 50"), 2) else {
+        panic!("c waits")
+    };
+    // Held: the hand-off serves nobody; c's wait times out.
+    assert_eq!(node.poll_wait(b, 10), None);
+    assert_eq!(node.poll_wait(c, 60), Some(Reply::Nil));
+    assert_eq!(node.call(&words("LOCK.RELEASE queued a"), 70), Reply::Int(1));
+    // Freed, with b waiting: a newcomer does not barge past it.
+    assert_eq!(node.call(&words("LOCK.ACQUIRE queued d 300"), 71), Reply::Nil);
+    assert!(matches!(node.poll_wait(b, 72), Some(Reply::Int(_))));
+    assert_eq!(node.call(&words("LOCK.RELEASE queued b"), 80), Reply::Int(1));
+    let with = |setup: &Setup| {
+        (0..40).filter(|&seed| history(seed, setup).history.contains("after a wait: Int")).count()
+    };
+    assert!(with(&Setup::module()) > 0);
+    assert_eq!(with(&Setup::classic()), 0);
+}
