@@ -1,7 +1,8 @@
-//! A client's own connection to one node, for the clients that speak the
-//! commands themselves (`reentrant.rs`, `waiters.rs`) over the simulated
-//! network: one call at a time, a one-line reply, a new connection after
-//! a reset or a timeout (a late reply on the old one is never read).
+//! What the clients that speak the commands themselves to one node
+//! (`reentrant.rs`, `waiters.rs`) share: a connection over the simulated
+//! network (one call at a time, a one-line reply, a new connection after
+//! a reset or a timeout: a late reply on the old one is never read), a
+//! lock cycle's draw, and the hold they record for the checker.
 
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use rand::Rng;
 use redlock_client::sim::Connector;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
+use crate::history::Hold;
 use crate::net::{self, Shared};
 use crate::resp::Reply;
 
@@ -95,4 +97,50 @@ fn reply_of(line: &[u8]) -> Reply {
 /// drawn from `rng` (`per_mille` of the histories).
 pub fn one_node(rng: &mut StdRng, per_mille: u32, nodes: usize) -> Option<usize> {
     (rng.gen_range(0..1000) < per_mille).then(|| rng.gen_range(0..nodes))
+}
+
+/// One lock cycle of such a client.
+pub struct Cycle {
+    pub ttl_ms: u64,
+    /// Its work while it holds the lock (within half its TTL).
+    pub work_ms: u64,
+    pub think_ms: u64,
+}
+
+/// A cycle with a TTL up to `ttl_max_ms`.
+pub fn draw_cycle(rng: &mut StdRng, ttl_max_ms: u64) -> Cycle {
+    let ttl_ms = rng.gen_range(100..=ttl_max_ms);
+    Cycle { ttl_ms, work_ms: rng.gen_range(0..ttl_ms / 2), think_ms: rng.gen_range(0..50) }
+}
+
+/// When a hold granted at `from_ms` (or later) for `ttl_ms` stops being
+/// valid to its holder: its TTL less the 1% a fast node clock may take
+/// and 2 ms, as the quorum client budgets.
+pub fn valid_until_ms(from_ms: i64, ttl_ms: u64) -> i64 {
+    from_ms + ttl_ms as i64 - ttl_ms as i64 / 100 - 2
+}
+
+/// Records, now, client `c`'s hold of `key` with `token`, asked for at
+/// `began_ms` and valid until `valid_until_ms`; its index in the history.
+pub fn record_hold(
+    world: &Shared,
+    c: usize,
+    key: &str,
+    token: i64,
+    began_ms: i64,
+    valid_until_ms: i64,
+) -> usize {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    w.history.holds.push(Hold {
+        client: c,
+        mode: redlock_client::Mode::Plain,
+        token: token as u64,
+        began_ms,
+        granted_ms: now,
+        valid_until_ms,
+        released_ms: None,
+        keys: vec![key.to_string()],
+    });
+    w.history.holds.len() - 1
 }

@@ -15,10 +15,8 @@
 use std::time::Duration;
 
 use rand::rngs::StdRng;
-use rand::Rng;
 
-use crate::history::Hold;
-use crate::link::Link;
+use crate::link::{self, Cycle, Link};
 use crate::net::{self, Shared};
 use crate::resp::Reply;
 
@@ -33,8 +31,7 @@ pub async fn client(world: Shared, c: usize, node: usize, ttl_max_ms: u64, mut r
     let mut link = Link::new(&world, c, node);
     for cycle in 0..CYCLES {
         let owner = format!("reentrant-c{c}-{cycle}");
-        let ttl_ms = rng.gen_range(100..=ttl_max_ms);
-        let (work_ms, think_ms) = (rng.gen_range(0..ttl_ms / 2), rng.gen_range(0..50));
+        let Cycle { ttl_ms, work_ms, think_ms } = link::draw_cycle(&mut rng, ttl_max_ms);
         hold_once(&world, &mut link, c, &owner, ttl_ms, work_ms).await;
         tokio::time::sleep(Duration::from_millis(think_ms)).await;
     }
@@ -48,30 +45,14 @@ async fn hold_once(world: &Shared, link: &mut Link, c: usize, owner: &str, ttl_m
     let enter = words(&["LOCK.ENTER", KEY, owner, &ttl]);
     let began_ms = net::lock(world).now_ms();
     let Some(Reply::Int(token)) = link.call(&enter).await else { return };
-    // The node's clock may run 1% fast: the hold is valid until a little
-    // before its TTL from the call's start, as the quorum client budgets.
-    let valid = |sent_ms: i64| sent_ms + ttl_ms as i64 - ttl_ms as i64 / 100 - 2;
-    let hold = {
-        let mut w = net::lock(world);
-        let now = w.now_ms();
-        w.history.holds.push(Hold {
-            client: c,
-            mode: redlock_client::Mode::Plain,
-            token: token as u64,
-            began_ms,
-            granted_ms: now,
-            valid_until_ms: valid(began_ms),
-            released_ms: None,
-            keys: vec![KEY.to_string()],
-        });
-        w.history.holds.len() - 1
-    };
+    // Valid from the call's start (the grant came after it).
+    let hold = link::record_hold(world, c, KEY, token, began_ms, link::valid_until_ms(began_ms, ttl_ms));
     let mut believed = 1;
     let again_ms = net::lock(world).now_ms();
     if let Some(Reply::Int(_)) = link.call(&enter).await {
         believed = 2;
         if let Some(h) = net::lock(world).history.holds.get_mut(hold) {
-            h.valid_until_ms = valid(again_ms);
+            h.valid_until_ms = link::valid_until_ms(again_ms, ttl_ms);
         }
     }
     for exit in 0..believed {

@@ -12,8 +12,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use crate::history::Hold;
-use crate::link::Link;
+use crate::link::{self, Cycle, Link};
 use crate::net::{self, Shared};
 use crate::resp::Reply;
 use crate::waits::POLL_MS;
@@ -32,52 +31,28 @@ pub async fn client(world: Shared, c: usize, node: usize, ttl_max_ms: u64, mut r
     let mut link = Link::new(&world, c, node);
     for cycle in 0..CYCLES {
         let owner = format!("waiter-c{c}-{cycle}");
-        let ttl_ms = rng.gen_range(100..=ttl_max_ms);
+        let Cycle { ttl_ms, work_ms, think_ms } = link::draw_cycle(&mut rng, ttl_max_ms);
         let wait_ms = rng.gen_range(1..=2 * ttl_max_ms);
-        let (work_ms, think_ms) = (rng.gen_range(0..ttl_ms / 2), rng.gen_range(0..50));
         let (ttl, wait) = (ttl_ms.to_string(), wait_ms.to_string());
         let take = ["LOCK.ACQUIRE", KEY, &owner, &ttl, "WAIT", &wait].map(String::from);
         let began_ms = net::lock(&world).now_ms();
         // The call waits up to its timeout, and a little more for the
         // network.
         if let Some(Reply::Int(token)) = link.call_within(&take, wait_ms + 200).await {
-            hold(&world, &mut link, c, &owner, token, began_ms, ttl_ms, work_ms).await;
+            let now = net::lock(&world).now_ms();
+            // Granted at most one hand-off look before its answer came.
+            let valid_until_ms = link::valid_until_ms((now - POLL_MS as i64).max(began_ms), ttl_ms);
+            let hold = link::record_hold(&world, c, KEY, token, began_ms, valid_until_ms);
+            tokio::time::sleep(Duration::from_millis(work_ms)).await;
+            release(&world, &mut link, &owner, hold).await;
         }
         tokio::time::sleep(Duration::from_millis(think_ms)).await;
     }
 }
 
-/// Holds the lock granted with `token` for `work_ms`, then releases it.
-#[allow(clippy::too_many_arguments)]
-async fn hold(
-    world: &Shared,
-    link: &mut Link,
-    c: usize,
-    owner: &str,
-    token: i64,
-    began_ms: i64,
-    ttl_ms: u64,
-    work_ms: u64,
-) {
-    let hold = {
-        let mut w = net::lock(world);
-        let now = w.now_ms();
-        // Granted at most one hand-off look before its answer came; valid
-        // from there for its TTL, less the 1% a fast node clock may take.
-        let granted_at_ms = (now - POLL_MS as i64).max(began_ms);
-        w.history.holds.push(Hold {
-            client: c,
-            mode: redlock_client::Mode::Plain,
-            token: token as u64,
-            began_ms,
-            granted_ms: now,
-            valid_until_ms: granted_at_ms + ttl_ms as i64 - ttl_ms as i64 / 100 - 2,
-            released_ms: None,
-            keys: vec![KEY.to_string()],
-        });
-        w.history.holds.len() - 1
-    };
-    tokio::time::sleep(Duration::from_millis(work_ms)).await;
+/// Releases `owner`'s hold (index `hold`): it holds no more from the
+/// first try.
+async fn release(world: &Shared, link: &mut Link, owner: &str, hold: usize) {
     let released_ms = net::lock(world).now_ms();
     if let Some(h) = net::lock(world).history.holds.get_mut(hold) {
         h.released_ms = Some(released_ms);
