@@ -78,12 +78,13 @@ pub fn limits(ttl_ms_max: i64) -> Limits {
 /// module's command of that name does; the error reply it would give
 /// otherwise.
 pub fn parse<'a>(argv: &[&'a [u8]], limits: Limits, now_ms: i64) -> Result<Request<'a>, Reply> {
-    let name = argv.first().map(|n| String::from_utf8_lossy(n).to_ascii_lowercase()).unwrap_or_default();
+    let first = argv.first().copied().unwrap_or_default();
+    let name = || String::from_utf8_lossy(first).to_ascii_lowercase();
     let refused = |e: ArgError| match e {
-        ArgError::Arity => Reply::Error(ERR, format!("wrong number of arguments for '{name}' command")),
+        ArgError::Arity => Reply::Error(ERR, format!("wrong number of arguments for '{}' command", name())),
         other => Reply::Error(ERR, other.to_string()),
     };
-    let is = |command: &'static std::ffi::CStr| name == names::text(command);
+    let is = |command: &'static std::ffi::CStr| first.eq_ignore_ascii_case(names::text(command).as_bytes());
     let key = argv.get(1).copied().unwrap_or_default();
     let keys_from = |at: usize| argv.get(at..).unwrap_or_default().to_vec();
     let grant = |want: Want, a: args::Acquire<'a>| Request::Grant {
@@ -129,7 +130,7 @@ pub fn parse<'a>(argv: &[&'a [u8]], limits: Limits, now_ms: i64) -> Result<Reque
     } else if is(names::MRELEASE) {
         args::release_all(argv, limits).map(|o| Request::ReleaseAll { keys: keys_from(2), owner: o.owner })
     } else {
-        return Err(Reply::Error(ERR, format!("the simulated node does not serve '{name}'")));
+        return Err(Reply::Error(ERR, format!("the simulated node does not serve '{}'", name())));
     };
     request.map_err(refused)
 }

@@ -20,7 +20,7 @@ use crate::history::History;
 use crate::node::Node;
 use crate::resp::{self, Reply};
 use crate::sets;
-use crate::waits;
+use crate::waits::{self, Look};
 
 /// How often each message fault strikes, per request (per mille).
 #[derive(Clone, Copy, Debug)]
@@ -201,14 +201,14 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     let answer = waits::blocked(|| {
                         let mut w = lock(&world);
                         let now = w.now_ms();
-                        let answer = match w.nodes.get_mut(node) {
-                            Some(n) if n.up && n.epoch == epoch => n.poll_wait(handle, now).map(Some),
-                            _ => Some(None),
+                        let look = match w.nodes.get_mut(node) {
+                            Some(n) if n.up && n.epoch == epoch => n.poll_wait(handle, now),
+                            _ => Look::Answered(None),
                         };
-                        if let Some(Some(reply)) = &answer {
+                        if let Look::Answered(Some(reply)) = &look {
                             w.history.note(now, format!("c{client} <- n{node} after a wait: {reply:?}"));
                         }
-                        answer
+                        look
                     });
                     match answer.await {
                         Some(reply) => reply,

@@ -17,7 +17,7 @@ use lock_protocol::code::{ERR, QUARANTINE, WRONGTYPE};
 
 use crate::command::{self, Request};
 use crate::resp::Reply;
-use crate::waits::{self, Waits};
+use crate::waits::{self, Look, Waits};
 
 /// Where the node's clock starts: a realistic epoch in milliseconds, so
 /// that fencing tokens look like the module's (`now_ms * 1000`).
@@ -145,6 +145,7 @@ impl Node {
     pub fn crash(&mut self) {
         self.up = false;
         self.epoch += 1;
+        self.waits.wake_all();
         self.waits = Waits::default();
     }
 
@@ -211,6 +212,16 @@ impl Node {
             other => Reply::Error(ERR, format!("{other:?}")),
         };
         let rules = self.rules;
+        // A single key's waiters are looked at after every call on it (a
+        // release, an expiry found, ...), as the module's hand-off does.
+        let single = match &request {
+            Request::Grant { key, .. }
+            | Request::Release { key, .. }
+            | Request::Extend { key, .. }
+            | Request::Exit { key, .. }
+            | Request::Fence { key, .. } => Some(key.to_vec()),
+            _ => None,
+        };
         // The classic recipe's "token" counts this process's grants.
         let token = |fence: u64, grants: &mut u64| match rules {
             Rules::Module => Reply::Int(fence as i64),
@@ -219,7 +230,7 @@ impl Node {
                 Reply::Int(*grants as i64)
             }
         };
-        match request {
+        let reply = match request {
             // The simulated node serves no waits for sets: a set with
             // `WAIT` is refused, not answered as without it.
             Request::GrantAll { wait_ms: Some(_), .. } => {
@@ -276,28 +287,38 @@ impl Node {
                     Exit::WrongKind { found } => Reply::Error(WRONGTYPE, format!("a {} lock", found.name())),
                 }
             }),
+        };
+        if let Some(key) = single.filter(|key| self.waits.queued(key) > 0) {
+            self.hand_off(&key, now);
         }
+        reply
     }
 
     /// Waiter `handle`'s answer at `virtual_ms`, if it has one (`waits.rs`):
     /// first the hand-off on its key (the module's timer), or its waiters
     /// refused while the node is in quarantine.
-    pub fn poll_wait(&mut self, handle: u64, virtual_ms: i64) -> Option<Reply> {
+    pub fn poll_wait(&mut self, handle: u64, virtual_ms: i64) -> Look {
         let now = self.now_ms(virtual_ms);
-        if let Some(key) = self.waits.key_of(handle) {
-            let left_ms = self.quarantine_left_ms(now);
-            if left_ms > 0 {
-                self.waits.fail_all(&key, &quarantined(left_ms));
-            } else {
-                self.on_keys(&[key.as_slice()], now, |txns, node| {
-                    if let [txn] = txns {
-                        node.waits.serve(&key, txn, &mut node.fencer);
-                    }
-                    Reply::Nil
-                });
-            }
+        if let Some(key) = self.waits.key_of(handle).filter(|key| self.waits.is_due(key, now)) {
+            self.hand_off(&key, now);
         }
         self.waits.answer(handle, now)
+    }
+
+    /// The hand-off of `key` to its waiters, or their refusal while the
+    /// node is in quarantine.
+    fn hand_off(&mut self, key: &[u8], now: i64) {
+        let left_ms = self.quarantine_left_ms(now);
+        if left_ms > 0 {
+            self.waits.fail_all(key, &quarantined(left_ms));
+            return;
+        }
+        self.on_keys(&[key], now, |txns, node| {
+            if let [txn] = txns {
+                node.waits.serve(key, txn, &mut node.fencer);
+            }
+            Reply::Nil
+        });
     }
 
     /// How long the start-up quarantine still refuses new grants (0: none).

@@ -35,11 +35,10 @@ pub fn draw(rng: &mut StdRng, per_mille: u32) -> Option<Vec<&'static str>> {
 /// The owner and keys of a `LOCK.MACQUIRE` call, read with the module's
 /// parser; `None` for any other call or one it refuses.
 pub fn macquire(words: &[Vec<u8>]) -> Option<(Vec<u8>, Vec<Vec<u8>>)> {
-    let argv: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
-    let name = argv.first()?;
-    if !name.eq_ignore_ascii_case(names::text(names::MACQUIRE).as_bytes()) {
+    if !words.first()?.eq_ignore_ascii_case(names::text(names::MACQUIRE).as_bytes()) {
         return None;
     }
+    let argv: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
     let set = args::acquire_all(&argv, command::limits(i64::MAX)).ok()?;
     let keys = argv.iter().skip(args::MULTI_FIRST_KEY).take(set.wants.len()).map(|k| k.to_vec()).collect();
     Some((set.owner.to_vec(), keys))

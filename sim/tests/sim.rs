@@ -166,6 +166,7 @@ fn a_resent_exit_counts_once_and_histories_have_reentrant_clients() {
 fn a_node_hands_a_freed_lock_to_its_first_waiter_and_no_one_barges() {
     use lock_sim::node::{Node, Persistence};
     use lock_sim::resp::Reply;
+    use lock_sim::waits::Look;
     let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
     assert!(matches!(node.call(&words("LOCK.ACQUIRE queued a 300"), 0), Reply::Int(_)));
     let Reply::Blocked(b) = node.call(&words("LOCK.ACQUIRE queued b 300 WAIT 500"), 1) else {
@@ -175,12 +176,12 @@ fn a_node_hands_a_freed_lock_to_its_first_waiter_and_no_one_barges() {
         panic!("c waits")
     };
     // Held: the hand-off serves nobody; c's wait times out.
-    assert_eq!(node.poll_wait(b, 10), None);
-    assert_eq!(node.poll_wait(c, 60), Some(Reply::Nil));
+    assert!(matches!(node.poll_wait(b, 10), Look::Until(..)));
+    assert!(matches!(node.poll_wait(c, 60), Look::Answered(Some(Reply::Nil))));
     assert_eq!(node.call(&words("LOCK.RELEASE queued a"), 70), Reply::Int(1));
     // Freed, with b waiting: a newcomer does not barge past it.
     assert_eq!(node.call(&words("LOCK.ACQUIRE queued d 300"), 71), Reply::Nil);
-    assert!(matches!(node.poll_wait(b, 72), Some(Reply::Int(_))));
+    assert!(matches!(node.poll_wait(b, 72), Look::Answered(Some(Reply::Int(_)))));
     assert_eq!(node.call(&words("LOCK.RELEASE queued b"), 80), Reply::Int(1));
     assert!(histories_with(&Setup::module(), "after a wait: Int") > 0);
     assert_eq!(histories_with(&Setup::classic(), "after a wait: Int"), 0);
