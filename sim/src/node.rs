@@ -219,7 +219,7 @@ impl Node {
             | Request::Release { key, .. }
             | Request::Extend { key, .. }
             | Request::Exit { key, .. }
-            | Request::Fence { key, .. } => Some(key.to_vec()),
+            | Request::Fence { key, .. } => Some(*key),
             _ => None,
         };
         // The classic recipe's "token" counts this process's grants.
@@ -289,7 +289,7 @@ impl Node {
             }),
         };
         if let Some(key) = single.filter(|key| self.waits.queued(key) > 0) {
-            self.hand_off(&key, now);
+            self.hand_off(key, now);
         }
         reply
     }
