@@ -5,12 +5,15 @@
 //! lock core (`lock-core`), under faults drawn from a seed; a checker
 //! reads what happened. One seed replays one history exactly.
 //!
+//! - `cluster.rs`: a Redis Cluster as a quorum member: shard masters,
+//!   slot map, redirects, resharding, failovers;
 //! - `run.rs`: one history: the setup, the fault schedule, the clients;
 //! - `net.rs`: the network: ordered connections and their faults;
 //! - `node.rs`: a node: the core behind a thin command dispatcher;
 //! - `history.rs`: the events, and the checker's properties;
 //! - `resp.rs`: the RESP the node reads and writes.
 
+pub mod cluster;
 pub mod history;
 pub mod net;
 pub mod node;

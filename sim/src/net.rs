@@ -39,6 +39,8 @@ pub struct World {
     pub faults: MessageFaults,
     pub history: History,
     pub started: Instant,
+    /// The cluster members' clusters (`cluster.rs`), none in most histories.
+    pub clusters: Vec<crate::cluster::Cluster>,
 }
 
 impl World {
@@ -102,6 +104,8 @@ async fn wait_while_partitioned(world: &Shared, client: usize, node: usize) {
 async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream: DuplexStream) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
+    // `ASKING` was the connection's last command (a cluster's node).
+    let mut asking = false;
     loop {
         let n = match stream.read(&mut chunk).await {
             Ok(0) | Err(_) => return,
@@ -149,13 +153,17 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     w.history.note(at, format!("c{client} -> n{node} {text}: lost, connection reset"));
                     return;
                 }
-                let reply = match w.nodes.get_mut(node) {
-                    Some(n) => n.call(&words, at),
-                    None => return,
+                // A cluster's node may redirect the call instead (then it
+                // did not run there).
+                let Some((reply, ran)) = crate::cluster::serve(&mut w, client, node, &words, at, &mut asking)
+                else {
+                    return;
                 };
                 let granted = matches!(reply, Reply::Int(_))
                     && words.first().is_some_and(|name| name.eq_ignore_ascii_case(b"LOCK.ACQUIRE"));
-                w.history.served(node, at, &words, granted);
+                if ran {
+                    w.history.served(node, at, &words, granted);
+                }
                 let reply_lost = {
                     let p = w.faults.reply_lost_per_mille;
                     w.chance(p)

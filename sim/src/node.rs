@@ -278,4 +278,70 @@ impl Node {
         }
         reply
     }
+
+    // What a simulated cluster (`cluster.rs`) needs of its shard masters.
+
+    /// Milliseconds of quarantine left at `virtual_ms` (0: none), as
+    /// `INFO lock` reports it.
+    pub fn quarantine_left_ms(&self, virtual_ms: i64) -> i64 {
+        let since = self
+            .quarantine_since_ms
+            .map(|since_ms| quarantine::Quarantine { reason: quarantine::Reason::Startup, since_ms });
+        quarantine::remaining_ms(since, self.now_ms(virtual_ms), self.quarantine_ms)
+    }
+
+    /// How far the module clock is from true time (besides its rate).
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.anchor_ms
+    }
+
+    /// The fencing counter (`lock_last_fencing_token`).
+    pub fn fencing_counter(&self) -> u64 {
+        self.fencer.last()
+    }
+
+    /// Whether `key` has a lock record here (a migrating slot's node
+    /// serves the keys it still has and sends the others on with `ASK`).
+    pub fn has_key(&self, key: &[u8]) -> bool {
+        self.keys.contains_key(key)
+    }
+
+    /// `key`'s record taken out (`MIGRATE` deletes it on the source).
+    pub fn take_key(&mut self, key: &[u8]) -> Option<Holders> {
+        self.keys.remove(key)
+    }
+
+    /// `key`'s record stored as it was (`RESTORE` on the target: the same
+    /// holders, tokens and deadlines).
+    pub fn put_key(&mut self, key: Vec<u8>, holders: Holders) {
+        self.keys.insert(key, holders);
+    }
+
+    /// What a replica has of this node now: its locks and its fencing
+    /// counter (a grant's writes replicate both).
+    pub fn replica_copy(&self) -> (BTreeMap<Vec<u8>, Holders>, u64) {
+        (self.keys.clone(), self.fencer.last())
+    }
+
+    /// This node's replica, promoted at `virtual_ms` with what it had
+    /// replicated (`copy`, maybe some writes behind): the module starts
+    /// its failover quarantine (`lock.failover-quarantine yes`). Its clocks
+    /// are this node's.
+    pub fn promoted(&self, copy: (BTreeMap<Vec<u8>, Holders>, u64), virtual_ms: i64) -> Node {
+        let (keys, counter) = copy;
+        Node {
+            keys,
+            fencer: Fencer::new(counter),
+            persistence: Persistence::None,
+            on_disk: BTreeMap::new(),
+            synced_ms: 0,
+            grants: 0,
+            quarantine_since_ms: (self.rules == Rules::Module).then(|| self.now_ms(virtual_ms)),
+            grace_since_ms: None,
+            aof_rewritten: false,
+            up: true,
+            epoch: 0,
+            ..*self
+        }
+    }
 }

@@ -10,6 +10,7 @@ use rand::{Rng, SeedableRng};
 use redlock_client::{Config, Mode, Redlock, RetryPolicy};
 use tokio::time::Instant;
 
+use crate::cluster;
 use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
@@ -79,6 +80,11 @@ pub struct Setup {
     /// another owner id, directly on a node. A node that answers that it
     /// extended or exited is a violation ("misuse accepted").
     pub misuse_per_mille: u32,
+    /// Per mille of histories in which one or two quorum members are
+    /// Redis Clusters (`cluster.rs`), with their resharding, failovers and
+    /// stale maps; each client then takes the lock once more at the end,
+    /// as it is, and every member must answer.
+    pub cluster_per_mille: u32,
 }
 
 /// The kind of lock a history's clients take.
@@ -132,6 +138,7 @@ impl Setup {
             aof_rewrite_per_mille: 500,
             family_per_mille: 400,
             misuse_per_mille: 250,
+            cluster_per_mille: 250,
         }
     }
 
@@ -143,6 +150,7 @@ impl Setup {
             lock_delay_max_ms: 0,
             family_per_mille: 0,
             misuse_per_mille: 0,
+            cluster_per_mille: 0,
             ..Setup::module()
         }
     }
@@ -194,6 +202,7 @@ fn quiet() -> Setup {
         aof_rewrite_per_mille: 0,
         family_per_mille: 0,
         misuse_per_mille: 0,
+        cluster_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -348,8 +357,11 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
             n.set_clock_offset(if Some(i) == ahead { apart_ms } else { -apart_ms });
         }
     }
+    let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes);
+    let clusters = cluster::build(&plans, &mut nodes, setup.rules, TTL_MAX_MS as i64, lock_delay_ms);
     let world: Shared = Arc::new(Mutex::new(World {
         nodes,
+        clusters,
         partitioned: vec![vec![false; setup.nodes]; setup.clients],
         rng,
         faults: setup.messages,
@@ -367,6 +379,9 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // quarantine is over; otherwise they keep contending.
     let spread = faults.iter().any(|(at, f)| matches!(f, Fault::Crash { .. }) && *at < EARLY_CRASH_MS);
     let injector = tokio::spawn(inject(world.clone(), faults));
+    let cluster_faults: Vec<_> = (plans.into_iter().enumerate())
+        .map(|(k, plan)| tokio::spawn(cluster::inject(world.clone(), k, plan, RESOURCE)))
+        .collect();
     // The misuser draws from its own generator: the other histories' draws
     // stay as they were.
     let mut misuse_rng = StdRng::seed_from_u64(seed ^ 0x0bad_70c3);
@@ -374,13 +389,21 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
         .then(|| tokio::spawn(misuse(world.clone(), setup, misuse_rng)));
     let clients: Vec<_> =
         (0..client_count).map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family))).collect();
-    for handle in clients {
-        let _ = handle.await;
+    // With a cluster member, each client is kept as it is for the end.
+    let with_clusters = !cluster_faults.is_empty();
+    let mut kept = Vec::new();
+    for (c, handle) in clients.into_iter().enumerate() {
+        if let (Ok(Some(redlock)), true) = (handle.await, with_clusters) {
+            kept.push((c, redlock));
+        }
     }
     // Every fault has ended (the schedule is bounded); then, once every
     // TTL and quarantine has run out, the lock must be free: nothing was
     // left behind (a probe client takes it).
     let _ = injector.await;
+    for handle in cluster_faults {
+        let _ = handle.await;
+    }
     if let Some(misuser) = misuser {
         let _ = misuser.await;
     }
@@ -388,11 +411,13 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, lock_delay_ms);
     tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs())).await;
     let left_behind = probe(&world, setup, client_count, family).await;
+    let stuck = cluster::recovered(&world, kept, RESOURCE, family.mode(true)).await;
     let w = net::lock(&world);
     let mut violations = w.history.violations();
     if let Some(why) = left_behind {
         violations.push(format!("left behind: the lock is not free once every TTL ran out: {why}"));
     }
+    violations.extend(stuck);
     Outcome { history: w.history.render(&violations), violations }
 }
 
@@ -444,7 +469,7 @@ pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
 /// A client of its own (the next index) takes and releases the lock once;
 /// why not, if it cannot.
 async fn probe(world: &Shared, setup: Setup, c: usize, family: Family) -> Option<String> {
-    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(c, n)).collect();
+    let urls = cluster::urls(world, c, setup.nodes);
     let redlock = match Redlock::connect(urls, Config::default()).await {
         Ok(redlock) => redlock,
         Err(e) => return Some(format!("connect: {e}")),
@@ -622,16 +647,19 @@ fn draw_cycle(world: &Shared, setup: &Setup, spread: bool) -> Cycle {
 /// One client: lock cycles on the resource with the real client (grant,
 /// fencing round, writes to the resource between steps of work kept alive
 /// by extensions or the watchdog, maybe a pause, release).
-async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Family) {
+async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Family) -> Option<Redlock> {
     let config = Config {
         connect_timeout: Duration::from_millis(100),
         command_timeout: Duration::from_millis(60),
         reconnect_backoff: Duration::from_millis(50),
     };
-    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(c, n)).collect();
+    let urls = cluster::urls(&world, c, setup.nodes);
     let redlock = match Redlock::connect(urls, config).await {
         Ok(redlock) => redlock,
-        Err(e) => return note(&world, format!("c{c} connect failed: {e}")),
+        Err(e) => {
+            note(&world, format!("c{c} connect failed: {e}"));
+            return None;
+        }
     };
     let retry = RetryPolicy {
         attempts_max: 3,
@@ -727,6 +755,7 @@ async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Fam
         tokio::time::sleep(Duration::from_millis(cycle.think_ms)).await;
     }
     redlock.settle().await;
+    Some(redlock)
 }
 
 /// The hold's validity as the guard now knows it: the latest lease an

@@ -1,0 +1,553 @@
+//! A simulated Redis Cluster as one quorum member: a few shard masters,
+//! each a simulated node over the real lock core (`node.rs`), a slot map,
+//! and the answers a real cluster gives, which the client's real cluster
+//! member code (`client/src/member/`) reads: `CLUSTER SHARDS` from the
+//! asked node's own view of the map, `MOVED` for a slot that node does not
+//! serve, and during a slot's migration `ASK` from the source for a key it
+//! no longer has, served by the importing node only after `ASKING` (the
+//! flag lasts one command), as Redis does. Its faults, drawn from the seed:
+//! - resharding: the resource's slot migrates to another shard mid-history
+//!   (`MIGRATING`/`IMPORTING`, then `MIGRATE` of the slot's lock keys, as
+//!   they are, then `SETSLOT ... NODE`), or stays open to the end (a
+//!   stalled reshard: clients must still work, through `ASK`);
+//! - a shard's failover: its master dies, and after a detection delay its
+//!   replica, some writes behind, is promoted and quarantines (the
+//!   module's failover quarantine);
+//! - stale maps: the nodes a change involves know it at once, the others
+//!   by gossip, later; a node asked for the topology meanwhile gives its
+//!   old view, and a client's map is stale until a `MOVED` or a fetch.
+//!
+//! The nodes of a cluster share one clock, at or ahead of every plain
+//! node's: a migrated key keeps its deadlines, and its tokens once its
+//! lock is gone rest on the clocks agreeing (docs/safety.md, assumption 2);
+//! the plain nodes' clocks are the ones the simulator sets apart.
+//!
+//! A node's name for a client is the plain nodes' (`c{client}n{node}`, see
+//! `net.rs`): a real cluster names its nodes alike to every client, the
+//! simulator's network tells which client connects to which node by it.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lock_core::memory::Holders;
+use lock_protocol::code::ERR;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redlock_client::{Mode, Redlock};
+
+use crate::net::{self, Shared, World};
+use crate::node::{Node, Persistence, Rules};
+use crate::resp::Reply;
+
+/// How many hash slots a cluster has.
+pub const SLOTS: u16 = 16_384;
+
+/// The hash slot of `key` (CRC16-XMODEM modulo 16384; the simulator's
+/// keys have no hash tag).
+pub fn key_slot(key: &[u8]) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(key) % SLOTS
+}
+
+/// The host a client's URLs give node `node` (see `net::url`).
+fn host(client: usize, node: usize) -> String {
+    format!("c{client}n{node}")
+}
+
+/// Who serves what, as one node believes it (or as it is).
+#[derive(Clone, Debug)]
+struct View {
+    /// Each slot's shard.
+    owners: Vec<usize>,
+    /// Each shard's master (an index into the world's nodes).
+    masters: Vec<usize>,
+}
+
+/// A slot on its way from one shard to another.
+#[derive(Clone, Copy, Debug)]
+struct Migration {
+    slot: u16,
+    from: usize,
+    to: usize,
+}
+
+/// What a shard's replica has: its master's locks and fencing counter
+/// when it last caught up, and when that was.
+#[derive(Clone, Debug, Default)]
+struct Replica {
+    copy: (BTreeMap<Vec<u8>, Holders>, u64),
+    synced_ms: i64,
+}
+
+/// One simulated cluster, standing for one quorum member.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The quorum member it is (from 0).
+    pub member: usize,
+    /// Who serves what now.
+    truth: View,
+    /// What each of its nodes believes (by node index).
+    views: BTreeMap<usize, View>,
+    migration: Option<Migration>,
+    replicas: Vec<Replica>,
+    /// How far a replica lags behind its master.
+    lag_ms: i64,
+}
+
+impl Cluster {
+    /// The nodes that serve its shards now.
+    pub fn masters(&self) -> &[usize] {
+        &self.truth.masters
+    }
+}
+
+/// What one cluster does in a history, drawn from the seed.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub member: usize,
+    pub shards: usize,
+    /// Its faults at their times (ms from the start), in order.
+    pub events: Vec<(u64, Event)>,
+    /// How long the nodes a change does not involve take to learn it.
+    pub gossip_ms: u64,
+    pub lag_ms: i64,
+}
+
+/// A fault of a cluster.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// The resource's slot migrates to the shard `1 + to_offset` after
+    /// its own: its keys move after `keys_after_ms`, and the slot is
+    /// handed over `done_after_ms` later, or never (`None`: the reshard
+    /// stalls with the slot open).
+    Migrate { to_offset: usize, keys_after_ms: u64, done_after_ms: Option<u64> },
+    /// A shard's master dies (the resource's shard when `of_resource`,
+    /// else the one after it); its replica is promoted `detect_ms` later.
+    Failover { of_resource: bool, detect_ms: u64 },
+}
+
+/// The clusters of the history of `seed`: none in most histories; in
+/// `per_mille` of them one or two of the `members` quorum members are
+/// clusters of 2 or 3 shards. From a generator of their own: the other
+/// histories' draws stay as they were.
+pub fn draw(seed: u64, per_mille: u32, members: usize) -> Vec<Plan> {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0xc1a5_7e25);
+    if members == 0 || rng.gen_range(0..1000) >= per_mille {
+        return Vec::new();
+    }
+    let count = if rng.gen_range(0..3) == 0 { 2.min(members) } else { 1 };
+    let mut chosen: Vec<usize> = Vec::new();
+    while chosen.len() < count {
+        let member = rng.gen_range(0..members);
+        if !chosen.contains(&member) {
+            chosen.push(member);
+        }
+    }
+    chosen
+        .into_iter()
+        .map(|member| {
+            let shards = rng.gen_range(2..=3);
+            let mut events = Vec::new();
+            for _ in 0..rng.gen_range(1..=2) {
+                let migrate = Event::Migrate {
+                    to_offset: rng.gen_range(0..shards - 1),
+                    keys_after_ms: rng.gen_range(0..200),
+                    done_after_ms: Some(rng.gen_range(0..300)),
+                };
+                events.push((rng.gen_range(0..1500), migrate));
+            }
+            if rng.gen_bool(0.5) {
+                let failover = Event::Failover {
+                    of_resource: rng.gen_range(0..3) > 0,
+                    detect_ms: rng.gen_range(20..200),
+                };
+                events.push((rng.gen_range(0..1500), failover));
+            }
+            events.sort_by_key(|(at, _)| *at);
+            // A third of the last migrations stall, the slot open.
+            if let Some((_, Event::Migrate { done_after_ms, .. })) = events.last_mut() {
+                if rng.gen_range(0..3) == 0 {
+                    *done_after_ms = None;
+                }
+            }
+            Plan { member, shards, events, gossip_ms: rng.gen_range(0..300), lag_ms: rng.gen_range(0..300) }
+        })
+        .collect()
+}
+
+/// The clusters of `plans`, their nodes appended to `nodes` (after the
+/// plain ones, which the schedule's faults hit; the plain node a cluster
+/// stands in for stays, unused by the clients). Each cluster's slots are
+/// split evenly between its shards.
+pub fn build(
+    plans: &[Plan],
+    nodes: &mut Vec<Node>,
+    rules: Rules,
+    ttl_max_ms: i64,
+    lock_delay_ms: i64,
+) -> Vec<Cluster> {
+    // One clock for every cluster node, at or ahead of every plain node's
+    // (see the module's comment).
+    let rate = nodes.iter().map(|n| n.rate_per_mille).max().unwrap_or(0);
+    let offset = nodes.iter().map(|n| n.clock_offset_ms()).max().unwrap_or(0);
+    plans
+        .iter()
+        .map(|plan| {
+            let masters: Vec<usize> = (0..plan.shards)
+                .map(|_| {
+                    let mut node = Node::new(rules, Persistence::None, ttl_max_ms, lock_delay_ms);
+                    node.rate_per_mille = rate;
+                    node.set_clock_offset(offset);
+                    nodes.push(node);
+                    nodes.len() - 1
+                })
+                .collect();
+            let owners =
+                (0..usize::from(SLOTS)).map(|slot| slot * plan.shards / usize::from(SLOTS)).collect();
+            let truth = View { owners, masters: masters.clone() };
+            Cluster {
+                member: plan.member,
+                views: masters.iter().map(|&m| (m, truth.clone())).collect(),
+                truth,
+                migration: None,
+                replicas: vec![Replica::default(); plan.shards],
+                lag_ms: plan.lag_ms,
+            }
+        })
+        .collect()
+}
+
+/// The URLs client `client` is given: the plain nodes', and for a member
+/// that is a cluster its spelling, seeded with its masters now.
+pub fn urls(world: &Shared, client: usize, members: usize) -> Vec<String> {
+    let w = net::lock(world);
+    (0..members)
+        .map(|member| match w.clusters.iter().find(|c| c.member == member) {
+            None => net::url(client, member),
+            Some(cluster) => {
+                let seeds: Vec<String> =
+                    cluster.masters().iter().map(|&m| format!("{}:6379", host(client, m))).collect();
+                let (first, rest) = seeds.split_first().map_or(("", &[][..]), |(f, r)| (f.as_str(), r));
+                let addrs: Vec<String> = rest.iter().map(|a| format!("addr={a}")).collect();
+                format!("redis+cluster://{first}?{}", addrs.join("&"))
+            }
+        })
+        .collect()
+}
+
+/// Node `node` serves `words` from client `client` at `at`: the reply, and
+/// whether the lock command ran there (not redirected, not a query).
+/// `INFO lock` and, on a cluster's node, `ASKING`, `CLUSTER SHARDS` and
+/// `CLUSTER INFO` are answered here; a lock command on a cluster's node is
+/// served when the node serves its key's slot, else redirected. `None`
+/// when there is no such node.
+pub fn serve(
+    w: &mut World,
+    client: usize,
+    node: usize,
+    words: &[Vec<u8>],
+    at: i64,
+    asking: &mut bool,
+) -> Option<(Reply, bool)> {
+    let was_asking = std::mem::take(asking);
+    let word = |i: usize| words.get(i).map(|w| String::from_utf8_lossy(w).to_ascii_uppercase());
+    let cluster = w.clusters.iter().position(|c| c.views.contains_key(&node));
+    match (word(0).as_deref(), cluster) {
+        (Some("INFO"), _) => return Some((info(w.nodes.get(node)?, at), false)),
+        (Some("ASKING"), Some(_)) => {
+            *asking = true;
+            return Some((Reply::Status("OK"), false));
+        }
+        (Some("CLUSTER"), Some(k)) => {
+            let c = w.clusters.get(k)?;
+            let reply = match word(1).as_deref() {
+                Some("SHARDS") => shards(c.views.get(&node)?, client),
+                Some("INFO") => Reply::Bulk(b"cluster_enabled:1\r\ncluster_state:ok\r\n".to_vec()),
+                _ => Reply::Error(ERR, "unknown subcommand".into()),
+            };
+            return Some((reply, false));
+        }
+        (Some("CLUSTER"), None) => {
+            return Some((Reply::Error(ERR, "This instance has cluster support disabled".into()), false))
+        }
+        _ => {}
+    }
+    let (Some(k), Some(key)) = (cluster, words.get(1)) else {
+        return Some((w.nodes.get_mut(node)?.call(words, at), true));
+    };
+    let c = w.clusters.get_mut(k)?;
+    let slot = key_slot(key);
+    let view = c.views.get(&node)?;
+    let owner = *view.masters.get(*view.owners.get(usize::from(slot))?)?;
+    let migration = c.migration.filter(|m| m.slot == slot);
+    let importer = migration.and_then(|m| c.truth.masters.get(m.to).copied());
+    let redirect = if owner == node {
+        // The source of a migration serves the keys it still has.
+        match importer {
+            Some(to) if !w.nodes.get(node)?.has_key(key) => Some(("ASK", to)),
+            _ => None,
+        }
+    } else if was_asking && importer == Some(node) {
+        None
+    } else {
+        Some(("MOVED", owner))
+    };
+    if let Some((code, to)) = redirect {
+        return Some((Reply::Error(code, format!("{slot} {}:6379", host(client, to))), false));
+    }
+    // The shard's replica catches up before the write: it misses the
+    // writes of its last `lag_ms`.
+    if let Some(shard) = c.truth.masters.iter().position(|&m| m == node) {
+        let (lag_ms, n) = (c.lag_ms, w.nodes.get(node)?);
+        if let Some(replica) = c.replicas.get_mut(shard).filter(|r| at - r.synced_ms >= lag_ms) {
+            *replica = Replica { copy: n.replica_copy(), synced_ms: at };
+        }
+    }
+    Some((w.nodes.get_mut(node)?.call(words, at), true))
+}
+
+/// `INFO lock` as the module writes the fields `status()` reads.
+fn info(node: &Node, at: i64) -> Reply {
+    let left_ms = node.quarantine_left_ms(at);
+    let text = format!(
+        "# lock\r\nlock_quarantine:{}\r\nlock_quarantine_ms_left:{left_ms}\r\nlock_quarantine_reason:{}\r\n\
+         lock_evictable:0\r\nlock_maxmemory_policy_evicting:none\r\nlock_eviction_mode:refuse\r\n\
+         lock_last_fencing_token:{}\r\nlock_protections_off:none\r\n",
+        u8::from(left_ms > 0),
+        if left_ms > 0 { "startup" } else { "none" },
+        node.fencing_counter(),
+    );
+    Reply::Bulk(text.into_bytes())
+}
+
+/// `CLUSTER SHARDS` from `view`, naming the nodes as `client` knows them:
+/// per shard its slot ranges and its master.
+fn shards(view: &View, client: usize) -> Reply {
+    let bulk = |s: &str| Reply::Bulk(s.as_bytes().to_vec());
+    let shards = view
+        .masters
+        .iter()
+        .enumerate()
+        .map(|(shard, &master)| {
+            let mut ranges = Vec::new();
+            let mut first = None;
+            for slot in 0..=SLOTS {
+                let mine = view.owners.get(usize::from(slot)) == Some(&shard);
+                match (mine, first) {
+                    (true, None) => first = Some(slot),
+                    (false, Some(f)) => {
+                        ranges.extend([Reply::Int(i64::from(f)), Reply::Int(i64::from(slot) - 1)]);
+                        first = None;
+                    }
+                    _ => {}
+                }
+            }
+            let name = host(client, master);
+            let node = Reply::Array(vec![
+                bulk("id"),
+                bulk(&format!("{master:040}")),
+                bulk("port"),
+                Reply::Int(6379),
+                bulk("ip"),
+                bulk(&name),
+                bulk("endpoint"),
+                bulk(&name),
+                bulk("role"),
+                bulk("master"),
+                bulk("replication-offset"),
+                Reply::Int(0),
+                bulk("health"),
+                bulk("online"),
+            ]);
+            Reply::Array(vec![bulk("slots"), Reply::Array(ranges), bulk("nodes"), Reply::Array(vec![node])])
+        })
+        .collect();
+    Reply::Array(shards)
+}
+
+/// Cluster `k`'s faults at their times; ends after its last one (a
+/// stalled migration stays open).
+pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str) {
+    let started = net::lock(&world).started;
+    let slot = key_slot(resource.as_bytes());
+    for (at, event) in plan.events {
+        tokio::time::sleep_until(started + Duration::from_millis(at)).await;
+        match event {
+            Event::Migrate { to_offset, keys_after_ms, done_after_ms } => {
+                let migration = change(&world, k, |c| {
+                    let from = *c.truth.owners.get(usize::from(slot))?;
+                    let to = (from + 1 + to_offset) % plan.shards;
+                    c.migration = Some(Migration { slot, from, to });
+                    Some(format!("slot {slot} migrating from shard {from} to shard {to}"))
+                });
+                if migration.is_none() {
+                    continue;
+                }
+                tokio::time::sleep(Duration::from_millis(keys_after_ms)).await;
+                migrate_keys(&world, k, resource);
+                let Some(done_after_ms) = done_after_ms else {
+                    change(&world, k, |_| Some(format!("slot {slot} stays open (the reshard stalls)")));
+                    continue;
+                };
+                tokio::time::sleep(Duration::from_millis(done_after_ms)).await;
+                migrate_keys(&world, k, resource);
+                // SETSLOT NODE on the target, then the source: both know
+                // at once, the others by gossip.
+                change(&world, k, |c| {
+                    let m = c.migration.take()?;
+                    *c.truth.owners.get_mut(usize::from(slot))? = m.to;
+                    for shard in [m.from, m.to] {
+                        let node = *c.truth.masters.get(shard)?;
+                        c.views.insert(node, c.truth.clone());
+                    }
+                    Some(format!("slot {slot} now served by shard {}", m.to))
+                });
+            }
+            Event::Failover { of_resource, detect_ms } => {
+                let Some((shard, old)) = fail(&world, k, slot, of_resource, plan.shards) else { continue };
+                tokio::time::sleep(Duration::from_millis(detect_ms)).await;
+                promote(&world, k, shard, old);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(plan.gossip_ms)).await;
+        change(&world, k, |c| {
+            for view in c.views.values_mut() {
+                *view = c.truth.clone();
+            }
+            Some("every node knows the change (gossip)".to_string())
+        });
+    }
+}
+
+/// The master of the resource's shard (`of_resource`) or of the one after
+/// it dies: that shard and its master.
+fn fail(world: &Shared, k: usize, slot: u16, of_resource: bool, shards: usize) -> Option<(usize, usize)> {
+    let mut w = net::lock(world);
+    let (shard, old) = w.clusters.get(k).and_then(|c| {
+        let own = *c.truth.owners.get(usize::from(slot))?;
+        let shard = if of_resource { own } else { (own + 1) % shards };
+        Some((shard, *c.truth.masters.get(shard)?))
+    })?;
+    let now = w.now_ms();
+    w.history.note(now, format!("cluster {k}: shard {shard}'s master n{old} dies"));
+    w.nodes.get_mut(old)?.crash();
+    Some((shard, old))
+}
+
+/// Shard `shard`'s replica replaces its dead master `old`: promoted with
+/// what it had replicated, it starts its failover quarantine.
+fn promote(world: &Shared, k: usize, shard: usize, old: usize) {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    let Some(copy) = w.clusters.get(k).and_then(|c| c.replicas.get(shard)).map(|r| r.copy.clone()) else {
+        return;
+    };
+    let Some(promoted) = w.nodes.get(old).map(|n| n.promoted(copy, now)) else { return };
+    w.nodes.push(promoted);
+    let new = w.nodes.len() - 1;
+    if let Some(c) = w.clusters.get_mut(k) {
+        if let Some(master) = c.truth.masters.get_mut(shard) {
+            *master = new;
+        }
+        c.views.insert(new, c.truth.clone());
+    }
+    w.history.note(now, format!("cluster {k}: its replica n{new} is promoted (and quarantines)"));
+}
+
+/// Applies `what` to cluster `k` and notes what it says happened.
+fn change(world: &Shared, k: usize, what: impl FnOnce(&mut Cluster) -> Option<String>) -> Option<String> {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    let done = w.clusters.get_mut(k).and_then(what)?;
+    w.history.note(now, format!("cluster {k}: {done}"));
+    Some(done)
+}
+
+/// `MIGRATE` of the migrating slot's lock key from the source master to
+/// the importing one, as it is (holders, tokens, deadlines: the nodes share
+/// a clock); the target's counter is raised by it when it reads it.
+fn migrate_keys(world: &Shared, k: usize, resource: &str) {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    let Some((from, to)) = w.clusters.get(k).and_then(|c| {
+        let m = c.migration?;
+        Some((*c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?))
+    }) else {
+        return;
+    };
+    let key = resource.as_bytes();
+    if w.nodes.get(to).is_some_and(|n| n.has_key(key)) {
+        return;
+    }
+    let Some(holders) = w.nodes.get_mut(from).and_then(|n| n.take_key(key)) else { return };
+    if let Some(n) = w.nodes.get_mut(to) {
+        n.put_key(key.to_vec(), holders);
+    }
+    w.history.note(now, format!("cluster {k}: MIGRATE {resource} from n{from} to n{to}"));
+}
+
+/// Each client as it is at the end (its connections, its clusters' slot
+/// maps, after whatever they went through), every fault over and every
+/// TTL and quarantine run out, takes the lock once more and releases it:
+/// every member must run that release, a cluster member too (a stale map
+/// is mended by `MOVED`, a migration left open crossed with `ASK`). A
+/// connection that broke while the client was idle fails its first call,
+/// so a client has three tries. What it finds: a member that never runs
+/// it ("stuck member").
+pub async fn recovered(
+    world: &Shared,
+    clients: Vec<(usize, Redlock)>,
+    resource: &str,
+    mode: Mode,
+) -> Vec<String> {
+    const TRIES: usize = 3;
+    let mut stuck = Vec::new();
+    for (c, redlock) in clients {
+        let mut why = String::new();
+        for _ in 0..TRIES {
+            let owner = match redlock.try_acquire(resource, mode, Duration::from_millis(600)).await {
+                Err(e) => {
+                    why = format!("cannot take the lock: {e}");
+                    continue;
+                }
+                Ok(guard) => {
+                    let owner = guard.token().as_bytes().to_vec();
+                    let _ = guard.release().await;
+                    owner
+                }
+            };
+            redlock.settle().await;
+            let missing = not_released(&net::lock(world), &owner);
+            if missing.is_empty() {
+                why.clear();
+                break;
+            }
+            why = format!("member(s) {missing:?} did not run its release");
+        }
+        redlock.settle().await;
+        let mut w = net::lock(world);
+        let now = w.now_ms();
+        if why.is_empty() {
+            w.history
+                .note(now, format!("c{c} takes and releases the lock again: every member runs the release"));
+        } else {
+            w.history.note(now, format!("c{c} at the end: {why}"));
+            stuck.push(format!("stuck member: client c{c}, every fault over, {TRIES} times: {why}"));
+        }
+    }
+    stuck
+}
+
+/// The quorum members (from 0) none of whose nodes ran a release of
+/// `owner`.
+fn not_released(w: &World, owner: &[u8]) -> Vec<usize> {
+    let members = w.partitioned.first().map_or(0, Vec::len);
+    (0..members)
+        .filter(|&member| {
+            let nodes: Vec<usize> = match w.clusters.iter().find(|c| c.member == member) {
+                Some(cluster) => cluster.views.keys().copied().collect(),
+                None => vec![member],
+            };
+            !nodes.iter().any(|&n| w.history.released.contains(&(n, owner.to_vec())))
+        })
+        .collect()
+}
