@@ -537,6 +537,15 @@ pub async fn recovered(
     stuck
 }
 
+/// The nodes that serve member `member` now: its master, or each shard
+/// master of its cluster.
+pub fn member_masters(w: &World, member: usize) -> Vec<usize> {
+    match w.clusters.iter().find(|c| c.member == member) {
+        Some(cluster) => cluster.truth.masters.clone(),
+        None => vec![member],
+    }
+}
+
 /// The quorum members (from 0) none of whose nodes ran a release of
 /// `owner`.
 fn not_released(w: &World, owner: &[u8]) -> Vec<usize> {

@@ -7,6 +7,7 @@
 //!
 //! - `cluster.rs`: a Redis Cluster as a quorum member: shard masters,
 //!   slot map, redirects, resharding, failovers;
+//! - `verdict.rs`: the client's `status()` checked against the truth;
 //! - `run.rs`: one history: the setup, the fault schedule, the clients;
 //! - `net.rs`: the network: ordered connections and their faults;
 //! - `node.rs`: a node: the core behind a thin command dispatcher;
@@ -19,3 +20,4 @@ pub mod net;
 pub mod node;
 pub mod resp;
 pub mod run;
+pub mod verdict;

@@ -10,11 +10,11 @@ use rand::{Rng, SeedableRng};
 use redlock_client::{Config, Mode, Redlock, RetryPolicy};
 use tokio::time::Instant;
 
-use crate::cluster;
 use crate::history::{History, Hold};
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
 use crate::resp::Reply;
+use crate::{cluster, verdict};
 use redlock_client::Watchdog;
 
 /// The resource every client contends for.
@@ -94,6 +94,10 @@ enum Family {
     ReadWrite,
     Semaphore,
 }
+
+/// Until when an operator checks the client's `status()` (every fault is
+/// over by then, or nearly).
+const STATUS_UNTIL_MS: u64 = 3000;
 
 /// The semaphore's permits.
 const PERMITS: u32 = 2;
@@ -379,6 +383,9 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // quarantine is over; otherwise they keep contending.
     let spread = faults.iter().any(|(at, f)| matches!(f, Fault::Crash { .. }) && *at < EARLY_CRASH_MS);
     let injector = tokio::spawn(inject(world.clone(), faults));
+    // With a cluster member, an operator checks the client's status().
+    let watcher = (!plans.is_empty())
+        .then(|| tokio::spawn(verdict::watch(world.clone(), setup.nodes, STATUS_UNTIL_MS)));
     let cluster_faults: Vec<_> = (plans.into_iter().enumerate())
         .map(|(k, plan)| tokio::spawn(cluster::inject(world.clone(), k, plan, RESOURCE)))
         .collect();
@@ -404,6 +411,10 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     for handle in cluster_faults {
         let _ = handle.await;
     }
+    let over_counts = match watcher {
+        Some(watcher) => watcher.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
     if let Some(misuser) = misuser {
         let _ = misuser.await;
     }
@@ -418,6 +429,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
         violations.push(format!("left behind: the lock is not free once every TTL ran out: {why}"));
     }
     violations.extend(stuck);
+    violations.extend(over_counts);
     Outcome { history: w.history.render(&violations), violations }
 }
 
