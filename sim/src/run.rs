@@ -316,6 +316,8 @@ fn run_recorded(seed: u64, setup: &Setup, faults: &[(u64, Fault)], recorded: boo
 }
 
 async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: bool) -> Outcome {
+    let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes);
+    let faults = cluster::without_start_floors(faults, !plans.is_empty());
     let mut rng = StdRng::seed_from_u64(seed);
     let lock_delay_ms = match setup.rules {
         Rules::Module if setup.lock_delay_max_ms > 0 && rng.gen_range(0..4) == 0 => {
@@ -361,7 +363,6 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
             n.set_clock_offset(if Some(i) == ahead { apart_ms } else { -apart_ms });
         }
     }
-    let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes);
     let clusters = cluster::build(&plans, &mut nodes, setup.rules, TTL_MAX_MS as i64, lock_delay_ms);
     let world: Shared = Arc::new(Mutex::new(World {
         nodes,

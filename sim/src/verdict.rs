@@ -5,8 +5,8 @@
 //! members than a majority can grant: a member can when every node that
 //! serves it (a master; each shard master of a cluster) is up, reachable
 //! and out of quarantine. Its verdict must not be that a majority can
-//! ("status over-counts"). When the truth changed during the call, the
-//! moment is skipped. The other way (a verdict of "no" while a majority
+//! ("status over-counts"). When the truth changed during the call (looked
+//! at every millisecond), the moment is skipped. The other way (a verdict of "no" while a majority
 //! can) is not a violation: a lost or late `INFO` reply makes a node look
 //! unreachable.
 
@@ -21,9 +21,9 @@ use crate::net::{self, Shared, World};
 const AS_CLIENT: usize = 0;
 /// How often the truth is looked at, and the most `status()` calls made.
 const LOOK_EVERY_MS: u64 = 10;
-const CALLS_MAX: usize = 12;
+const CALLS_MAX: usize = 4;
 /// Between two calls, at least.
-const CALL_GAP_MS: u64 = 60;
+const CALL_GAP_MS: u64 = 150;
 
 /// Whether each member can grant now, as the simulated world has it for
 /// client [`AS_CLIENT`].
@@ -58,8 +58,20 @@ pub async fn watch(world: Shared, members: usize, until_ms: u64) -> Vec<String> 
         }
         calls += 1;
         let at = net::lock(&world).now_ms();
-        let status = operator.status().await;
-        found.extend(judge(&world, &before, at, &status));
+        // The truth looked at every millisecond while the call runs.
+        let call = operator.status();
+        tokio::pin!(call);
+        let mut steady = true;
+        let status = loop {
+            tokio::select! {
+                biased;
+                status = &mut call => break status,
+                _ = tokio::time::sleep(Duration::from_millis(1)) => {
+                    steady &= granting(&net::lock(&world), members) == before;
+                }
+            }
+        };
+        found.extend(judge(&world, &before, steady, at, &status));
         tokio::time::sleep(Duration::from_millis(CALL_GAP_MS)).await;
     }
     operator.settle().await;
@@ -67,15 +79,15 @@ pub async fn watch(world: Shared, members: usize, until_ms: u64) -> Vec<String> 
 }
 
 /// The verdict `status` of a call from `at` ms against the truth, which was
-/// `before` when it began: a violation when it says a majority can grant
-/// while fewer can, the truth unchanged since.
-fn judge(world: &Shared, before: &[bool], at: i64, status: &QuorumStatus) -> Option<String> {
+/// `before` when it began and stayed so throughout (`steady`): a violation
+/// when it says a majority can grant while fewer can.
+fn judge(world: &Shared, before: &[bool], steady: bool, at: i64, status: &QuorumStatus) -> Option<String> {
     let mut w = net::lock(world);
     let (members, need) = (before.len(), status.need);
     let count = before.iter().filter(|&&g| g).count();
     let now = w.now_ms();
     w.history.note(now, format!("operator: status() from {at} ms: {}", status.summary()));
-    (status.grants() && granting(&w, members) == before).then(|| {
+    (status.grants() && steady && granting(&w, members) == before).then(|| {
         format!(
             "status over-counts: status() from {at} to {now} ms says a majority can grant ({}), but {count} of {members} members can (need {need})",
             status.summary()
