@@ -623,3 +623,136 @@ fn not_released(w: &World, owner: &[u8]) -> Vec<usize> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::history::History;
+    use crate::net::MessageFaults;
+
+    fn words(parts: &[&str]) -> Vec<Vec<u8>> {
+        parts.iter().map(|p| p.as_bytes().to_vec()).collect()
+    }
+
+    /// A world of one plain node and one cluster of 2 shards (nodes 1, 2).
+    fn world() -> World {
+        let mut nodes = vec![Node::new(Rules::Module, Persistence::None, 600, 0)];
+        let plan = Plan { member: 0, shards: 2, events: Vec::new(), gossip_ms: 0, lag_ms: 0 };
+        let clusters = build(&[plan], &mut nodes, Rules::Module, 600, 0);
+        World {
+            nodes,
+            partitioned: vec![vec![false; 1]],
+            rng: StdRng::seed_from_u64(0),
+            faults: MessageFaults {
+                delay_per_mille: 0,
+                delay_max_ms: 1,
+                request_lost_per_mille: 0,
+                reply_lost_per_mille: 0,
+            },
+            history: History::default(),
+            started: Instant::now(),
+            clusters,
+        }
+    }
+
+    fn call(w: &mut World, node: usize, parts: &[&str], asking: &mut bool) -> (Reply, bool) {
+        serve(w, 0, node, &words(parts), 0, asking).expect("a node")
+    }
+
+    #[test]
+    fn slot_ranges_split_and_answer_for_every_slot() {
+        let mut view = View { ranges: vec![(0, 8191, 0), (8192, 16383, 1)], masters: vec![1, 2] };
+        view.set(0, 1);
+        view.set(16383, 0);
+        view.set(100, 1);
+        assert_eq!(
+            view.ranges,
+            [(0, 0, 1), (1, 99, 0), (100, 100, 1), (101, 8191, 0), (8192, 16382, 1), (16383, 16383, 0)]
+        );
+        assert_eq!(
+            (view.owner(0), view.owner(50), view.owner(100), view.owner(9000)),
+            (Some(1), Some(0), Some(1), Some(1))
+        );
+        assert_eq!(key_slot(b"foo"), 12_182, "as CLUSTER KEYSLOT gives it");
+    }
+
+    /// MOVED from a node that does not serve the slot; during a migration
+    /// the source serves the keys it has and sends the others on with ASK,
+    /// and the target serves them only right after ASKING.
+    #[test]
+    fn a_cluster_node_redirects_as_redis_does() {
+        let mut w = world();
+        let slot = key_slot(b"res");
+        assert!(slot < 8192, "res lives on shard 0 (node 1)");
+        let mut asking = false;
+        let (moved, ran) = call(&mut w, 2, &["LOCK.ACQUIRE", "res", "a", "300"], &mut asking);
+        assert_eq!((moved, ran), (Reply::Error("MOVED", format!("{slot} c0n1:6379")), false));
+        assert!(matches!(
+            call(&mut w, 1, &["LOCK.ACQUIRE", "res", "a", "300"], &mut asking),
+            (Reply::Int(_), true)
+        ));
+        w.clusters[0].migration = Some(Migration { slot, from: 0, to: 1 });
+        // The source still has the key: it serves it.
+        assert_eq!(call(&mut w, 1, &["LOCK.EXTEND", "res", "a", "300"], &mut asking), (Reply::Int(1), true));
+        // Moved: the source asks, the target refuses without ASKING.
+        let holders = w.nodes[1].take_key(b"res").expect("the lock");
+        w.nodes[2].put_key(b"res".to_vec(), holders);
+        let ask = Reply::Error("ASK", format!("{slot} c0n2:6379"));
+        assert_eq!(call(&mut w, 1, &["LOCK.EXTEND", "res", "a", "300"], &mut asking), (ask, false));
+        let back = Reply::Error("MOVED", format!("{slot} c0n1:6379"));
+        assert_eq!(call(&mut w, 2, &["LOCK.EXTEND", "res", "a", "300"], &mut asking), (back.clone(), false));
+        assert_eq!(call(&mut w, 2, &["ASKING"], &mut asking), (Reply::Status("OK"), false));
+        assert_eq!(call(&mut w, 2, &["LOCK.EXTEND", "res", "a", "300"], &mut asking), (Reply::Int(1), true));
+        // The flag lasts one command.
+        assert_eq!(call(&mut w, 2, &["LOCK.EXTEND", "res", "a", "300"], &mut asking), (back, false));
+        // A plain node serves every key, and no cluster command.
+        assert!(matches!(
+            call(&mut w, 0, &["LOCK.ACQUIRE", "res", "b", "300"], &mut asking),
+            (Reply::Int(_), true)
+        ));
+        assert!(matches!(
+            call(&mut w, 0, &["CLUSTER", "SHARDS"], &mut asking),
+            (Reply::Error(ERR, _), false)
+        ));
+    }
+
+    /// `CLUSTER SHARDS` names each shard's ranges and master as the asked
+    /// node sees them; `INFO lock` says whether the node is quarantined.
+    #[test]
+    fn the_topology_and_the_health_are_the_asked_nodes() {
+        let mut w = world();
+        w.clusters[0].views.get_mut(&2).expect("node 2").set(5, 1);
+        let mut asking = false;
+        let shard_slots = |reply: Reply| -> Vec<Vec<Reply>> {
+            let Reply::Array(shards) = reply else { panic!("{reply:?}") };
+            shards
+                .into_iter()
+                .map(|s| match s {
+                    Reply::Array(fields) => match &fields[1] {
+                        Reply::Array(slots) => slots.clone(),
+                        other => panic!("{other:?}"),
+                    },
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let int = Reply::Int;
+        let seen_by_1 = shard_slots(call(&mut w, 1, &["CLUSTER", "SHARDS"], &mut asking).0);
+        assert_eq!(seen_by_1, [vec![int(0), int(8191)], vec![int(8192), int(16383)]]);
+        let seen_by_2 = shard_slots(call(&mut w, 2, &["CLUSTER", "SHARDS"], &mut asking).0);
+        assert_eq!(
+            seen_by_2,
+            [vec![int(0), int(4), int(6), int(8191)], vec![int(5), int(5), int(8192), int(16383)]]
+        );
+        let promoted = w.nodes[1].promoted(w.nodes[1].replica_copy(), 0);
+        w.nodes.push(promoted);
+        let Reply::Bulk(info) = call(&mut w, 3, &["INFO", "lock"], &mut asking).0 else { panic!() };
+        assert!(String::from_utf8_lossy(&info).contains("lock_quarantine:1\r\n"));
+        let Reply::Bulk(info) = call(&mut w, 1, &["INFO", "lock"], &mut asking).0 else { panic!() };
+        assert!(String::from_utf8_lossy(&info).contains("lock_quarantine:0\r\n"));
+    }
+}
