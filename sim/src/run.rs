@@ -142,7 +142,7 @@ impl Setup {
             aof_rewrite_per_mille: 500,
             family_per_mille: 400,
             misuse_per_mille: 250,
-            cluster_per_mille: 250,
+            cluster_per_mille: 200,
         }
     }
 
