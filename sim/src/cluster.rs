@@ -27,18 +27,14 @@
 //! simulator's network tells which client connects to which node by it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use lock_core::memory::Holders;
 use lock_protocol::code::ERR;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redlock_client::{Mode, Redlock};
 
-use crate::net::{self, Shared, World};
 use crate::node::{Node, Persistence, Rules};
 use crate::resp::Reply;
-use crate::run::Fault;
 
 /// How many hash slots a cluster has.
 pub const SLOTS: u16 = 16_384;
@@ -50,28 +46,28 @@ pub fn key_slot(key: &[u8]) -> u16 {
 }
 
 /// The host a client's URLs give node `node` (see `net::url`).
-fn host(client: usize, node: usize) -> String {
+pub fn host(client: usize, node: usize) -> String {
     format!("c{client}n{node}")
 }
 
 /// Who serves what, as one node believes it (or as it is).
 #[derive(Clone, Debug)]
-struct View {
+pub(crate) struct View {
     /// Slot ranges (first, last) with their shard, in slot order, covering
     /// every slot (cheap to copy and to answer `CLUSTER SHARDS` from).
-    ranges: Vec<(u16, u16, usize)>,
+    pub(crate) ranges: Vec<(u16, u16, usize)>,
     /// Each shard's master (an index into the world's nodes).
-    masters: Vec<usize>,
+    pub(crate) masters: Vec<usize>,
 }
 
 impl View {
     /// The shard that serves `slot`.
-    fn owner(&self, slot: u16) -> Option<usize> {
+    pub(crate) fn owner(&self, slot: u16) -> Option<usize> {
         self.ranges.iter().find(|(first, last, _)| (*first..=*last).contains(&slot)).map(|r| r.2)
     }
 
     /// `slot` is served by `shard` from now on.
-    fn set(&mut self, slot: u16, shard: usize) {
+    pub(crate) fn set(&mut self, slot: u16, shard: usize) {
         let Some(i) = self.ranges.iter().position(|(first, last, _)| (*first..=*last).contains(&slot)) else {
             return;
         };
@@ -87,18 +83,18 @@ impl View {
 
 /// A slot on its way from one shard to another.
 #[derive(Clone, Copy, Debug)]
-struct Migration {
-    slot: u16,
-    from: usize,
-    to: usize,
+pub(crate) struct Migration {
+    pub(crate) slot: u16,
+    pub(crate) from: usize,
+    pub(crate) to: usize,
 }
 
 /// What a shard's replica has: its master's locks and fencing counter
 /// when it last caught up, and when that was.
 #[derive(Clone, Debug, Default)]
-struct Replica {
-    copy: (BTreeMap<Vec<u8>, Holders>, u64),
-    synced_ms: i64,
+pub(crate) struct Replica {
+    pub(crate) copy: (BTreeMap<Vec<u8>, Holders>, u64),
+    pub(crate) synced_ms: i64,
 }
 
 /// One simulated cluster, standing for one quorum member.
@@ -107,11 +103,11 @@ pub struct Cluster {
     /// The quorum member it is (from 0).
     pub member: usize,
     /// Who serves what now.
-    truth: View,
+    pub(crate) truth: View,
     /// What each of its nodes believes (by node index).
-    views: BTreeMap<usize, View>,
-    migration: Option<Migration>,
-    replicas: Vec<Replica>,
+    pub(crate) views: BTreeMap<usize, View>,
+    pub(crate) migration: Option<Migration>,
+    pub(crate) replicas: Vec<Replica>,
     /// How far a replica lags behind its master.
     lag_ms: i64,
 }
@@ -244,24 +240,6 @@ pub fn build(
         .collect()
 }
 
-/// The URLs client `client` is given: the plain nodes', and for a member
-/// that is a cluster its spelling, seeded with its masters now.
-pub fn urls(world: &Shared, client: usize, members: usize) -> Vec<String> {
-    let w = net::lock(world);
-    (0..members)
-        .map(|member| match w.clusters.iter().find(|c| c.member == member) {
-            None => net::url(client, member),
-            Some(cluster) => {
-                let seeds: Vec<String> =
-                    cluster.masters().iter().map(|&m| format!("{}:6379", host(client, m))).collect();
-                let (first, rest) = seeds.split_first().map_or(("", &[][..]), |(f, r)| (f.as_str(), r));
-                let addrs: Vec<String> = rest.iter().map(|a| format!("addr={a}")).collect();
-                format!("redis+cluster://{first}?{}", addrs.join("&"))
-            }
-        })
-        .collect()
-}
-
 /// Node `node` serves `words` from client `client` at `at`: the reply, and
 /// whether the lock command ran there (not redirected, not a query).
 /// `INFO lock` and, on a cluster's node, `ASKING`, `CLUSTER SHARDS` and
@@ -269,7 +247,8 @@ pub fn urls(world: &Shared, client: usize, members: usize) -> Vec<String> {
 /// served when the node serves its key's slot, else redirected. `None`
 /// when there is no such node.
 pub fn serve(
-    w: &mut World,
+    nodes: &mut [Node],
+    clusters: &mut [Cluster],
     client: usize,
     node: usize,
     words: &[Vec<u8>],
@@ -278,15 +257,15 @@ pub fn serve(
 ) -> Option<(Reply, bool)> {
     let was_asking = std::mem::take(asking);
     let word = |i: usize| words.get(i).map(|w| String::from_utf8_lossy(w).to_ascii_uppercase());
-    let cluster = w.clusters.iter().position(|c| c.views.contains_key(&node));
+    let cluster = clusters.iter().position(|c| c.views.contains_key(&node));
     match (word(0).as_deref(), cluster) {
-        (Some("INFO"), _) => return Some((info(w.nodes.get(node)?, at), false)),
+        (Some("INFO"), _) => return Some((info(nodes.get(node)?, at), false)),
         (Some("ASKING"), Some(_)) => {
             *asking = true;
             return Some((Reply::Status("OK"), false));
         }
         (Some("CLUSTER"), Some(k)) => {
-            let c = w.clusters.get(k)?;
+            let c = clusters.get(k)?;
             let reply = match word(1).as_deref() {
                 Some("SHARDS") => shards(c.views.get(&node)?, client),
                 Some("INFO") => Reply::Bulk(b"cluster_enabled:1\r\ncluster_state:ok\r\n".to_vec()),
@@ -300,9 +279,9 @@ pub fn serve(
         _ => {}
     }
     let (Some(k), Some(key)) = (cluster, words.get(1)) else {
-        return Some((w.nodes.get_mut(node)?.call(words, at), true));
+        return Some((nodes.get_mut(node)?.call(words, at), true));
     };
-    let c = w.clusters.get_mut(k)?;
+    let c = clusters.get_mut(k)?;
     let slot = key_slot(key);
     let view = c.views.get(&node)?;
     let owner = *view.masters.get(view.owner(slot)?)?;
@@ -311,7 +290,7 @@ pub fn serve(
     let redirect = if owner == node {
         // The source of a migration serves the keys it still has.
         match importer {
-            Some(to) if !w.nodes.get(node)?.has_key(key) => Some(("ASK", to)),
+            Some(to) if !nodes.get(node)?.has_key(key) => Some(("ASK", to)),
             _ => None,
         }
     } else if was_asking && importer == Some(node) {
@@ -325,12 +304,12 @@ pub fn serve(
     // The shard's replica catches up before the write: it misses the
     // writes of its last `lag_ms`.
     if let Some(shard) = c.truth.masters.iter().position(|&m| m == node) {
-        let (lag_ms, n) = (c.lag_ms, w.nodes.get(node)?);
+        let (lag_ms, n) = (c.lag_ms, nodes.get(node)?);
         if let Some(replica) = c.replicas.get_mut(shard).filter(|r| at - r.synced_ms >= lag_ms) {
             *replica = Replica { copy: n.replica_copy(), synced_ms: at };
         }
     }
-    Some((w.nodes.get_mut(node)?.call(words, at), true))
+    Some((nodes.get_mut(node)?.call(words, at), true))
 }
 
 /// `INFO lock` as the module writes the fields `status()` reads.
@@ -382,285 +361,47 @@ fn shards(view: &View, client: usize) -> Reply {
     Reply::Array(shards)
 }
 
-/// Cluster `k`'s faults at their times; ends after its last one (a
-/// stalled migration stays open).
-pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str) {
-    let started = net::lock(&world).started;
-    let slot = key_slot(resource.as_bytes());
-    for (at, event) in plan.events {
-        tokio::time::sleep_until(started + Duration::from_millis(at)).await;
-        match event {
-            Event::Migrate { to_offset, keys_after_ms, done_after_ms } => {
-                settle_quarantines(&world).await;
-                let migration = change(&world, k, |c| {
-                    let from = c.truth.owner(slot)?;
-                    let to = (from + 1 + to_offset) % plan.shards;
-                    c.migration = Some(Migration { slot, from, to });
-                    Some(format!("slot {slot} migrating from shard {from} to shard {to}"))
-                });
-                if migration.is_none() {
-                    continue;
-                }
-                tokio::time::sleep(Duration::from_millis(keys_after_ms)).await;
-                migrate_keys(&world, k, resource);
-                let Some(done_after_ms) = done_after_ms else {
-                    change(&world, k, |_| Some(format!("slot {slot} stays open (the reshard stalls)")));
-                    continue;
-                };
-                tokio::time::sleep(Duration::from_millis(done_after_ms)).await;
-                migrate_keys(&world, k, resource);
-                // SETSLOT NODE on the target, then the source: both know
-                // at once, the others by gossip.
-                change(&world, k, |c| {
-                    let m = c.migration.take()?;
-                    c.truth.set(slot, m.to);
-                    for shard in [m.from, m.to] {
-                        let node = *c.truth.masters.get(shard)?;
-                        c.views.insert(node, c.truth.clone());
-                    }
-                    Some(format!("slot {slot} now served by shard {}", m.to))
-                });
-            }
-            Event::Failover { of_resource, detect_ms } => {
-                let Some((shard, old)) = fail(&world, k, slot, of_resource, plan.shards) else { continue };
-                tokio::time::sleep(Duration::from_millis(detect_ms)).await;
-                promote(&world, k, shard, old);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(plan.gossip_ms)).await;
-        change(&world, k, |c| {
-            for view in c.views.values_mut() {
-                *view = c.truth.clone();
-            }
-            Some("every node knows the change (gossip)".to_string())
-        });
+/// Every node that served member `member` (its master; each node that
+/// was a master of its cluster).
+pub fn member_nodes(clusters: &[Cluster], member: usize) -> Vec<usize> {
+    match clusters.iter().find(|c| c.member == member) {
+        Some(cluster) => cluster.views.keys().copied().collect(),
+        None => vec![member],
     }
-}
-
-/// The master of the resource's shard (`of_resource`) or of the one after
-/// it dies: that shard and its master.
-fn fail(world: &Shared, k: usize, slot: u16, of_resource: bool, shards: usize) -> Option<(usize, usize)> {
-    let mut w = net::lock(world);
-    let (shard, old) = w.clusters.get(k).and_then(|c| {
-        let own = c.truth.owner(slot)?;
-        let shard = if of_resource { own } else { (own + 1) % shards };
-        Some((shard, *c.truth.masters.get(shard)?))
-    })?;
-    let now = w.now_ms();
-    w.history.note(now, format!("cluster {k}: shard {shard}'s master n{old} dies"));
-    w.nodes.get_mut(old)?.crash();
-    Some((shard, old))
-}
-
-/// Shard `shard`'s replica replaces its dead master `old`: promoted with
-/// what it had replicated, it starts its failover quarantine.
-fn promote(world: &Shared, k: usize, shard: usize, old: usize) {
-    let mut w = net::lock(world);
-    let now = w.now_ms();
-    let Some(copy) = w.clusters.get(k).and_then(|c| c.replicas.get(shard)).map(|r| r.copy.clone()) else {
-        return;
-    };
-    let Some(promoted) = w.nodes.get(old).map(|n| n.promoted(copy, now)) else { return };
-    w.nodes.push(promoted);
-    let new = w.nodes.len() - 1;
-    if let Some(c) = w.clusters.get_mut(k) {
-        if let Some(master) = c.truth.masters.get_mut(shard) {
-            *master = new;
-        }
-        c.views.insert(new, c.truth.clone());
-    }
-    w.history.note(now, format!("cluster {k}: its replica n{new} is promoted (and quarantines)"));
-}
-
-/// Waits until no master of cluster `k` is in quarantine: a slot migrated
-/// out of a promoted replica in its failover quarantine carries the lock
-/// records it had replicated, some writes behind, to a node that grants
-/// (docs/evidence.md, "Findings": the simulator found two holders so;
-/// the simulator leaves that reshard out).
-async fn settle_quarantines(world: &Shared) {
-    loop {
-        let quarantined = {
-            let w = net::lock(world);
-            let now = w.now_ms();
-            w.clusters
-                .iter()
-                .flat_map(|c| &c.truth.masters)
-                .any(|&m| w.nodes.get(m).is_some_and(|n| n.quarantine_left_ms(now) > 0))
-        };
-        if !quarantined {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// A history with a cluster member has no restart from an `always` AOF
-/// among its plain nodes (an `everysec` one instead): such a restart starts
-/// its fencing counter up to a quarantine ahead of its clock (the start
-/// floor), a fence round raises a cluster's shard to it, and once the lock
-/// is gone a slot migration leaves that raise behind: the importing node's
-/// next token can be below it (docs/evidence.md, "Findings"; the simulator
-/// found it so).
-pub fn without_start_floors(faults: Vec<(u64, Fault)>, clusters: bool) -> Vec<(u64, Fault)> {
-    if !clusters {
-        return faults;
-    }
-    faults
-        .into_iter()
-        .map(|(at, fault)| match fault {
-            Fault::Crash { node, down_ms, persistence: Persistence::Always } => {
-                (at, Fault::Crash { node, down_ms, persistence: Persistence::EverySec })
-            }
-            other => (at, other),
-        })
-        .collect()
-}
-
-/// Applies `what` to cluster `k` and notes what it says happened.
-fn change(world: &Shared, k: usize, what: impl FnOnce(&mut Cluster) -> Option<String>) -> Option<String> {
-    let mut w = net::lock(world);
-    let now = w.now_ms();
-    let done = w.clusters.get_mut(k).and_then(what)?;
-    w.history.note(now, format!("cluster {k}: {done}"));
-    Some(done)
-}
-
-/// `MIGRATE` of the migrating slot's lock key from the source master to
-/// the importing one, as it is (holders, tokens, deadlines: the nodes share
-/// a clock); the target's counter is raised by it when it reads it.
-fn migrate_keys(world: &Shared, k: usize, resource: &str) {
-    let mut w = net::lock(world);
-    let now = w.now_ms();
-    let Some((from, to)) = w.clusters.get(k).and_then(|c| {
-        let m = c.migration?;
-        Some((*c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?))
-    }) else {
-        return;
-    };
-    let key = resource.as_bytes();
-    if w.nodes.get(to).is_some_and(|n| n.has_key(key)) {
-        return;
-    }
-    let Some(holders) = w.nodes.get_mut(from).and_then(|n| n.take_key(key)) else { return };
-    if let Some(n) = w.nodes.get_mut(to) {
-        n.put_key(key.to_vec(), holders);
-    }
-    w.history.note(now, format!("cluster {k}: MIGRATE {resource} from n{from} to n{to}"));
-}
-
-/// Each client as it is at the end (its connections, its clusters' slot
-/// maps, after whatever they went through), every fault over and every
-/// TTL and quarantine run out, takes the lock once more and releases it:
-/// every member must run that release, a cluster member too (a stale map
-/// is mended by `MOVED`, a migration left open crossed with `ASK`). A
-/// connection that broke while the client was idle fails its first call,
-/// so a client has three tries. What it finds: a member that never runs
-/// it ("stuck member").
-pub async fn recovered(
-    world: &Shared,
-    clients: Vec<(usize, Redlock)>,
-    resource: &str,
-    mode: Mode,
-) -> Vec<String> {
-    const TRIES: usize = 3;
-    let mut stuck = Vec::new();
-    for (c, redlock) in clients {
-        let mut why = String::new();
-        for _ in 0..TRIES {
-            let owner = match redlock.try_acquire(resource, mode, Duration::from_millis(600)).await {
-                Err(e) => {
-                    why = format!("cannot take the lock: {e}");
-                    continue;
-                }
-                Ok(guard) => {
-                    let owner = guard.token().as_bytes().to_vec();
-                    let _ = guard.release().await;
-                    owner
-                }
-            };
-            redlock.settle().await;
-            let missing = not_released(&net::lock(world), &owner);
-            if missing.is_empty() {
-                why.clear();
-                break;
-            }
-            why = format!("member(s) {missing:?} did not run its release");
-        }
-        redlock.settle().await;
-        let mut w = net::lock(world);
-        let now = w.now_ms();
-        if why.is_empty() {
-            w.history
-                .note(now, format!("c{c} takes and releases the lock again: every member runs the release"));
-        } else {
-            w.history.note(now, format!("c{c} at the end: {why}"));
-            stuck.push(format!("stuck member: client c{c}, every fault over, {TRIES} times: {why}"));
-        }
-    }
-    stuck
 }
 
 /// The nodes that serve member `member` now: its master, or each shard
 /// master of its cluster.
-pub fn member_masters(w: &World, member: usize) -> Vec<usize> {
-    match w.clusters.iter().find(|c| c.member == member) {
+pub fn member_masters(clusters: &[Cluster], member: usize) -> Vec<usize> {
+    match clusters.iter().find(|c| c.member == member) {
         Some(cluster) => cluster.truth.masters.clone(),
         None => vec![member],
     }
 }
 
-/// The quorum members (from 0) none of whose nodes ran a release of
-/// `owner`.
-fn not_released(w: &World, owner: &[u8]) -> Vec<usize> {
-    let members = w.partitioned.first().map_or(0, Vec::len);
-    (0..members)
-        .filter(|&member| {
-            let nodes: Vec<usize> = match w.clusters.iter().find(|c| c.member == member) {
-                Some(cluster) => cluster.views.keys().copied().collect(),
-                None => vec![member],
-            };
-            !nodes.iter().any(|&n| w.history.released.contains(&(n, owner.to_vec())))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
-    use rand::rngs::StdRng;
-    use rand::SeedableRng;
-    use tokio::time::Instant;
-
     use super::*;
-    use crate::history::History;
-    use crate::net::MessageFaults;
 
     fn words(parts: &[&str]) -> Vec<Vec<u8>> {
         parts.iter().map(|p| p.as_bytes().to_vec()).collect()
     }
 
     /// A world of one plain node and one cluster of 2 shards (nodes 1, 2).
+    struct World {
+        nodes: Vec<Node>,
+        clusters: Vec<Cluster>,
+    }
+
     fn world() -> World {
         let mut nodes = vec![Node::new(Rules::Module, Persistence::None, 600, 0)];
         let plan = Plan { member: 0, shards: 2, events: Vec::new(), gossip_ms: 0, lag_ms: 0 };
         let clusters = build(&[plan], &mut nodes, Rules::Module, 600, 0);
-        World {
-            nodes,
-            partitioned: vec![vec![false; 1]],
-            rng: StdRng::seed_from_u64(0),
-            faults: MessageFaults {
-                delay_per_mille: 0,
-                delay_max_ms: 1,
-                request_lost_per_mille: 0,
-                reply_lost_per_mille: 0,
-            },
-            history: History::default(),
-            started: Instant::now(),
-            clusters,
-        }
+        World { nodes, clusters }
     }
 
     fn call(w: &mut World, node: usize, parts: &[&str], asking: &mut bool) -> (Reply, bool) {
-        serve(w, 0, node, &words(parts), 0, asking).expect("a node")
+        serve(&mut w.nodes, &mut w.clusters, 0, node, &words(parts), 0, asking).expect("a node")
     }
 
     #[test]

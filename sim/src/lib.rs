@@ -6,7 +6,8 @@
 //! reads what happened. One seed replays one history exactly.
 //!
 //! - `cluster.rs`: a Redis Cluster as a quorum member: shard masters,
-//!   slot map, redirects, resharding, failovers;
+//!   slot map, redirects; `cluster_faults.rs`: its resharding, failovers
+//!   and the check at the end;
 //! - `verdict.rs`: the client's `status()` checked against the truth;
 //! - `run.rs`: one history: the setup, the fault schedule, the clients;
 //! - `net.rs`: the network: ordered connections and their faults;
@@ -15,6 +16,7 @@
 //! - `resp.rs`: the RESP the node reads and writes.
 
 pub mod cluster;
+pub mod cluster_faults;
 pub mod history;
 pub mod net;
 pub mod node;

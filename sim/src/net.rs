@@ -155,7 +155,9 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                 }
                 // A cluster's node may redirect the call instead (then it
                 // did not run there).
-                let Some((reply, ran)) = crate::cluster::serve(&mut w, client, node, &words, at, &mut asking)
+                let World { nodes, clusters, .. } = &mut *w;
+                let Some((reply, ran)) =
+                    crate::cluster::serve(nodes, clusters, client, node, &words, at, &mut asking)
                 else {
                     return;
                 };

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use redlock_client::{Config, QuorumStatus, Redlock};
 
-use crate::cluster;
 use crate::net::{self, Shared, World};
+use crate::{cluster, cluster_faults};
 
 /// Whose view the operator shares (its partitions).
 const AS_CLIENT: usize = 0;
@@ -33,7 +33,7 @@ fn granting(w: &World, members: usize) -> Vec<bool> {
         let reachable = !w.partitioned.get(AS_CLIENT).and_then(|p| p.get(n)).copied().unwrap_or(false);
         w.nodes.get(n).is_some_and(|node| node.up && reachable && node.quarantine_left_ms(now) == 0)
     };
-    (0..members).map(|m| cluster::member_masters(w, m).into_iter().all(grants)).collect()
+    (0..members).map(|m| cluster::member_masters(&w.clusters, m).into_iter().all(grants)).collect()
 }
 
 /// Watches until `until_ms`: the violations found.
@@ -44,7 +44,7 @@ pub async fn watch(world: Shared, members: usize, until_ms: u64) -> Vec<String> 
         reconnect_backoff: Duration::from_millis(50),
     };
     let need = members / 2 + 1;
-    let urls = cluster::urls(&world, AS_CLIENT, members);
+    let urls = cluster_faults::urls(&world, AS_CLIENT, members);
     let Ok(operator) = Redlock::connect(urls, config).await else { return Vec::new() };
     let started = net::lock(&world).started;
     let mut found = Vec::new();
