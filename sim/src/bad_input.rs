@@ -9,13 +9,10 @@ use std::panic::{self, AssertUnwindSafe};
 use rand::rngs::StdRng;
 use rand::Rng;
 
-use crate::node::Node;
-use crate::resp::Reply;
-
-/// Runs `words` on `node` at `virtual_ms`; `Err` with the panic's message
-/// if the core panicked (the module would have taken Redis down).
-pub fn guarded(node: &mut Node, words: &[Vec<u8>], virtual_ms: i64) -> Result<Reply, String> {
-    panic::catch_unwind(AssertUnwindSafe(|| node.call(words, virtual_ms))).map_err(|payload| {
+/// Runs `call` (a node serving a call); `Err` with the panic's message if
+/// the core panicked (the module would have taken Redis down).
+pub fn guarded<T>(call: impl FnOnce() -> T) -> Result<T, String> {
+    panic::catch_unwind(AssertUnwindSafe(call)).map_err(|payload| {
         payload
             .downcast_ref::<&str>()
             .map(|s| s.to_string())

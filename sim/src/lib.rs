@@ -5,6 +5,10 @@
 //! lock core (`lock-core`), under faults drawn from a seed; a checker
 //! reads what happened. One seed replays one history exactly.
 //!
+//! - `cluster.rs`: a Redis Cluster as a quorum member: shard masters,
+//!   slot map, redirects; `cluster_faults.rs`: its resharding, failovers
+//!   and the check at the end;
+//! - `verdict.rs`: the client's `status()` checked against the truth;
 //! - `run.rs`: one history: the setup, the fault schedule, the clients;
 //! - `net.rs`: the network: ordered connections and their faults;
 //! - `node.rs`: a node: the core behind a thin command dispatcher;
@@ -22,6 +26,8 @@
 //! - `resp.rs`: the RESP the node reads and writes.
 
 pub mod bad_input;
+pub mod cluster;
+pub mod cluster_faults;
 pub mod command;
 pub mod history;
 pub mod link;
@@ -31,5 +37,6 @@ pub mod reentrant;
 pub mod resp;
 pub mod run;
 pub mod sets;
+pub mod verdict;
 pub mod waiters;
 pub mod waits;

@@ -42,6 +42,8 @@ pub struct World {
     pub faults: MessageFaults,
     pub history: History,
     pub started: Instant,
+    /// The cluster members' clusters (`cluster.rs`), none in most histories.
+    pub clusters: Vec<crate::cluster::Cluster>,
 }
 
 impl World {
@@ -105,6 +107,8 @@ async fn wait_while_partitioned(world: &Shared, client: usize, node: usize) {
 async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream: DuplexStream) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
+    // `ASKING` was the connection's last command (a cluster's node).
+    let mut asking = false;
     loop {
         let n = match stream.read(&mut chunk).await {
             Ok(0) | Err(_) => return,
@@ -157,16 +161,24 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     (Some((owner, keys)), Some(n)) => n.on_keys_of(owner, keys),
                     _ => Vec::new(),
                 };
-                let reply = match w.nodes.get_mut(node).map(|n| bad_input::guarded(n, &words, at)) {
-                    Some(Ok(reply)) => reply,
-                    Some(Err(why)) => {
+                // A cluster's node may redirect the call instead (then it
+                // did not run there). A panic of the core is a violation.
+                let World { nodes, clusters, .. } = &mut *w;
+                let served = bad_input::guarded(|| {
+                    crate::cluster::serve(nodes, clusters, client, node, &words, at, &mut asking)
+                });
+                let served = match served {
+                    Ok(served) => served,
+                    Err(why) => {
                         if let Some(n) = w.nodes.get_mut(node) {
                             n.crash();
                         }
                         w.history.seen.push(bad_input::panicked(node, at, &bad_input::text(&words), &why));
                         return;
                     }
-                    None => return,
+                };
+                let Some((reply, ran)) = served else {
+                    return;
                 };
                 if let (Some((owner, keys)), Some(n)) = (&set, w.nodes.get(node)) {
                     let after = n.on_keys_of(owner, keys);
@@ -177,7 +189,9 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                 }
                 let granted = matches!(reply, Reply::Int(_))
                     && words.first().is_some_and(|name| name.eq_ignore_ascii_case(b"LOCK.ACQUIRE"));
-                w.history.served(node, at, &words, granted);
+                if ran {
+                    w.history.served(node, at, &words, granted);
+                }
                 let reply_lost = {
                     let p = w.faults.reply_lost_per_mille;
                     w.chance(p)

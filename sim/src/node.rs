@@ -204,7 +204,7 @@ impl Node {
             Ok(request) => request,
             Err(refused) => return refused,
         };
-        let left_ms = self.quarantine_left_ms(now);
+        let left_ms = self.quarantine_left_at(now);
         let admission = if left_ms > 0 { Admission::Quarantined } else { Admission::Open };
         let refused = |why: Grant| match why {
             Grant::Busy => Reply::Nil,
@@ -308,7 +308,7 @@ impl Node {
     /// The hand-off of `key` to its waiters, or their refusal while the
     /// node is in quarantine.
     fn hand_off(&mut self, key: &[u8], now: i64) {
-        let left_ms = self.quarantine_left_ms(now);
+        let left_ms = self.quarantine_left_at(now);
         if left_ms > 0 {
             self.waits.fail_all(key, &quarantined(left_ms));
             return;
@@ -321,8 +321,9 @@ impl Node {
         });
     }
 
-    /// How long the start-up quarantine still refuses new grants (0: none).
-    fn quarantine_left_ms(&self, now: i64) -> i64 {
+    /// How long the start-up quarantine still refuses new grants at the
+    /// node's clock `now` (0: none).
+    fn quarantine_left_at(&self, now: i64) -> i64 {
         quarantine::remaining_ms(
             self.quarantine_since_ms
                 .map(|since_ms| quarantine::Quarantine { reason: quarantine::Reason::Startup, since_ms }),
@@ -375,10 +376,69 @@ impl Node {
         keys.iter().map(on).collect()
     }
 
-    /// The locks this node holds and its fencing counter: what a call that
-    /// changes nothing leaves as it was.
-    pub fn state(&self) -> (BTreeMap<Vec<u8>, Holders>, u64) {
+    // What a simulated cluster (`cluster.rs`) needs of its shard masters.
+
+    /// Milliseconds of quarantine left at `virtual_ms` (0: none), as
+    /// `INFO lock` reports it.
+    pub fn quarantine_left_ms(&self, virtual_ms: i64) -> i64 {
+        self.quarantine_left_at(self.now_ms(virtual_ms))
+    }
+
+    /// How far the module clock is from true time (besides its rate).
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.anchor_ms
+    }
+
+    /// The fencing counter (`lock_last_fencing_token`).
+    pub fn fencing_counter(&self) -> u64 {
+        self.fencer.last()
+    }
+
+    /// Whether `key` has a lock record here (a migrating slot's node
+    /// serves the keys it still has and sends the others on with `ASK`).
+    pub fn has_key(&self, key: &[u8]) -> bool {
+        self.keys.contains_key(key)
+    }
+
+    /// `key`'s record taken out (`MIGRATE` deletes it on the source).
+    pub fn take_key(&mut self, key: &[u8]) -> Option<Holders> {
+        self.keys.remove(key)
+    }
+
+    /// `key`'s record stored as it was (`RESTORE` on the target: the same
+    /// holders, tokens and deadlines).
+    pub fn put_key(&mut self, key: Vec<u8>, holders: Holders) {
+        self.keys.insert(key, holders);
+    }
+
+    /// What a replica has of this node now: its locks and its fencing
+    /// counter (a grant's writes replicate both; also what a call that
+    /// changes nothing leaves as it was).
+    pub fn replica_copy(&self) -> (BTreeMap<Vec<u8>, Holders>, u64) {
         (self.keys.clone(), self.fencer.last())
+    }
+
+    /// This node's replica, promoted at `virtual_ms` with what it had
+    /// replicated (`copy`, maybe some writes behind): the module starts
+    /// its failover quarantine (`lock.failover-quarantine yes`). Its clocks
+    /// are this node's.
+    pub fn promoted(&self, copy: (BTreeMap<Vec<u8>, Holders>, u64), virtual_ms: i64) -> Node {
+        let (keys, counter) = copy;
+        Node {
+            keys,
+            fencer: Fencer::new(counter),
+            persistence: Persistence::None,
+            on_disk: BTreeMap::new(),
+            synced_ms: 0,
+            grants: 0,
+            quarantine_since_ms: (self.rules == Rules::Module).then(|| self.now_ms(virtual_ms)),
+            grace_since_ms: None,
+            aof_rewritten: false,
+            up: true,
+            epoch: 0,
+            waits: Waits::default(),
+            ..*self
+        }
     }
 }
 

@@ -19,6 +19,7 @@ use crate::reentrant;
 use crate::resp::Reply;
 use crate::sets;
 use crate::waiters;
+use crate::{cluster, cluster_faults, verdict};
 use redlock_client::Watchdog;
 
 /// The resource every client contends for.
@@ -98,6 +99,11 @@ pub struct Setup {
     /// (`waiters.rs`: `LOCK.ACQUIRE ... WAIT`, served by the node's
     /// hand-off).
     pub wait_per_mille: u32,
+    /// Per mille of histories in which one or two quorum members are
+    /// Redis Clusters (`cluster.rs`), with their resharding, failovers and
+    /// stale maps; each client then takes the lock once more at the end,
+    /// as it is, and every member must answer.
+    pub cluster_per_mille: u32,
 }
 
 /// The kind of lock a history's clients take.
@@ -107,6 +113,10 @@ enum Family {
     ReadWrite,
     Semaphore,
 }
+
+/// Until when an operator checks the client's `status()` (every fault is
+/// over by then, or nearly).
+const STATUS_UNTIL_MS: u64 = 3000;
 
 /// The semaphore's permits.
 const PERMITS: u32 = 2;
@@ -154,6 +164,7 @@ impl Setup {
             set_per_mille: 250,
             reentrant_per_mille: 250,
             wait_per_mille: 250,
+            cluster_per_mille: 200,
         }
     }
 
@@ -168,6 +179,7 @@ impl Setup {
             set_per_mille: 0,
             reentrant_per_mille: 0,
             wait_per_mille: 0,
+            cluster_per_mille: 0,
             ..Setup::module()
         }
     }
@@ -222,6 +234,7 @@ fn quiet() -> Setup {
         set_per_mille: 0,
         reentrant_per_mille: 0,
         wait_per_mille: 0,
+        cluster_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -299,6 +312,28 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
     faults
 }
 
+/// A history with a cluster member has no restart from an `always` AOF
+/// among its plain nodes (an `everysec` one instead): such a restart starts
+/// its fencing counter up to a quarantine ahead of its clock (the start
+/// floor), a fence round raises a cluster's shard to it, and once the lock
+/// is gone a slot migration leaves that raise behind: the importing node's
+/// next token can be below it (docs/evidence.md, "Findings"; the simulator
+/// found it so).
+fn without_start_floors(faults: Vec<(u64, Fault)>, clusters: bool) -> Vec<(u64, Fault)> {
+    if !clusters {
+        return faults;
+    }
+    faults
+        .into_iter()
+        .map(|(at, fault)| match fault {
+            Fault::Crash { node, down_ms, persistence: Persistence::Always } => {
+                (at, Fault::Crash { node, down_ms, persistence: Persistence::EverySec })
+            }
+            other => (at, other),
+        })
+        .collect()
+}
+
 /// What one run found.
 pub struct Outcome {
     pub history: String,
@@ -331,6 +366,8 @@ fn run_recorded(seed: u64, setup: &Setup, faults: &[(u64, Fault)], recorded: boo
 }
 
 async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: bool) -> Outcome {
+    let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes);
+    let faults = without_start_floors(faults, !plans.is_empty());
     let mut rng = StdRng::seed_from_u64(seed);
     let lock_delay_ms = match setup.rules {
         Rules::Module if setup.lock_delay_max_ms > 0 && rng.gen_range(0..4) == 0 => {
@@ -376,8 +413,10 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
             n.set_clock_offset(if Some(i) == ahead { apart_ms } else { -apart_ms });
         }
     }
+    let clusters = cluster::build(&plans, &mut nodes, setup.rules, TTL_MAX_MS as i64, lock_delay_ms);
     let world: Shared = Arc::new(Mutex::new(World {
         nodes,
+        clusters,
         partitioned: vec![vec![false; setup.nodes]; setup.clients],
         rng,
         faults: setup.messages,
@@ -395,6 +434,12 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // quarantine is over; otherwise they keep contending.
     let spread = faults.iter().any(|(at, f)| matches!(f, Fault::Crash { .. }) && *at < EARLY_CRASH_MS);
     let injector = tokio::spawn(inject(world.clone(), faults));
+    // With a cluster member, an operator checks the client's status().
+    let watcher = (!plans.is_empty())
+        .then(|| tokio::spawn(verdict::watch(world.clone(), setup.nodes, STATUS_UNTIL_MS)));
+    let cluster_faults: Vec<_> = (plans.into_iter().enumerate())
+        .map(|(k, plan)| tokio::spawn(cluster_faults::inject(world.clone(), k, plan, RESOURCE)))
+        .collect();
     // The misuser draws from its own generator: the other histories' draws
     // stay as they were.
     let mut misuse_rng = StdRng::seed_from_u64(seed ^ 0x0bad_70c3);
@@ -436,13 +481,28 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let clients: Vec<_> = (0..client_count)
         .map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family, seed)))
         .collect();
-    for handle in clients.into_iter().chain(reentrant_clients).chain(waiting_clients) {
+    // With a cluster member, each client is kept as it is for the end.
+    let with_clusters = !cluster_faults.is_empty();
+    let mut kept = Vec::new();
+    for (c, handle) in clients.into_iter().enumerate() {
+        if let (Ok(Some(redlock)), true) = (handle.await, with_clusters) {
+            kept.push((c, redlock));
+        }
+    }
+    for handle in reentrant_clients.into_iter().chain(waiting_clients) {
         let _ = handle.await;
     }
     // Every fault has ended (the schedule is bounded); then, once every
     // TTL and quarantine has run out, the lock must be free: nothing was
     // left behind (a probe client takes it).
     let _ = injector.await;
+    for handle in cluster_faults {
+        let _ = handle.await;
+    }
+    let over_counts = match watcher {
+        Some(watcher) => watcher.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
     if let Some(misuser) = misuser {
         let _ = misuser.await;
     }
@@ -450,11 +510,14 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let quarantine_ms = lock_core::quarantine::length_ms(-1, TTL_MAX_MS as i64, lock_delay_ms);
     tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs())).await;
     let left_behind = probe(&world, setup, client_count, family).await;
+    let stuck = cluster_faults::recovered(&world, kept, RESOURCE, family.mode(true)).await;
     let w = net::lock(&world);
     let mut violations = w.history.violations();
     if let Some(why) = left_behind {
         violations.push(format!("left behind: the lock is not free once every TTL ran out: {why}"));
     }
+    violations.extend(stuck);
+    violations.extend(over_counts);
     Outcome { history: w.history.render(&violations), violations }
 }
 
@@ -506,7 +569,7 @@ pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
 /// A client of its own (the next index) takes and releases the lock once;
 /// why not, if it cannot.
 async fn probe(world: &Shared, setup: Setup, c: usize, family: Family) -> Option<String> {
-    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(c, n)).collect();
+    let urls = cluster_faults::urls(world, c, setup.nodes);
     let redlock = match Redlock::connect(urls, Config::default()).await {
         Ok(redlock) => redlock,
         Err(e) => return Some(format!("connect: {e}")),
@@ -558,9 +621,9 @@ async fn misuse(world: Shared, setup: Setup, mut rng: StdRng, mut bad: StdRng) {
             .chain(malformed.into_iter().map(|call| (call, None)));
         for (call, expected) in calls {
             let Some(n) = w.nodes.get_mut(node).filter(|n| n.up) else { break };
-            let before = n.state();
+            let before = n.replica_copy();
             let text = bad_input::text(&call);
-            let reply = match bad_input::guarded(n, &call, now) {
+            let reply = match bad_input::guarded(|| n.call(&call, now)) {
                 Ok(reply) => reply,
                 Err(why) => {
                     n.crash();
@@ -568,7 +631,7 @@ async fn misuse(world: Shared, setup: Setup, mut rng: StdRng, mut bad: StdRng) {
                     break;
                 }
             };
-            let changed = before != n.state();
+            let changed = before != n.replica_copy();
             w.history.note(now, format!("misuser -> n{node} {text}: {reply:?}"));
             match expected {
                 Some(Some(e)) if e != reply => w.history.seen.push(format!(
@@ -705,16 +768,26 @@ fn draw_cycle(world: &Shared, setup: &Setup, spread: bool) -> Cycle {
 /// One client: lock cycles on the resource with the real client (grant,
 /// fencing round, writes to the resource between steps of work kept alive
 /// by extensions or the watchdog, maybe a pause, release).
-async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Family, seed: u64) {
+async fn client(
+    world: Shared,
+    c: usize,
+    setup: Setup,
+    spread: bool,
+    family: Family,
+    seed: u64,
+) -> Option<Redlock> {
     let config = Config {
         connect_timeout: Duration::from_millis(100),
         command_timeout: Duration::from_millis(60),
         reconnect_backoff: Duration::from_millis(50),
     };
-    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(c, n)).collect();
+    let urls = cluster_faults::urls(&world, c, setup.nodes);
     let redlock = match Redlock::connect(urls, config).await {
         Ok(redlock) => redlock,
-        Err(e) => return note(&world, format!("c{c} connect failed: {e}")),
+        Err(e) => {
+            note(&world, format!("c{c} connect failed: {e}"));
+            return None;
+        }
     };
     let retry = RetryPolicy {
         attempts_max: 3,
@@ -827,6 +900,7 @@ async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Fam
         tokio::time::sleep(Duration::from_millis(cycle.think_ms)).await;
     }
     redlock.settle().await;
+    Some(redlock)
 }
 
 /// The hold's validity as the guard now knows it: the latest lease an
