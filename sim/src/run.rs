@@ -162,8 +162,8 @@ impl Setup {
             family_per_mille: 400,
             misuse_per_mille: 250,
             set_per_mille: 250,
-            reentrant_per_mille: 250,
-            wait_per_mille: 250,
+            reentrant_per_mille: 100,
+            wait_per_mille: 100,
             cluster_per_mille: 200,
         }
     }
