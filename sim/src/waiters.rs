@@ -15,7 +15,7 @@ use rand::Rng;
 use crate::link::{self, Cycle, Link};
 use crate::net::{self, Shared};
 use crate::resp::Reply;
-use crate::waits::POLL_MS;
+use crate::waits::ANSWER_DELAY_MS_MAX;
 
 /// The key the waiting clients take (no other client takes it).
 pub const KEY: &str = "queued";
@@ -41,7 +41,8 @@ pub async fn client(world: Shared, c: usize, node: usize, ttl_max_ms: u64, mut r
         if let Some(Reply::Int(token)) = link.call_within(&take, wait_ms + 200).await {
             let now = net::lock(&world).now_ms();
             // Granted at most one hand-off look before its answer came.
-            let valid_until_ms = link::valid_until_ms((now - POLL_MS as i64).max(began_ms), ttl_ms);
+            let valid_until_ms =
+                link::valid_until_ms((now - ANSWER_DELAY_MS_MAX as i64).max(began_ms), ttl_ms);
             let hold = link::record_hold(&world, c, KEY, token, began_ms, valid_until_ms);
             tokio::time::sleep(Duration::from_millis(work_ms)).await;
             release(&world, &mut link, &owner, hold).await;

@@ -27,7 +27,7 @@ use lock_protocol::code::ERR;
 use crate::resp::Reply;
 
 /// How long after its grant a waiter may get its answer, at most.
-pub const POLL_MS: u64 = 5;
+pub const ANSWER_DELAY_MS_MAX: u64 = 5;
 /// `lock.max-waiters`' default: waiters per key.
 const PER_KEY_MAX: usize = 1000;
 
