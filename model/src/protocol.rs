@@ -1,5 +1,5 @@
 //! The quorum lock protocol as a state machine small enough to explore
-//! whole: 3 nodes, 2 clients, each taking the lock once or twice, in true
+//! whole: 3 nodes, 2 clients, each taking the lock once (or twice), in true
 //! time counted in ticks. It follows docs/design.md ("The quorum client",
 //! "Fencing tokens", "Quarantine", "Time"); each transition says which rule
 //! it stands for.
@@ -10,20 +10,25 @@
 //!   majority answered 1 within the validity), the check of the lease, one
 //!   write to the protected resource, the release on all nodes. A failed
 //!   round releases on all nodes too.
-//! - Each client has one ordered connection per node: requests are served
-//!   in the order sent, each at any later step. A reply is read at once, or
-//!   comes after its round's deadline (the client never counts it): a reply
-//!   read later within its round is the same, for safety, as one read at
-//!   once, since the validity runs from the round's start either way.
+//! - Each client has one ordered connection per node. A round's request to
+//!   each node has a fate, chosen when it is sent (`Fate`): served at once
+//!   with its reply read, served at once with its reply after the round's
+//!   deadline (never counted), delayed (served at a later step, and every
+//!   later request on that connection behind it), or lost. Serving at once
+//!   is no loss of generality within a tick but for the order of nodes'
+//!   steps against other clients' rounds, which delays give back (one per
+//!   path); a reply read later within its round is, for safety, one read at
+//!   once: the validity runs from the round's start either way.
 //! - A node: one lock key, its fencing counter (a token is `max(last + 1,
 //!   module clock * TOKENS_PER_TICK)`), its quarantine, its module clock
 //!   (the wall clock at load plus monotonic time) and its wall clock.
-//! - Faults: one node restart (its locks and counter raises lost, with the
-//!   quarantine; or kept by an `always` AOF after a rewrite, with the start
-//!   floor and the restart grace), one wall-clock step on a node within the
-//!   tolerance, one lost request (a lost reply is a late one), replies after
-//!   their round's deadline, a client pause between its check of the lease
-//!   and its write.
+//! - Faults, each once per path at any step: a node restart (its locks
+//!   and counter raises lost, with the quarantine; or kept by an `always`
+//!   AOF after a rewrite, with the start floor and the restart grace), a
+//!   wall-clock step on a node by the tolerance (with the module: before
+//!   its restart, the only moment a running node's module clock takes a
+//!   step in), a lost request; and at will: late replies, a client pause
+//!   between its check of the lease and its write.
 //!
 //! The plain Redlock protocol is the same machine with `SET NX PX` nodes:
 //! the lease on the wall clock, no quarantine, no fencing token, and a
