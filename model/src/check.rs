@@ -202,8 +202,11 @@ fn path<M: Model>(model: &M, links: &[(u32, Option<M::Action>)], mut id: u32) ->
 mod tests {
     use super::*;
 
-    /// Two counters, each step raises one; "both at 3" is the bad state.
-    struct Counters;
+    /// Two counters up to 5, each step raises one; `bad` is the state
+    /// that breaks the property.
+    struct Counters {
+        bad: Option<(u8, u8)>,
+    }
 
     impl Model for Counters {
         type State = (u8, u8);
@@ -227,44 +230,28 @@ mod tests {
             }
         }
         fn violation(&self, s: &(u8, u8)) -> Option<&'static str> {
-            (*s == (3, 3)).then_some("both at 3")
+            (Some(*s) == self.bad).then_some("the bad state")
         }
     }
 
     #[test]
     fn finds_a_shortest_path_to_the_bad_state() {
-        let outcome = check(&Counters, 1000);
+        let outcome = check(&Counters { bad: Some((3, 3)) }, 1000);
         let found = outcome.counterexample.expect("(3, 3) is reachable");
-        assert_eq!(found.property, "both at 3");
+        assert_eq!(found.property, "the bad state");
         assert_eq!(found.steps.len(), 6, "the shortest path has 6 steps");
+        assert_eq!(outcome.depth, 6);
         assert_eq!(found.steps.last().map(|s| s.1), Some((3, 3)));
     }
 
     #[test]
     fn counts_every_state_once_and_stops_at_the_bound() {
-        struct Free;
-        impl Model for Free {
-            type State = (u8, u8);
-            type Action = bool;
-            fn init(&self) -> (u8, u8) {
-                (0, 0)
-            }
-            fn actions(&self, s: &(u8, u8), out: &mut Vec<bool>) {
-                Counters.actions(s, out)
-            }
-            fn next(&self, s: &(u8, u8), a: bool) -> (u8, u8) {
-                Counters.next(s, a)
-            }
-            fn violation(&self, _: &(u8, u8)) -> Option<&'static str> {
-                None
-            }
-        }
-        let outcome = check(&Free, 1000);
+        let outcome = check(&Counters { bad: None }, 1000);
         assert!(outcome.counterexample.is_none());
         assert!(!outcome.incomplete);
         assert_eq!(outcome.states, 36, "6 x 6 states");
         assert_eq!(outcome.depth, 10);
-        let bounded = check(&Free, 20);
+        let bounded = check(&Counters { bad: None }, 20);
         assert!(bounded.incomplete);
         assert_eq!(bounded.states, 20);
     }

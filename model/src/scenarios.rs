@@ -86,7 +86,8 @@ pub fn run(scenario: &Scenario, states_max: usize) -> Outcome<LockModel> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{narrate, Action};
+    use crate::check::Model;
+    use crate::protocol::{narrate, Action, Phase, State};
 
     /// Runs the scenario named `name` and checks its outcome: complete,
     /// and the expected property broken (with its path printed) or none.
@@ -188,6 +189,55 @@ mod tests {
     #[test]
     fn a_release_overtaking_its_grant_is_found() {
         check("bug-unordered-connection");
+    }
+
+    /// The module's model with a goal in place of its properties: the
+    /// checker finds a path to the goal if the model can reach it.
+    struct Reach {
+        model: LockModel,
+        goal: fn(&State) -> bool,
+    }
+
+    impl Model for Reach {
+        type State = State;
+        type Action = Action;
+        fn init(&self) -> State {
+            self.model.init()
+        }
+        fn actions(&self, s: &State, out: &mut Vec<Action>) {
+            self.model.actions(s, out)
+        }
+        fn next(&self, s: &State, a: Action) -> State {
+            self.model.next(s, a)
+        }
+        fn violation(&self, s: &State) -> Option<&'static str> {
+            (self.goal)(s).then_some("goal")
+        }
+    }
+
+    /// A model in which nothing happens breaks nothing: the module's runs
+    /// do reach what their faults are there to threaten.
+    #[test]
+    fn the_module_runs_reach_both_holds_after_each_fault() {
+        for scenario in all().into_iter().filter(|s| s.expect.is_none()) {
+            let faults = scenario.config.faults;
+            let goal: fn(&State) -> bool = if faults.pause {
+                // A holder paused past its validity while the next one
+                // wrote: its write is yet to come.
+                |s| {
+                    s.resource.last_rank == 2
+                        && s.clients.iter().any(|c| matches!(c.phase, Phase::Paused { .. }))
+                }
+            } else if faults.message_loss {
+                |s| s.lost && s.holds == 2
+            } else {
+                // Both clients held and wrote, a node restarted.
+                |s| s.restarted && s.holds == 2 && s.resource.last_rank == 2
+            };
+            let reach = Reach { model: LockModel::new(scenario.config), goal };
+            let outcome = check::check(&reach, STATES_MAX);
+            assert!(outcome.counterexample.is_some(), "{}: the goal is never reached", scenario.name);
+        }
     }
 
     #[test]
