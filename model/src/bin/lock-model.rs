@@ -2,7 +2,10 @@
 //! explored, the depth, the time and what was found (with the path of a
 //! counterexample).
 //!
-//!   lock-model [--attempts A,B] [--horizon TICKS] [--states-max N] [NAME...]
+//!   lock-model [--attempts A,B] [--horizon TICKS] [--delays N] [--faults LIST]
+//!              [--states-max N] [NAME...]
+//!
+//! LIST: restart-lost,restart-kept,clock-step,loss,pause (comma-separated).
 //!
 //! All scenarios when none is named; the options change every scenario's
 //! setting (a larger check than the tests').
@@ -17,6 +20,7 @@ fn main() {
     let mut names = Vec::new();
     let mut attempts = None;
     let mut horizon = None;
+    let mut delays = None;
     let mut faults: Option<String> = None;
     let mut states_max = scenarios::STATES_MAX;
     let mut i = 0;
@@ -26,6 +30,10 @@ fn main() {
             "--attempts" => {
                 let (a, b) = value.split_once(',').unwrap_or((&value, &value));
                 attempts = Some([a.parse().unwrap_or(1), b.parse().unwrap_or(1)]);
+                i += 1;
+            }
+            "--delays" => {
+                delays = value.parse().ok();
                 i += 1;
             }
             "--horizon" => {
@@ -59,6 +67,9 @@ fn main() {
                 message_loss: has("loss"),
                 pause: has("pause"),
             };
+        }
+        if let Some(delays) = delays {
+            scenario.config.delays = delays;
         }
         if let Some(horizon) = horizon {
             scenario.config.horizon = horizon;
