@@ -140,9 +140,19 @@ impl Node {
     /// token in the AOF and on replicas as a counter raise when a restart
     /// would not get it back from its start floor once the key is gone.
     pub fn keep_token(&self, call: &crate::ffi::Call<'_>, owner: &[u8], fence: u64, now_ms: i64) {
-        if fencing::outruns_start_floor(fence, now_ms, self.quarantine_length_ms()) {
+        if fencing::outruns_start_floor(fence, now_ms, || self.quarantine_length_ms()) {
             call.replicate_raise(owner, fence);
         }
+    }
+
+    /// Raises the fencing counter to where a quarantine started at
+    /// `since_ms` ends ([`fencing::start_floor`]): for a start that skips
+    /// the quarantine and for an operator's end of it, so that the node's
+    /// grants come out above a quorum token from a node whose clock is ahead
+    /// as a waited-out quarantine would make them.
+    fn raise_counter_to_quarantine_end(&self, since_ms: i64) {
+        let floor = fencing::start_floor(since_ms, self.quarantine_length_ms());
+        self.with_fencer(|f| f.raise_to(floor));
     }
 
     // --- the start-up and promotion quarantine ----------------------------
@@ -210,8 +220,7 @@ impl Node {
             // No wait for the clock to move past a quorum token from a node
             // whose clock is ahead: start the counter where the wait would
             // have ended (an AOF rewrite leaves no other floor).
-            let floor = fencing::start_floor(now_ms, self.quarantine_length_ms());
-            self.with_fencer(|f| f.raise_to(floor));
+            self.raise_counter_to_quarantine_end(now_ms);
         }
         let s = &self.settings;
         let covered = needed
@@ -315,8 +324,7 @@ impl Node {
         // a start that skips it (a quorum token from a node whose clock is
         // ahead stays below them).
         if let Some(q) = locked(&self.quarantine).take() {
-            let floor = fencing::start_floor(q.since_ms, self.quarantine_length_ms());
-            self.with_fencer(|f| f.raise_to(floor));
+            self.raise_counter_to_quarantine_end(q.since_ms);
         }
         self.quarantine_over.store(true, Ordering::Relaxed);
         if reason == Reason::Startup {

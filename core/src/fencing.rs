@@ -77,8 +77,14 @@ pub fn start_floor(started_ms: i64, quarantine_ms: i64) -> u64 {
 /// across a restart: assumption 1). A token at or above that came from a
 /// raise to another node's token or start floor (or a burst of more than
 /// 1000 grants in a millisecond with no quarantine set).
-pub fn outruns_start_floor(fence: u64, now_ms: i64, quarantine_ms: i64) -> bool {
-    fence >= start_floor(now_ms.saturating_add(1), quarantine_ms)
+///
+/// It runs on every grant: a token below the next millisecond's clock floor
+/// (nearly all of them) is below every start floor, so the quarantine's
+/// length, which takes three settings to work out, is asked for only past
+/// that.
+pub fn outruns_start_floor(fence: u64, now_ms: i64, quarantine_ms: impl FnOnce() -> i64) -> bool {
+    let next_ms = now_ms.saturating_add(1);
+    fence >= Fencer::clock_floor(next_ms) && fence >= start_floor(next_ms, quarantine_ms())
 }
 
 /// When the grant that issued `fence` happened, on the module clock (ms):
@@ -154,12 +160,16 @@ mod tests {
     fn a_token_at_or_above_the_start_floor_is_kept_as_a_raise() {
         // At 1,000 ms with a 5 s quarantine, a restart's floor is at least
         // 6,001 ms of tokens.
-        assert!(!outruns_start_floor(6_000_999, 1_000, 5_000), "below: the next start covers it");
-        assert!(outruns_start_floor(6_001_000, 1_000, 5_000));
-        assert!(outruns_start_floor(9_000_000, 1_000, 5_000));
-        assert!(!outruns_start_floor(1_000_000, 1_000, 0), "a token on the clock: never");
-        assert!(!outruns_start_floor(1_000_999, 1_000, 0), "nor a burst within the millisecond");
-        assert!(outruns_start_floor(1_001_000, 1_000, 0));
+        assert!(!outruns_start_floor(6_000_999, 1_000, || 5_000), "below: the next start covers it");
+        assert!(outruns_start_floor(6_001_000, 1_000, || 5_000));
+        assert!(outruns_start_floor(9_000_000, 1_000, || 5_000));
+        assert!(!outruns_start_floor(1_000_000, 1_000, || 0), "a token on the clock: never");
+        assert!(!outruns_start_floor(1_000_999, 1_000, || 0), "nor a burst within the millisecond");
+        assert!(outruns_start_floor(1_001_000, 1_000, || 0));
+        assert!(
+            !outruns_start_floor(1_000_500, 1_000, || unreachable!("a token on the clock needs no settings")),
+            "the quarantine's length is asked for only past the next millisecond's clock floor"
+        );
     }
 
     #[test]

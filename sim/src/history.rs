@@ -2,8 +2,9 @@
 //! checker: the fault suite's properties over the holds the clients saw
 //! and the writes the protected resource accepted.
 //!
-//! - mutual exclusion: no two holds of the resource that exclude each
-//!   other (any two but two readers, or two permits) overlap in validity
+//! - mutual exclusion: no two holds of a resource in common (a set holds
+//!   several) that exclude each other (any two but two readers, or two
+//!   permits) overlap in validity
 //!   (from the grant's return to the earlier of the lease's deadline and
 //!   the release; the lease is the latest one an extension or the watchdog
 //!   gave);
@@ -22,11 +23,15 @@
 //!   in `run.rs`, by a probe client); and no node grants a lock to an owner
 //!   whose release it already served (a release that overtook its acquire
 //!   leaves the lock behind on that node until its TTL runs out).
+//! - sets all or nothing: a node that answers a `LOCK.MACQUIRE` with a
+//!   token holds the owner on every key of the set, one that refuses it on
+//!   no key it did not hold before (checked as the node serves it, in
+//!   `net.rs`, by `sets.rs`);
 //! - misuse refused: no node answers that it extended (`LOCK.EXTEND`) or
 //!   exited (`LOCK.EXIT`) a lock for an owner that holds nothing there
 //!   (checked as the misusing client calls, in `run.rs`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use redlock_client::Mode;
@@ -46,12 +51,23 @@ pub struct Hold {
     /// The lease's deadline: after it the lock may be someone else's.
     pub valid_until_ms: i64,
     pub released_ms: Option<i64>,
+    /// The resources it holds: one, or a set (taken all or nothing).
+    pub keys: Vec<String>,
+}
+
+impl Hold {
+    /// Whether two holds hold a resource in common.
+    pub fn meets(&self, other: &Hold) -> bool {
+        self.keys.iter().any(|k| other.keys.contains(k))
+    }
 }
 
 /// One write the resource saw: which hold, when, and whether it took it.
 #[derive(Clone, Debug)]
 pub struct Write {
     pub hold: usize,
+    /// The resource written (a set's holder writes each of its own).
+    pub key: String,
     pub at_ms: i64,
     pub accepted: bool,
 }
@@ -64,8 +80,8 @@ pub struct History {
     pub unrecorded: bool,
     pub holds: Vec<Hold>,
     pub writes: Vec<Write>,
-    /// The resource's highest accepted token (when it checks tokens).
-    pub resource_top: u64,
+    /// Each resource's highest accepted token (when it checks tokens).
+    pub resource_top: BTreeMap<String, u64>,
     /// The nodes' `lock.expiry-delay-ms` (0: none).
     pub lock_delay_ms: i64,
     /// The (node, owner) pairs whose release a node served.
@@ -85,16 +101,22 @@ impl History {
         self.lines.push(format!("{at_ms:>7} ms  {}", what.as_ref()));
     }
 
-    /// The resource receives a write from `hold`; with `fencing`, it takes
-    /// only tokens at or above the highest it took.
+    /// Each resource of `hold` receives a write from it; with `fencing`,
+    /// a resource takes only tokens at or above the highest it took.
+    /// Whether every one took it.
     pub fn write(&mut self, hold: usize, at_ms: i64, fencing: bool) -> bool {
-        let token = self.holds.get(hold).map_or(0, |h| h.token);
-        let accepted = !fencing || token >= self.resource_top;
-        if accepted {
-            self.resource_top = self.resource_top.max(token);
+        let (token, keys) = self.holds.get(hold).map_or((0, Vec::new()), |h| (h.token, h.keys.clone()));
+        let mut all = true;
+        for key in keys {
+            let top = self.resource_top.entry(key.clone()).or_default();
+            let accepted = !fencing || token >= *top;
+            if accepted {
+                *top = (*top).max(token);
+            }
+            all &= accepted;
+            self.writes.push(Write { hold, key, at_ms, accepted });
         }
-        self.writes.push(Write { hold, at_ms, accepted });
-        accepted
+        all
     }
 
     /// Node `node` served `words` with a grant (`granted`) or not: a
@@ -138,7 +160,7 @@ impl History {
                 let at_once = self
                     .holds
                     .iter()
-                    .filter(|b| b.granted_ms <= a.granted_ms && a.granted_ms < end(b, kept_ms))
+                    .filter(|b| a.meets(b) && b.granted_ms <= a.granted_ms && a.granted_ms < end(b, kept_ms))
                     .count();
                 if at_once > permits as usize {
                     found.push(format!(
@@ -148,7 +170,7 @@ impl History {
                 }
             }
             for (j, b) in self.holds.iter().enumerate().skip(i + 1) {
-                if !share(a, b) && overlap(a, b, kept_ms) {
+                if a.meets(b) && !share(a, b) && overlap(a, b, kept_ms) {
                     // Within the leases themselves, or only in the
                     // lock-delay after one ran out.
                     let property = if overlap(a, b, 0) { "mutual exclusion" } else { "lock-delay" };
@@ -165,7 +187,7 @@ impl History {
                 // Within one millisecond, two holds that share the lock
                 // may have run in either order.
                 let ended_before = if share(a, b) { end(a, 0) < b.began_ms } else { end(a, 0) <= b.began_ms };
-                if i < j && ended_before && b.token <= a.token {
+                if i < j && ended_before && b.token <= a.token && a.meets(b) {
                     found.push(format!(
                         "token order: hold {j} (client {}, its grant round from {} ms) has token {}, not above token {} of hold {i} (client {}, ended at {} ms)",
                         b.client, b.began_ms, b.token, a.token, a.client, end(a, 0)
@@ -181,6 +203,7 @@ impl History {
                 // Holders that share the lock may write in any order.
                 let shared = share(e, l) && end(l, 0) > e.granted_ms;
                 if earlier.hold != later.hold
+                    && earlier.key == later.key
                     && !shared
                     && e.granted_ms > l.granted_ms
                     && !seen.contains(&(earlier.hold, later.hold))
@@ -228,6 +251,7 @@ mod tests {
             granted_ms,
             valid_until_ms,
             released_ms,
+            keys: vec!["res".to_string()],
         }
     }
 
@@ -262,6 +286,25 @@ mod tests {
         // Overlapping leases are a mutual exclusion violation.
         h.holds[1].granted_ms = 50;
         assert_eq!(properties(&h), ["mutual exclusion"]);
+    }
+
+    #[test]
+    fn holds_exclude_each_other_only_on_a_resource_in_common() {
+        let mut h = History { fenced: true, ..History::default() };
+        let on =
+            |keys: &[&str], hold: Hold| Hold { keys: keys.iter().map(|k| k.to_string()).collect(), ..hold };
+        h.holds = vec![
+            on(&["res", "res2"], hold(0, 50, 0, 100, Some(90))),
+            on(&["res3"], hold(1, 40, 10, 100, Some(80))),
+        ];
+        assert!(h.violations().is_empty(), "{:?}", h.violations());
+        h.holds.push(on(&["res3", "res2"], hold(1, 60, 20, 100, Some(80))));
+        assert_eq!(properties(&h), ["mutual exclusion", "mutual exclusion"]);
+        // Each resource keeps its own highest token.
+        let mut h = History { fenced: true, ..History::default() };
+        h.holds =
+            vec![on(&["res"], hold(0, 50, 0, 100, Some(90))), on(&["res2"], hold(1, 40, 10, 100, Some(80)))];
+        assert!(h.write(0, 5, true) && h.write(1, 15, true));
     }
 
     #[test]

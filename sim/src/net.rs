@@ -15,9 +15,12 @@ use redlock_client::sim::{Connect, Connector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 use tokio::time::Instant;
 
+use crate::bad_input;
 use crate::history::History;
 use crate::node::Node;
 use crate::resp::{self, Reply};
+use crate::sets;
+use crate::waits::{self, Look};
 
 /// How often each message fault strikes, per request (per mille).
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +42,8 @@ pub struct World {
     pub faults: MessageFaults,
     pub history: History,
     pub started: Instant,
+    /// The cluster members' clusters (`cluster.rs`), none in most histories.
+    pub clusters: Vec<crate::cluster::Cluster>,
 }
 
 impl World {
@@ -102,6 +107,8 @@ async fn wait_while_partitioned(world: &Shared, client: usize, node: usize) {
 async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream: DuplexStream) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
+    // `ASKING` was the connection's last command (a cluster's node).
+    let mut asking = false;
     loop {
         let n = match stream.read(&mut chunk).await {
             Ok(0) | Err(_) => return,
@@ -149,13 +156,42 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     w.history.note(at, format!("c{client} -> n{node} {text}: lost, connection reset"));
                     return;
                 }
-                let reply = match w.nodes.get_mut(node) {
-                    Some(n) => n.call(&words, at),
-                    None => return,
+                let set = sets::macquire(&words);
+                let before = match (&set, w.nodes.get(node)) {
+                    (Some((owner, keys)), Some(n)) => n.on_keys_of(owner, keys),
+                    _ => Vec::new(),
                 };
+                // A cluster's node may redirect the call instead (then it
+                // did not run there). A panic of the core is a violation.
+                let World { nodes, clusters, .. } = &mut *w;
+                let served = bad_input::guarded(|| {
+                    crate::cluster::serve(nodes, clusters, client, node, &words, at, &mut asking)
+                });
+                let served = match served {
+                    Ok(served) => served,
+                    Err(why) => {
+                        if let Some(n) = w.nodes.get_mut(node) {
+                            n.crash();
+                        }
+                        w.history.seen.push(bad_input::panicked(node, at, &bad_input::text(&words), &why));
+                        return;
+                    }
+                };
+                let Some((reply, ran)) = served else {
+                    return;
+                };
+                if let (Some((owner, keys)), Some(n)) = (&set, w.nodes.get(node)) {
+                    let after = n.on_keys_of(owner, keys);
+                    let text = bad_input::text(&words);
+                    if let Some(v) = sets::all_or_nothing(node, at, &text, &reply, &before, &after) {
+                        w.history.seen.push(v);
+                    }
+                }
                 let granted = matches!(reply, Reply::Int(_))
                     && words.first().is_some_and(|name| name.eq_ignore_ascii_case(b"LOCK.ACQUIRE"));
-                w.history.served(node, at, &words, granted);
+                if ran {
+                    w.history.served(node, at, &words, granted);
+                }
                 let reply_lost = {
                     let p = w.faults.reply_lost_per_mille;
                     w.chance(p)
@@ -171,6 +207,29 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     w.history.note(at, format!("c{client} -> n{node} {text} = {reply:?}"));
                 }
                 reply
+            };
+            // A call that waits (`WAIT`) gets its answer later, as the
+            // node's hand-off serves it or its timeout passes.
+            let reply = match reply {
+                Reply::Blocked(handle) => {
+                    let answer = waits::blocked(|| {
+                        let mut w = lock(&world);
+                        let now = w.now_ms();
+                        let look = match w.nodes.get_mut(node) {
+                            Some(n) if n.up && n.epoch == epoch => n.poll_wait(handle, now),
+                            _ => Look::Answered(None),
+                        };
+                        if let Look::Answered(Some(reply)) = &look {
+                            w.history.note(now, format!("c{client} <- n{node} after a wait: {reply:?}"));
+                        }
+                        look
+                    });
+                    match answer.await {
+                        Some(reply) => reply,
+                        None => return,
+                    }
+                }
+                reply => reply,
             };
             let mut out = Vec::new();
             Reply::encode(&reply, &mut out);

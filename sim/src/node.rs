@@ -6,19 +6,21 @@
 //! restart quarantine's start, the persistence a restart finds) is covered
 //! by the real-server suites only; docs/safety.md lists it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use lock_core::fencing::{self, Fencer};
-use lock_core::kind::Want;
-use lock_core::lock::{self, Admission, Exit, Grant};
+use lock_core::lock::{self, Admission, AllGrant, Exit, Grant};
+use lock_core::memory::Holders;
 use lock_core::quarantine;
 use lock_core::txn::{Changes, Txn};
 use lock_protocol::code::{ERR, QUARANTINE, WRONGTYPE};
 
+use crate::command::{self, Request};
 use crate::forget::{Forgotten, Loss};
 use crate::resp::Reply;
-use crate::stored::{self, Value, View};
+use crate::stored;
 use crate::tokens::Ledger;
+use crate::waits::{self, Look, Waits};
 
 /// Where the node's clock starts: a realistic epoch in milliseconds, so
 /// that fencing tokens look like the module's (`now_ms * 1000`).
@@ -53,10 +55,9 @@ pub enum Rules {
 pub struct Node {
     pub persistence: Persistence,
     rules: Rules,
-    /// Each lock key's value as the module stores it (`stored.rs`).
-    keys: BTreeMap<Vec<u8>, Value>,
+    keys: BTreeMap<Vec<u8>, Holders>,
     /// What an `everysec` AOF has on disk, and when it was written.
-    on_disk: BTreeMap<Vec<u8>, Value>,
+    on_disk: BTreeMap<Vec<u8>, Holders>,
     synced_ms: i64,
     fencer: Fencer,
     /// The classic recipe's grant counter (reset by a restart).
@@ -86,6 +87,8 @@ pub struct Node {
     pub up: bool,
     /// Bumped by every crash: a connection of an older epoch is dead.
     pub epoch: u64,
+    /// The clients blocked in a `WAIT` (lost in a crash).
+    waits: Waits,
     /// The module's forgetting rules (property 10), this process's; fed
     /// only in a history where keys may be lost (nothing else reads them,
     /// and the deadline sketch costs a 256 KB table per process).
@@ -97,6 +100,9 @@ pub struct Node {
     /// the previous one wrote (shared locks and semaphores in its string
     /// form).
     pub upgrade: bool,
+    /// The keys still in the previous release's string form (`stored.rs`):
+    /// their first write converts them.
+    legacy: BTreeSet<Vec<u8>>,
     /// Writes whose stored value lost or changed a holder the transaction
     /// meant to keep (property 6), as the checker saw them.
     pub misstored: Vec<String>,
@@ -127,10 +133,12 @@ impl Node {
             aof_rewritten: false,
             up: true,
             epoch: 0,
+            waits: Waits::default(),
             forgotten: Forgotten::default(),
             may_lose_keys: false,
             ledger: Ledger::default(),
             upgrade: false,
+            legacy: BTreeSet::new(),
             misstored: Vec::new(),
         }
     }
@@ -163,6 +171,8 @@ impl Node {
     pub fn crash(&mut self) {
         self.up = false;
         self.epoch += 1;
+        self.waits.wake_all();
+        self.waits = Waits::default();
     }
 
     /// The process starts again with what its persistence kept.
@@ -175,8 +185,10 @@ impl Node {
             Persistence::Always => std::mem::take(&mut self.keys),
         };
         if std::mem::take(&mut self.upgrade) {
-            stored::as_before_the_upgrade(&mut self.keys);
+            self.legacy = stored::as_before_the_upgrade(&mut self.keys);
         }
+        let keys = &self.keys;
+        self.legacy.retain(|key| keys.contains_key(key));
         // The counter is not stored: an `always` AOF replays the grants and
         // `LOCK.FENCE` raises it holds, unless a rewrite compacted them away
         // (then only the clock floor and the tokens of the stored locks are
@@ -212,126 +224,147 @@ impl Node {
         self.up = true;
     }
 
-    /// Runs one command at `virtual_ms`.
+    /// Runs one command at `virtual_ms`: its words read with the module's
+    /// parser (`command.rs`), then the core on the keys it names.
     pub fn call(&mut self, words: &[Vec<u8>], virtual_ms: i64) -> Reply {
         let now = self.now_ms(virtual_ms);
         if self.persistence == Persistence::EverySec && now - self.synced_ms >= 1000 {
             self.on_disk = self.keys.clone();
             self.synced_ms = now;
         }
-        let name = words.first().map(|w| String::from_utf8_lossy(w).to_ascii_uppercase()).unwrap_or_default();
-        let number = |i: usize| -> Option<i64> { std::str::from_utf8(words.get(i)?).ok()?.parse().ok() };
-        let (Some(key), Some(owner)) = (words.get(1), words.get(2)) else {
-            return Reply::Error(ERR, format!("wrong number of arguments for '{name}'"));
+        let argv: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+        let request = match command::parse(&argv, command::limits(self.ttl_max_ms), now) {
+            Ok(request) => request,
+            Err(refused) => return refused,
         };
-        let left_ms = quarantine::remaining_ms(
-            self.quarantine_since_ms
-                .map(|since_ms| quarantine::Quarantine { reason: quarantine::Reason::Startup, since_ms }),
-            now,
-            self.quarantine_ms,
-        );
+        let left_ms = self.quarantine_left_at(now);
+        let admission = if left_ms > 0 { Admission::Quarantined } else { Admission::Open };
+        let refused = |why: Grant| match why {
+            Grant::Busy => Reply::Nil,
+            Grant::Quarantined => quarantined(left_ms),
+            other => Reply::Error(ERR, format!("{other:?}")),
+        };
         let rules = self.rules;
-        // The lock-delay in force, as the module's key state computes it.
-        let cool_down_ms = self.cool_down_ms(now);
-        let (fencer, grants) = (&mut self.fencer, &mut self.grants);
-        let value = self.keys.get(key.as_slice()).cloned();
-        let Some(view) = View::of(value.as_ref()) else {
-            return Reply::Error(WRONGTYPE, "the key holds a value that is not a lock".into());
-        };
-        let mut txn = Txn::new(view.lock(), now, cool_down_ms);
-        // The grants, each with its kind and mode: `LOCK.ACQUIRE`,
-        // `ENTER`, `SHARED` and `EXCLUSIVE key owner ttl`, `LOCK.SEMAPHORE key owner
-        // limit ttl`.
-        let grant = match name.as_str() {
-            "LOCK.ACQUIRE" => Some((Want::plain(), number(3))),
-            "LOCK.ENTER" => Some((Want::reentrant(), number(3))),
-            "LOCK.SHARED" => Some((Want::read(), number(3))),
-            "LOCK.EXCLUSIVE" => Some((Want::write(), number(3))),
-            "LOCK.SEMAPHORE" => number(3)
-                .and_then(|limit| u32::try_from(limit).ok())
-                .map(|limit| (Want::permit(limit), number(4))),
+        // A single key's waiters are looked at after every call on it (a
+        // release, an expiry found, ...), as the module's hand-off does.
+        let single = match &request {
+            Request::Grant { key, .. }
+            | Request::Release { key, .. }
+            | Request::Extend { key, .. }
+            | Request::Exit { key, .. }
+            | Request::Fence { key, .. } => Some(*key),
             _ => None,
         };
-        // A key or database quarantined for a lock it lost (property 10).
-        let forgotten = match rules {
-            Rules::Module if grant.is_some() && left_ms == 0 => self.forgotten.refusal(key, now),
-            _ => None,
-        };
-        let reply = match (name.as_str(), number(3)) {
-            _ if grant.is_some() => {
-                let Some((want, Some(ttl_ms))) = grant else {
-                    return Reply::Error(ERR, format!("{name}: a bad TTL"));
-                };
-                let admission =
-                    if left_ms > 0 || forgotten.is_some() { Admission::Quarantined } else { Admission::Open };
-                let acquired = lock::acquire(&mut txn, want, owner.as_slice(), ttl_ms, admission, fencer);
-                let new = matches!(acquired, Grant::Granted(_));
-                match acquired {
-                    Grant::Granted(fence) | Grant::Renewed(fence) => match rules {
-                        Rules::Module => {
-                            if new {
-                                self.ledger.issued(fence, virtual_ms, self.epoch);
-                            }
-                            Reply::Int(fence as i64)
-                        }
-                        Rules::Classic => {
-                            *grants += 1;
-                            Reply::Int(*grants as i64)
-                        }
-                    },
-                    Grant::Busy => Reply::Nil,
-                    Grant::Quarantined => Reply::Error(
-                        QUARANTINE,
-                        forgotten.unwrap_or_else(|| {
-                            format!("the node restarted, refusing new locks for {left_ms} ms")
-                        }),
-                    ),
-                    other => Reply::Error(ERR, format!("{other:?}")),
-                }
+        // The classic recipe's "token" counts this process's grants.
+        let token = |fence: u64, grants: &mut u64| match rules {
+            Rules::Module => Reply::Int(fence as i64),
+            Rules::Classic => {
+                *grants += 1;
+                Reply::Int(*grants as i64)
             }
-            ("LOCK.EXTEND", Some(ttl_ms)) => Reply::Int(lock::extend(&mut txn, owner, ttl_ms).into()),
-            ("LOCK.FENCE", Some(floor)) => match rules {
-                Rules::Module => Reply::Int(lock::fence(&mut txn, owner, floor as u64, fencer).into()),
+        };
+        let reply = match request {
+            // The simulated node serves no waits for sets: a set with
+            // `WAIT` is refused, not answered as without it.
+            Request::GrantAll { wait_ms: Some(_), .. } => {
+                Reply::Error(ERR, "the simulated node does not serve WAIT for sets".into())
+            }
+            Request::Grant { key, want, owner, ttl_ms, wait_ms } => {
+                // A key or database quarantined for a lock it lost
+                // (property 10).
+                let forgotten = self.forgotten_refusal(key, left_ms, now);
+                // No barging past the key's waiters (`waits.rs`).
+                let admission = waits::admission(left_ms > 0 || forgotten.is_some(), self.waits.queued(key));
+                self.on_keys(&[key], now, |txns, node| {
+                    let [txn] = txns else { return Reply::Nil };
+                    match (lock::acquire(txn, want, owner, ttl_ms, admission, &mut node.fencer), wait_ms) {
+                        (Grant::Granted(fence), _) => {
+                            node.ledger.issued(fence, virtual_ms, node.epoch);
+                            token(fence, &mut node.grants)
+                        }
+                        (Grant::Renewed(fence), _) => token(fence, &mut node.grants),
+                        (Grant::Quarantined | Grant::Busy, _) if forgotten.is_some() => {
+                            Reply::Error(QUARANTINE, forgotten.clone().unwrap_or_default())
+                        }
+                        // While new grants are refused, waiting would only
+                        // block the caller: refused at once, as the module.
+                        (Grant::Busy, Some(_)) if left_ms > 0 => quarantined(left_ms),
+                        (Grant::Busy, Some(wait_ms)) => {
+                            node.waits.push(key, want, owner, ttl_ms, wait_ms, now)
+                        }
+                        (other, _) => refused(other),
+                    }
+                })
+            }
+            Request::GrantAll { keys, wants, owner, ttl_ms, wait_ms: None } => {
+                let admissions: Vec<Admission> = keys
+                    .iter()
+                    .map(|key| match self.forgotten_refusal(key, left_ms, now) {
+                        Some(_) => Admission::Quarantined,
+                        None => admission,
+                    })
+                    .collect();
+                self.on_keys(&keys, now, |txns, node| {
+                    match lock::acquire_all(txns, &wants, owner, ttl_ms, &admissions, &mut node.fencer) {
+                        AllGrant::Granted(fence) => {
+                            node.ledger.issued(fence, virtual_ms, node.epoch);
+                            token(fence, &mut node.grants)
+                        }
+                        AllGrant::Renewed(fence) => token(fence, &mut node.grants),
+                        AllGrant::Refused { why, .. } => refused(why),
+                    }
+                })
+            }
+            Request::Extend { key, owner, ttl_ms } => {
+                self.on_keys(&[key], now, |txns, _| one(flags(txns, |txn| lock::extend(txn, owner, ttl_ms))))
+            }
+            Request::Renew { keys, owner, ttl_ms } => self.on_keys(&keys, now, |txns, _| {
+                Reply::Ints(flags(txns, |txn| lock::extend(txn, owner, ttl_ms)))
+            }),
+            Request::Release { key, owner } => {
+                self.on_keys(&[key], now, |txns, _| one(flags(txns, |txn| lock::release(txn, owner))))
+            }
+            Request::ReleaseAll { keys, owner } => {
+                self.on_keys(&keys, now, |txns, _| Reply::Ints(flags(txns, |txn| lock::release(txn, owner))))
+            }
+            Request::Fence { key, owner, floor } => self.on_keys(&[key], now, |txns, node| match rules {
+                Rules::Module => one(flags(txns, |txn| lock::fence(txn, owner, floor, &mut node.fencer))),
                 // No fencing: whatever the client asks, the node says yes.
                 Rules::Classic => Reply::Int(1),
-            },
-            ("LOCK.RELEASE", None) if words.len() == 3 => Reply::Int(lock::release(&mut txn, owner).into()),
-            ("LOCK.EXIT", None) if words.len() == 3 => match lock::exit(&mut txn, owner, None) {
-                Exit::Left(holds) => Reply::Int(holds.into()),
-                Exit::NotHeld => Reply::Nil,
-                Exit::WrongKind { found } => Reply::Error(WRONGTYPE, format!("a {} lock", found.name())),
-            },
-            _ => Reply::Error(
-                ERR,
-                format!("the simulated node does not serve {name} with {} words", words.len()),
-            ),
+            }),
+            Request::Exit { key, owner, request_id } => self.on_keys(&[key], now, |txns, _| {
+                let [txn] = txns else { return Reply::Nil };
+                match lock::exit(txn, owner, request_id) {
+                    Exit::Left(holds) => Reply::Int(holds.into()),
+                    Exit::NotHeld => Reply::Nil,
+                    Exit::WrongKind { found } => Reply::Error(WRONGTYPE, format!("a {} lock", found.name())),
+                }
+            }),
         };
-        let changes: Changes<'_> = txn.finish();
+        if let Some(key) = single.filter(|key| self.waits.queued(key) > 0) {
+            self.hand_off(key, now);
+        }
         if rules == Rules::Module {
-            self.ledger.reached(fencer.last(), virtual_ms, self.epoch);
-        }
-        if self.may_lose_keys {
-            self.forgotten.wrote(key, &changes, now, cool_down_ms);
-        }
-        if !changes.is_empty() {
-            let after = stored::written(value.as_ref(), &view, &changes);
-            if let Some(wrong) = stored::differs(after.as_ref(), &view, &changes) {
-                let key = String::from_utf8_lossy(key);
-                self.misstored.push(format!("{name} {key} at {virtual_ms} ms: {wrong}"));
-            }
-            match after {
-                Some(after) => self.keys.insert(key.clone(), after),
-                None => self.keys.remove(key.as_slice()),
-            };
+            self.ledger.reached(self.fencer.last(), virtual_ms, self.epoch);
         }
         reply
     }
+
+    /// Why a new grant of `key` is refused for a lock the node lost, if it
+    /// is (and the node is not in quarantine already).
+    fn forgotten_refusal(&mut self, key: &[u8], left_ms: i64, now: i64) -> Option<String> {
+        (self.rules == Rules::Module && left_ms == 0).then(|| self.forgotten.refusal(key, now)).flatten()
+    }
+
     /// The node loses `key` or its database at `virtual_ms` behind the
     /// module's back (see `forget.rs`); what happened, in words.
     pub fn lose(&mut self, loss: Loss, key: &[u8], virtual_ms: i64) -> String {
         let now = self.now_ms(virtual_ms);
         let cool_down_ms = self.cool_down_ms(now);
-        self.forgotten.lose(loss, key, &mut self.keys, now, cool_down_ms)
+        let what = self.forgotten.lose(loss, key, &mut self.keys, now, cool_down_ms);
+        let keys = &self.keys;
+        self.legacy.retain(|key| keys.contains_key(key));
+        what
     }
 
     /// How long an expired lock keeps its slot at `now` (module clock):
@@ -347,4 +380,190 @@ impl Node {
         );
         self.expiry_delay_ms.saturating_add(grace_ms)
     }
+
+    /// Waiter `handle`'s answer at `virtual_ms`, if it has one (`waits.rs`):
+    /// first the hand-off on its key (the module's timer), or its waiters
+    /// refused while the node is in quarantine.
+    pub fn poll_wait(&mut self, handle: u64, virtual_ms: i64) -> Look {
+        let now = self.now_ms(virtual_ms);
+        if let Some(key) = self.waits.key_of(handle).filter(|key| self.waits.is_due(key, now)) {
+            self.hand_off(&key, now);
+        }
+        self.waits.answer(handle, now)
+    }
+
+    /// The hand-off of `key` to its waiters, or their refusal while the
+    /// node is in quarantine.
+    fn hand_off(&mut self, key: &[u8], now: i64) {
+        let left_ms = self.quarantine_left_at(now);
+        if left_ms > 0 {
+            self.waits.fail_all(key, &quarantined(left_ms));
+            return;
+        }
+        // The key or its database quarantined for a lock it lost: its
+        // waiters are told why, as the module's hand-off does.
+        if let Some(why) = self.forgotten_refusal(key, left_ms, now) {
+            self.waits.fail_all(key, &Reply::Error(QUARANTINE, why));
+            return;
+        }
+        self.on_keys(&[key], now, |txns, node| {
+            if let [txn] = txns {
+                node.waits.serve(key, txn, &mut node.fencer);
+            }
+            Reply::Nil
+        });
+    }
+
+    /// How long the start-up quarantine still refuses new grants at the
+    /// node's clock `now` (0: none).
+    fn quarantine_left_at(&self, now: i64) -> i64 {
+        quarantine::remaining_ms(
+            self.quarantine_since_ms
+                .map(|since_ms| quarantine::Quarantine { reason: quarantine::Reason::Startup, since_ms }),
+            now,
+            self.quarantine_ms,
+        )
+    }
+
+    /// Runs `run` on a transaction over each of `keys` (their stored locks
+    /// as now), then stores what each changed.
+    fn on_keys<'o>(
+        &mut self,
+        keys: &[&'o [u8]],
+        now: i64,
+        run: impl FnOnce(&mut [Txn<'_, 'o, Holders>], &mut Node) -> Reply,
+    ) -> Reply {
+        // The lock-delay in force, as the module's key state computes it.
+        let cool_down_ms = self.cool_down_ms(now);
+        let stored: Vec<Holders> =
+            keys.iter().map(|key| self.keys.get(*key).cloned().unwrap_or_else(Holders::free)).collect();
+        let mut txns: Vec<Txn<'_, 'o, Holders>> =
+            stored.iter().map(|s| Txn::new(s, now, cool_down_ms)).collect();
+        let reply = run(&mut txns, self);
+        for ((key, before), txn) in keys.iter().zip(&stored).zip(txns) {
+            let changes: Changes<'_> = txn.finish();
+            if changes.is_empty() {
+                continue;
+            }
+            if self.may_lose_keys {
+                self.forgotten.wrote(key, &changes, now, cool_down_ms);
+            }
+            // A lock still in the previous release's string form is
+            // converted to a hash by its first write: the node reads its
+            // holders back from that hash.
+            let after = if self.legacy.remove(*key) {
+                let (after, wrong) = stored::converted(before, &changes);
+                if let Some(wrong) = wrong {
+                    let key = String::from_utf8_lossy(key);
+                    self.misstored.push(format!("{key} at {now} ms (node clock): {wrong}"));
+                }
+                after
+            } else {
+                before.apply(&changes)
+            };
+            if after.records().is_empty() {
+                self.keys.remove(*key);
+            } else {
+                self.keys.insert(key.to_vec(), after);
+            }
+        }
+        reply
+    }
+
+    /// Whether `owner` has a record (live or not) on each of `keys`.
+    pub fn on_keys_of(&self, owner: &[u8], keys: &[Vec<u8>]) -> Vec<bool> {
+        let on =
+            |key: &Vec<u8>| self.keys.get(key).is_some_and(|h| h.records().iter().any(|(o, _)| o == owner));
+        keys.iter().map(on).collect()
+    }
+
+    // What a simulated cluster (`cluster.rs`) needs of its shard masters.
+
+    /// Milliseconds of quarantine left at `virtual_ms` (0: none), as
+    /// `INFO lock` reports it.
+    pub fn quarantine_left_ms(&self, virtual_ms: i64) -> i64 {
+        self.quarantine_left_at(self.now_ms(virtual_ms))
+    }
+
+    /// How far the module clock is from true time (besides its rate).
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.anchor_ms
+    }
+
+    /// The fencing counter (`lock_last_fencing_token`).
+    pub fn fencing_counter(&self) -> u64 {
+        self.fencer.last()
+    }
+
+    /// Whether `key` has a lock record here (a migrating slot's node
+    /// serves the keys it still has and sends the others on with `ASK`).
+    pub fn has_key(&self, key: &[u8]) -> bool {
+        self.keys.contains_key(key)
+    }
+
+    /// `key`'s record taken out (`MIGRATE` deletes it on the source).
+    pub fn take_key(&mut self, key: &[u8]) -> Option<Holders> {
+        self.keys.remove(key)
+    }
+
+    /// `key`'s record stored as it was (`RESTORE` on the target: the same
+    /// holders, tokens and deadlines).
+    pub fn put_key(&mut self, key: Vec<u8>, holders: Holders) {
+        self.keys.insert(key, holders);
+    }
+
+    /// What a replica has of this node now: its locks and its fencing
+    /// counter (a grant's writes replicate both; also what a call that
+    /// changes nothing leaves as it was).
+    pub fn replica_copy(&self) -> (BTreeMap<Vec<u8>, Holders>, u64) {
+        (self.keys.clone(), self.fencer.last())
+    }
+
+    /// This node's replica, promoted at `virtual_ms` with what it had
+    /// replicated (`copy`, maybe some writes behind): the module starts
+    /// its failover quarantine (`lock.failover-quarantine yes`). Its clocks
+    /// are this node's.
+    pub fn promoted(&self, copy: (BTreeMap<Vec<u8>, Holders>, u64), virtual_ms: i64) -> Node {
+        let (keys, counter) = copy;
+        Node {
+            keys,
+            fencer: Fencer::new(counter),
+            persistence: Persistence::None,
+            on_disk: BTreeMap::new(),
+            synced_ms: 0,
+            grants: 0,
+            quarantine_since_ms: (self.rules == Rules::Module).then(|| self.now_ms(virtual_ms)),
+            grace_since_ms: None,
+            aof_rewritten: false,
+            up: true,
+            epoch: 0,
+            waits: Waits::default(),
+            // A promotion takes in locks this process did not write (the
+            // module's `note_imported_locks`).
+            forgotten: Forgotten::started(true, self.now_ms(virtual_ms), self.ttl_max_ms),
+            ledger: self.ledger.of_another_process(),
+            legacy: BTreeSet::new(),
+            misstored: self.misstored.clone(),
+            ..*self
+        }
+    }
+}
+
+/// A yes (1) or no (0) per key: the single-key commands answer the one
+/// key's, `LOCK.RENEW` and `LOCK.MRELEASE` one per key.
+fn flags<'o>(
+    txns: &mut [Txn<'_, 'o, Holders>],
+    mut run: impl FnMut(&mut Txn<'_, 'o, Holders>) -> bool,
+) -> Vec<i64> {
+    txns.iter_mut().map(|txn| i64::from(run(txn))).collect()
+}
+
+/// The refusal of a node in quarantine.
+fn quarantined(left_ms: i64) -> Reply {
+    Reply::Error(QUARANTINE, format!("the node restarted, refusing new locks for {left_ms} ms"))
+}
+
+/// The one key's flag.
+fn one(flags: Vec<i64>) -> Reply {
+    Reply::Int(flags.first().copied().unwrap_or(0))
 }

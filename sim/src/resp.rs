@@ -3,13 +3,39 @@
 //! or an error.
 
 /// A node's reply to one command.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum Reply {
     Int(i64),
     Nil,
     Status(&'static str),
+    /// An array of integers (`LOCK.RENEW`, `LOCK.MRELEASE`: one per key).
+    Ints(Vec<i64>),
+    /// Not a reply yet: the call waits (`WAIT`) as waiter this handle of
+    /// the node (`waits.rs`); its connection writes the answer later.
+    Blocked(u64),
     /// The error's code and the rest of its line.
     Error(&'static str, String),
+    /// A bulk string (`INFO`, a cluster's node names).
+    Bulk(Vec<u8>),
+    /// An array (`CLUSTER SHARDS`).
+    Array(Vec<Reply>),
+}
+
+/// As a history prints it: an array by its length only (a topology is
+/// long and says nothing a history needs).
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reply::Int(n) => f.debug_tuple("Int").field(n).finish(),
+            Reply::Nil => f.write_str("Nil"),
+            Reply::Status(s) => f.debug_tuple("Status").field(s).finish(),
+            Reply::Error(code, detail) => f.debug_tuple("Error").field(code).field(detail).finish(),
+            Reply::Bulk(bytes) => f.debug_tuple("Bulk").field(&String::from_utf8_lossy(bytes)).finish(),
+            Reply::Array(items) => write!(f, "Array({} items)", items.len()),
+            Reply::Ints(ns) => f.debug_tuple("Ints").field(ns).finish(),
+            Reply::Blocked(handle) => f.debug_tuple("Blocked").field(handle).finish(),
+        }
+    }
 }
 
 impl Reply {
@@ -18,7 +44,26 @@ impl Reply {
             Reply::Int(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
             Reply::Nil => out.extend_from_slice(b"$-1\r\n"),
             Reply::Status(s) => out.extend_from_slice(format!("+{s}\r\n").as_bytes()),
+            // Never written: the connection writes the waiter's answer.
+            Reply::Blocked(_) => {}
+            Reply::Ints(ns) => {
+                out.extend_from_slice(format!("*{}\r\n", ns.len()).as_bytes());
+                for n in ns {
+                    Reply::Int(*n).encode(out);
+                }
+            }
             Reply::Error(code, detail) => out.extend_from_slice(format!("-{code} {detail}\r\n").as_bytes()),
+            Reply::Bulk(bytes) => {
+                out.extend_from_slice(format!("${}\r\n", bytes.len()).as_bytes());
+                out.extend_from_slice(bytes);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Array(items) => {
+                out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                for item in items {
+                    item.encode(out);
+                }
+            }
         }
     }
 }

@@ -10,12 +10,18 @@ use rand::{Rng, SeedableRng};
 use redlock_client::{Config, Mode, Redlock, RetryPolicy};
 use tokio::time::Instant;
 
+use crate::bad_input;
 use crate::forget::{self, Loss};
 use crate::history::{History, Hold};
+use crate::link;
 use crate::net::{self, MessageFaults, Shared, World};
 use crate::node::{Node, Persistence, Rules};
+use crate::reentrant;
 use crate::resp::Reply;
+use crate::sets;
 use crate::stored;
+use crate::waiters;
+use crate::{cluster, cluster_faults, verdict};
 use redlock_client::Watchdog;
 
 /// The resource every client contends for.
@@ -79,7 +85,9 @@ pub struct Setup {
     /// own, it calls `LOCK.EXTEND` on the contended lock with a token that
     /// holds nothing, and `LOCK.EXIT` on a reentrant lock it entered under
     /// another owner id, directly on a node. A node that answers that it
-    /// extended or exited is a violation ("misuse accepted").
+    /// extended or exited is a violation ("misuse accepted"); then
+    /// malformed calls (`bad_input.rs`), each of which must get an error
+    /// and change nothing ("bad input accepted").
     pub misuse_per_mille: u32,
     /// Per mille of histories in which nodes lose the lock key behind the
     /// module's back (an eviction, a `DEL`, `FLUSHDB`, `FLUSHALL`), and
@@ -97,6 +105,23 @@ pub struct Setup {
     /// an upgrade has no AOF rewrite. The scenario `upgrade-unsafe` lets
     /// them in.
     pub open_gaps_out: bool,
+    /// Per mille of the lock cycles of a plain lock's history that take a
+    /// set (`sets.rs`: two or three resources, the contended one among
+    /// them or not, all or nothing, with `Redlock::acquire_many`).
+    pub set_per_mille: u32,
+    /// Per mille of histories with two reentrant clients on one node
+    /// (`reentrant.rs`: `LOCK.ENTER` twice, `LOCK.EXIT ... ID` sent again
+    /// until answered).
+    pub reentrant_per_mille: u32,
+    /// Per mille of histories with three clients that wait on one node
+    /// (`waiters.rs`: `LOCK.ACQUIRE ... WAIT`, served by the node's
+    /// hand-off).
+    pub wait_per_mille: u32,
+    /// Per mille of histories in which one or two quorum members are
+    /// Redis Clusters (`cluster.rs`), with their resharding, failovers and
+    /// stale maps; each client then takes the lock once more at the end,
+    /// as it is, and every member must answer.
+    pub cluster_per_mille: u32,
 }
 
 /// The kind of lock a history's clients take.
@@ -106,6 +131,10 @@ enum Family {
     ReadWrite,
     Semaphore,
 }
+
+/// Until when an operator checks the client's `status()` (every fault is
+/// over by then, or nearly).
+const STATUS_UNTIL_MS: u64 = 3000;
 
 /// The semaphore's permits.
 const PERMITS: u32 = 2;
@@ -154,6 +183,10 @@ impl Setup {
             losses: 2,
             upgrade_per_mille: 250,
             open_gaps_out: true,
+            set_per_mille: 250,
+            reentrant_per_mille: 100,
+            wait_per_mille: 100,
+            cluster_per_mille: 200,
         }
     }
 
@@ -165,6 +198,10 @@ impl Setup {
             lock_delay_max_ms: 0,
             family_per_mille: 0,
             misuse_per_mille: 0,
+            set_per_mille: 0,
+            reentrant_per_mille: 0,
+            wait_per_mille: 0,
+            cluster_per_mille: 0,
             ..Setup::module()
         }
     }
@@ -224,6 +261,10 @@ fn quiet() -> Setup {
         misuse_per_mille: 0,
         loss_per_mille: 0,
         upgrade_per_mille: 0,
+        set_per_mille: 0,
+        reentrant_per_mille: 0,
+        wait_per_mille: 0,
+        cluster_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -334,6 +375,31 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
     faults
 }
 
+/// A history with a cluster member has no restart (a crash's, an
+/// upgrade's) from an `always` AOF among its plain nodes (an `everysec` one instead): such a restart starts
+/// its fencing counter up to a quarantine ahead of its clock (the start
+/// floor), a fence round raises a cluster's shard to it, and once the lock
+/// is gone a slot migration leaves that raise behind: the importing node's
+/// next token can be below it (docs/evidence.md, "Findings"; the simulator
+/// found it so).
+fn without_start_floors(faults: Vec<(u64, Fault)>, clusters: bool) -> Vec<(u64, Fault)> {
+    if !clusters {
+        return faults;
+    }
+    faults
+        .into_iter()
+        .map(|(at, fault)| match fault {
+            Fault::Crash { node, down_ms, persistence: Persistence::Always } => {
+                (at, Fault::Crash { node, down_ms, persistence: Persistence::EverySec })
+            }
+            Fault::Upgrade { node, down_ms, persistence: Persistence::Always } => {
+                (at, Fault::Upgrade { node, down_ms, persistence: Persistence::EverySec })
+            }
+            other => (at, other),
+        })
+        .collect()
+}
+
 /// What one run found.
 pub struct Outcome {
     pub history: String,
@@ -366,6 +432,8 @@ fn run_recorded(seed: u64, setup: &Setup, faults: &[(u64, Fault)], recorded: boo
 }
 
 async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: bool) -> Outcome {
+    let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes);
+    let faults = without_start_floors(faults, !plans.is_empty());
     let mut rng = StdRng::seed_from_u64(seed);
     let lock_delay_ms = match setup.rules {
         Rules::Module if setup.lock_delay_max_ms > 0 && rng.gen_range(0..4) == 0 => {
@@ -416,8 +484,10 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
             n.set_clock_offset(if Some(i) == ahead { apart_ms } else { -apart_ms });
         }
     }
+    let clusters = cluster::build(&plans, &mut nodes, setup.rules, TTL_MAX_MS as i64, lock_delay_ms);
     let world: Shared = Arc::new(Mutex::new(World {
         nodes,
+        clusters,
         partitioned: vec![vec![false; setup.nodes]; setup.clients],
         rng,
         faults: setup.messages,
@@ -435,20 +505,75 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     // quarantine is over; otherwise they keep contending.
     let spread = faults.iter().any(|(at, f)| matches!(f, Fault::Crash { .. }) && *at < EARLY_CRASH_MS);
     let injector = tokio::spawn(inject(world.clone(), faults));
+    // With a cluster member, an operator checks the client's status().
+    let watcher = (!plans.is_empty())
+        .then(|| tokio::spawn(verdict::watch(world.clone(), setup.nodes, STATUS_UNTIL_MS)));
+    let cluster_faults: Vec<_> = (plans.into_iter().enumerate())
+        .map(|(k, plan)| tokio::spawn(cluster_faults::inject(world.clone(), k, plan, RESOURCE)))
+        .collect();
     // The misuser draws from its own generator: the other histories' draws
     // stay as they were.
     let mut misuse_rng = StdRng::seed_from_u64(seed ^ 0x0bad_70c3);
-    let misuser = (misuse_rng.gen_range(0..1000) < setup.misuse_per_mille)
-        .then(|| tokio::spawn(misuse(world.clone(), setup, misuse_rng)));
-    let clients: Vec<_> =
-        (0..client_count).map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family))).collect();
-    for handle in clients {
+    let misuser = (misuse_rng.gen_range(0..1000) < setup.misuse_per_mille).then(|| {
+        tokio::spawn(misuse(world.clone(), setup, misuse_rng, StdRng::seed_from_u64(seed ^ 0x0bad_1e9a)))
+    });
+    // The reentrant clients (after the probe's index), from their own
+    // generator too.
+    let mut reentrant_rng = StdRng::seed_from_u64(seed ^ 0x4ee7_e4e7);
+    let reentrant_clients: Vec<_> =
+        link::one_node(&mut reentrant_rng, setup.reentrant_per_mille, setup.nodes)
+            .map(|node| {
+                (1..=2)
+                    .map(|i| {
+                        let rng = StdRng::seed_from_u64(reentrant_rng.gen());
+                        tokio::spawn(reentrant::client(
+                            world.clone(),
+                            client_count + i,
+                            node,
+                            TTL_MAX_MS,
+                            rng,
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+    // The waiting clients (after the reentrant ones), from their own too.
+    let mut waiters_rng = StdRng::seed_from_u64(seed ^ 0x0a17_0a17);
+    let waiting_clients: Vec<_> = link::one_node(&mut waiters_rng, setup.wait_per_mille, setup.nodes)
+        .map(|node| {
+            (1..=waiters::CLIENTS)
+                .map(|i| {
+                    let rng = StdRng::seed_from_u64(waiters_rng.gen());
+                    tokio::spawn(waiters::client(world.clone(), client_count + 2 + i, node, TTL_MAX_MS, rng))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let clients: Vec<_> = (0..client_count)
+        .map(|c| tokio::spawn(client(world.clone(), c, setup, spread, family, seed)))
+        .collect();
+    // With a cluster member, each client is kept as it is for the end.
+    let with_clusters = !cluster_faults.is_empty();
+    let mut kept = Vec::new();
+    for (c, handle) in clients.into_iter().enumerate() {
+        if let (Ok(Some(redlock)), true) = (handle.await, with_clusters) {
+            kept.push((c, redlock));
+        }
+    }
+    for handle in reentrant_clients.into_iter().chain(waiting_clients) {
         let _ = handle.await;
     }
     // Every fault has ended (the schedule is bounded); then, once every
     // TTL and quarantine has run out, the lock must be free: nothing was
     // left behind (a probe client takes it).
     let _ = injector.await;
+    for handle in cluster_faults {
+        let _ = handle.await;
+    }
+    let over_counts = match watcher {
+        Some(watcher) => watcher.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
     if let Some(misuser) = misuser {
         let _ = misuser.await;
     }
@@ -459,6 +584,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let grace_ms = crate::node::CLOCK_TOLERANCE_MS.unsigned_abs();
     tokio::time::sleep(Duration::from_millis(TTL_MAX_MS + quarantine_ms.unsigned_abs() + grace_ms)).await;
     let left_behind = probe(&world, setup, client_count, family).await;
+    let stuck = cluster_faults::recovered(&world, kept, RESOURCE, family.mode(true)).await;
     let w = net::lock(&world);
     let mut violations = w.history.violations();
     for (i, n) in w.nodes.iter().enumerate() {
@@ -468,6 +594,8 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     if let Some(why) = left_behind {
         violations.push(format!("left behind: the lock is not free once every TTL ran out: {why}"));
     }
+    violations.extend(stuck);
+    violations.extend(over_counts);
     Outcome { history: w.history.render(&violations), violations }
 }
 
@@ -519,7 +647,7 @@ pub fn shrink(seed: u64, setup: &Setup) -> Option<(Setup, Schedule, Outcome)> {
 /// A client of its own (the next index) takes and releases the lock once;
 /// why not, if it cannot.
 async fn probe(world: &Shared, setup: Setup, c: usize, family: Family) -> Option<String> {
-    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(c, n)).collect();
+    let urls = cluster_faults::urls(world, c, setup.nodes);
     let redlock = match Redlock::connect(urls, Config::default()).await {
         Ok(redlock) => redlock,
         Err(e) => return Some(format!("connect: {e}")),
@@ -543,8 +671,10 @@ async fn probe(world: &Shared, setup: Setup, c: usize, family: Family) -> Option
 /// `LOCK.EXIT` of it under another owner id. Each call goes straight to
 /// the node (no client API sends another's token); a node that is down
 /// is skipped. The node must answer 0 to the extension and nil to the
-/// exit; anything else is a misuse accepted.
-async fn misuse(world: Shared, setup: Setup, mut rng: StdRng) {
+/// exit; anything else is a misuse accepted. Then, on the same node, a
+/// few malformed calls drawn from `bad` (`bad_input.rs`): each must get an
+/// error and change nothing, or the bad input was accepted.
+async fn misuse(world: Shared, setup: Setup, mut rng: StdRng, mut bad: StdRng) {
     const REENTRANT: &str = "misuse-reentrant";
     let words = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
     let started = net::lock(&world).started;
@@ -562,15 +692,34 @@ async fn misuse(world: Shared, setup: Setup, mut rng: StdRng) {
         ];
         let mut w = net::lock(&world);
         let now = w.now_ms();
+        let malformed = bad_input::calls(&mut bad, RESOURCE, &nobody, TTL_MAX_MS);
+        let calls = calls
+            .into_iter()
+            .map(|(call, expected)| (call, Some(expected)))
+            .chain(malformed.into_iter().map(|call| (call, None)));
         for (call, expected) in calls {
             let Some(n) = w.nodes.get_mut(node).filter(|n| n.up) else { break };
-            let reply = n.call(&call, now);
-            let text = call.iter().map(|x| String::from_utf8_lossy(x)).collect::<Vec<_>>().join(" ");
+            let before = n.replica_copy();
+            let text = bad_input::text(&call);
+            let reply = match bad_input::guarded(|| n.call(&call, now)) {
+                Ok(reply) => reply,
+                Err(why) => {
+                    n.crash();
+                    w.history.seen.push(bad_input::panicked(node, now, &text, &why));
+                    break;
+                }
+            };
+            let changed = before != n.replica_copy();
             w.history.note(now, format!("misuser -> n{node} {text}: {reply:?}"));
-            if expected.is_some_and(|e| e != reply) {
-                w.history.seen.push(format!(
+            match expected {
+                Some(Some(e)) if e != reply => w.history.seen.push(format!(
                     "misuse accepted: n{node} answered {reply:?} at {now} ms to {text}, whose owner holds nothing"
-                ));
+                )),
+                None if !matches!(reply, Reply::Error(..)) || changed => w.history.seen.push(format!(
+                    "bad input accepted: n{node} answered {reply:?} at {now} ms to {text}{}",
+                    if changed { ", and its locks or fencing counter changed" } else { "" }
+                )),
+                _ => {}
             }
         }
     }
@@ -723,16 +872,26 @@ fn draw_cycle(world: &Shared, setup: &Setup, spread: bool) -> Cycle {
 /// One client: lock cycles on the resource with the real client (grant,
 /// fencing round, writes to the resource between steps of work kept alive
 /// by extensions or the watchdog, maybe a pause, release).
-async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Family) {
+async fn client(
+    world: Shared,
+    c: usize,
+    setup: Setup,
+    spread: bool,
+    family: Family,
+    seed: u64,
+) -> Option<Redlock> {
     let config = Config {
         connect_timeout: Duration::from_millis(100),
         command_timeout: Duration::from_millis(60),
         reconnect_backoff: Duration::from_millis(50),
     };
-    let urls: Vec<String> = (0..setup.nodes).map(|n| net::url(c, n)).collect();
+    let urls = cluster_faults::urls(&world, c, setup.nodes);
     let redlock = match Redlock::connect(urls, config).await {
         Ok(redlock) => redlock,
-        Err(e) => return note(&world, format!("c{c} connect failed: {e}")),
+        Err(e) => {
+            note(&world, format!("c{c} connect failed: {e}"));
+            return None;
+        }
     };
     let retry = RetryPolicy {
         attempts_max: 3,
@@ -741,12 +900,28 @@ async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Fam
         total_max: None,
     };
     let fencing = setup.rules == crate::node::Rules::Module;
+    let mut set_rng = StdRng::seed_from_u64(seed ^ 0x5e75 ^ (c as u64) << 32);
     for _ in 0..setup.cycles {
         let cycle = draw_cycle(&world, &setup, spread);
         let mode = family.mode(net::lock(&world).rng.gen_bool(0.5));
+        // A set (plain locks only), drawn from the client's own generator:
+        // the other draws stay as they were.
+        let set = match family {
+            Family::Plain => sets::draw(&mut set_rng, setup.set_per_mille),
+            _ => None,
+        };
+        let keys: Vec<String> =
+            set.clone().unwrap_or_else(|| vec![RESOURCE]).iter().map(|k| k.to_string()).collect();
         let ttl = Duration::from_millis(cycle.ttl_ms);
-        note(&world, format!("c{c} acquires {mode:?}, ttl {} ms, {:?}", cycle.ttl_ms, cycle.keep));
-        match redlock.acquire(RESOURCE, mode, ttl, &retry).await {
+        note(&world, format!("c{c} acquires {mode:?} {keys:?}, ttl {} ms, {:?}", cycle.ttl_ms, cycle.keep));
+        let acquired = match &set {
+            Some(set) => {
+                let resources: Vec<(&str, Mode)> = set.iter().map(|k| (*k, mode)).collect();
+                redlock.acquire_many(&resources, ttl, &retry).await
+            }
+            None => redlock.acquire(RESOURCE, mode, ttl, &retry).await,
+        };
+        match acquired {
             Err(e) => note(&world, format!("c{c} acquire failed: {e}")),
             Ok(mut guard) => {
                 // Its grant round's start: the nodes may grant a reader or a
@@ -774,6 +949,7 @@ async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Fam
                         granted_ms: now,
                         valid_until_ms,
                         released_ms: None,
+                        keys: keys.clone(),
                     });
                     w.history.holds.len() - 1
                 };
@@ -828,6 +1004,7 @@ async fn client(world: Shared, c: usize, setup: Setup, spread: bool, family: Fam
         tokio::time::sleep(Duration::from_millis(cycle.think_ms)).await;
     }
     redlock.settle().await;
+    Some(redlock)
 }
 
 /// The hold's validity as the guard now knows it: the latest lease an

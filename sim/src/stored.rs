@@ -10,7 +10,7 @@
 //! too; and the checker compares each write's stored result with the
 //! holders the core's transaction meant to leave ("stored form").
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -148,7 +148,7 @@ pub fn differs(value: Option<&Value>, view: &View<'_>, changes: &Changes<'_>) ->
 /// the module wrote before the upgrade; this release only reads it):
 /// `LK1|kind|limit|count|` then `mode|token|deadline|owner length|owner|`
 /// per holder. `None` for the other kinds, which kept their form.
-pub fn legacy(holders: &Holders) -> Option<Value> {
+pub fn legacy_form(holders: &Holders) -> Option<Value> {
     let Shape { kind, limit } = holders.shape()?;
     if kind.is_single() || holders.records().is_empty() {
         return None;
@@ -169,13 +169,36 @@ pub fn legacy(holders: &Holders) -> Option<Value> {
 }
 
 /// Every shared lock and semaphore of `keys` back in the previous release's
-/// form (the node ran that release until now); the other keys as they are.
-pub fn as_before_the_upgrade(keys: &mut BTreeMap<Vec<u8>, Value>) {
-    for value in keys.values_mut() {
-        if let Some(old) = View::of(Some(value)).and_then(|view| legacy(&view.holders())) {
-            *value = old;
+/// form (the node ran that release until now), read back by the module's
+/// decoder; the keys now in that form. The other keys kept their form.
+pub fn as_before_the_upgrade(keys: &mut BTreeMap<Vec<u8>, Holders>) -> BTreeSet<Vec<u8>> {
+    let mut legacy = BTreeSet::new();
+    for (key, holders) in keys.iter_mut() {
+        let old = legacy_form(holders);
+        if let Some(View::String { holders: read, legacy: true }) =
+            old.as_ref().and_then(|v| View::of(Some(v)))
+        {
+            *holders = read;
+            legacy.insert(key.clone());
         }
     }
+    legacy
+}
+
+/// The first write of a lock in the previous release's form: the hash it
+/// is converted to (`hashform::all_fields` of the holders `changes`
+/// leave), read back as the node will read it, and what that lost or
+/// changed of the holders meant, if anything.
+pub fn converted(before: &Holders, changes: &Changes<'_>) -> (Holders, Option<String>) {
+    let value = written(
+        Some(&Value::String(Vec::new())),
+        &View::String { holders: before.clone(), legacy: true },
+        changes,
+    );
+    let view = View::String { holders: before.clone(), legacy: true };
+    let wrong = differs(value.as_ref(), &view, changes);
+    let read = View::of(value.as_ref()).map(|v| v.holders()).unwrap_or_else(Holders::free);
+    (read, wrong)
 }
 
 /// A rolling upgrade of the module in `per_mille` of the histories, drawn
@@ -223,7 +246,7 @@ mod tests {
         let two = permit(one.as_ref(), b"b", 9, &mut fencer);
         let Some(Value::Hash(_)) = &two else { panic!("{two:?}") };
         let holders = View::of(two.as_ref()).expect("a lock").holders();
-        let Some(old) = legacy(&holders) else { panic!("a semaphore has a previous form") };
+        let Some(old) = legacy_form(&holders) else { panic!("a semaphore has a previous form") };
         let Value::String(bytes) = &old else { panic!("{old:?}") };
         assert!(bytes.starts_with(b"LK1|M|2|2|p|5000|1005|1|a|p|"), "{}", String::from_utf8_lossy(bytes));
         let view = View::of(Some(&old)).expect("the module reads it");
@@ -254,6 +277,6 @@ mod tests {
         assert!(differs(None, &view, &changes).is_some_and(|d| d.ends_with("is gone")));
         // A plain lock keeps its form.
         let plain = Holders::single(Kind::Plain, b"p", Hold::new(lock_core::kind::Mode::Write, 7, 50));
-        assert_eq!(legacy(&plain), None);
+        assert_eq!(legacy_form(&plain), None);
     }
 }

@@ -35,6 +35,12 @@ impl Ledger {
         self.reached(token, at_ms, epoch);
     }
 
+    /// The ledger of a replica promoted in this node's place: its own
+    /// tokens from now on, and what this one saw.
+    pub fn of_another_process(&self) -> Ledger {
+        Ledger { top: None, violations: self.violations.clone() }
+    }
+
     /// The node's counter is at `last` (a `LOCK.FENCE` raise, or a grant).
     pub fn reached(&mut self, last: u64, at_ms: i64, epoch: u64) {
         if self.top.is_none_or(|(top, ..)| last > top) {

@@ -9,6 +9,16 @@ fn history(seed: u64, setup: &Setup) -> run::Outcome {
     run::run(seed, setup, &run::schedule(seed, setup))
 }
 
+/// A call's words, split at spaces.
+fn words(line: &str) -> Vec<Vec<u8>> {
+    line.split(' ').map(|p| p.as_bytes().to_vec()).collect()
+}
+
+/// How many of the first 40 histories of `setup` print `needle`.
+fn histories_with(setup: &Setup, needle: &str) -> usize {
+    (0..40).filter(|&seed| history(seed, setup).history.contains(needle)).count()
+}
+
 /// Runs every seed of `seeds`; the first that fails, if any.
 fn first_failure(setup: &Setup, seeds: std::ops::Range<u64>) -> Option<(u64, run::Outcome)> {
     seeds.map(|seed| (seed, history(seed, setup))).find(|(_, outcome)| !outcome.violations.is_empty())
@@ -128,4 +138,90 @@ fn some_histories_upgrade_the_module_over_locks_in_the_previous_form() {
         .filter(|h| h.contains("restarts on the new release"))
         .count();
     assert!(upgraded > 0, "no rolling upgrade in 40 histories");
+}
+
+#[test]
+fn a_node_answers_bad_input_with_an_error_and_changes_nothing() {
+    use lock_sim::bad_input;
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    use rand::SeedableRng;
+    let words = |parts: &[&str]| parts.iter().map(|p| p.as_bytes().to_vec()).collect::<Vec<_>>();
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    assert!(matches!(node.call(&words(&["LOCK.ACQUIRE", "res", "a", "300"]), 0), Reply::Int(_)));
+    let mut sent = 0;
+    for seed in 0..20 {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for call in bad_input::calls(&mut rng, "res", "misuser", 600) {
+            let before = node.replica_copy();
+            let reply = bad_input::guarded(|| node.call(&call, 10)).expect("no panic");
+            assert!(matches!(reply, Reply::Error("ERR", _)), "{}: {reply:?}", bad_input::text(&call));
+            assert!(before == node.replica_copy(), "{} changed the node", bad_input::text(&call));
+            sent += 1;
+        }
+    }
+    assert!(sent > 100);
+    // The holder's lock is still there.
+    assert_eq!(node.call(&words(&["LOCK.RELEASE", "res", "a"]), 20), Reply::Int(1));
+    // Histories with the misuser send it malformed calls (an empty word
+    // among them).
+    assert!(histories_with(&Setup::module(), " '': Error") > 0);
+}
+
+#[test]
+fn a_node_grants_a_set_whole_or_not_at_all() {
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    assert!(matches!(node.call(&words("LOCK.ACQUIRE res a 300"), 0), Reply::Int(_)));
+    // One key of the set is held: nothing is taken.
+    assert_eq!(node.call(&words("LOCK.MACQUIRE b 300 2 res2 res"), 10), Reply::Nil);
+    assert_eq!(node.on_keys_of(b"b", &words("res2 res")), [false, false]);
+    assert!(matches!(node.call(&words("LOCK.MACQUIRE b 300 2 res2 res3"), 20), Reply::Int(_)));
+    assert_eq!(node.on_keys_of(b"b", &words("res2 res3")), [true, true]);
+    assert_eq!(node.call(&words("LOCK.RENEW b 300 res2 res3 res"), 30), Reply::Ints(vec![1, 1, 0]));
+    assert_eq!(node.call(&words("LOCK.MRELEASE b res2 res3"), 40), Reply::Ints(vec![1, 1]));
+    // Some histories take sets, none of the classic recipe's.
+    assert!(histories_with(&Setup::module(), "lock.macquire") > 0);
+    assert_eq!(histories_with(&Setup::classic(), "lock.macquire"), 0);
+}
+
+#[test]
+fn a_resent_exit_counts_once_and_histories_have_reentrant_clients() {
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    let token = node.call(&words("LOCK.ENTER reentrant a 300"), 0);
+    assert_eq!(node.call(&words("LOCK.ENTER reentrant a 300"), 1), token);
+    assert_eq!(node.call(&words("LOCK.EXIT reentrant a ID x1"), 2), Reply::Int(1));
+    // The same id again (its reply was lost): counted once.
+    assert_eq!(node.call(&words("LOCK.EXIT reentrant a ID x1"), 3), Reply::Int(1));
+    assert_eq!(node.call(&words("LOCK.ENTER reentrant b 300"), 4), Reply::Nil);
+    assert!(histories_with(&Setup::module(), "LOCK.EXIT reentrant") > 0);
+    assert_eq!(histories_with(&Setup::classic(), "LOCK.EXIT reentrant"), 0);
+}
+
+#[test]
+fn a_node_hands_a_freed_lock_to_its_first_waiter_and_no_one_barges() {
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    use lock_sim::waits::Look;
+    let mut node = Node::new(Rules::Module, Persistence::None, 600, 0);
+    assert!(matches!(node.call(&words("LOCK.ACQUIRE queued a 300"), 0), Reply::Int(_)));
+    let Reply::Blocked(b) = node.call(&words("LOCK.ACQUIRE queued b 300 WAIT 500"), 1) else {
+        panic!("b waits")
+    };
+    let Reply::Blocked(c) = node.call(&words("LOCK.ACQUIRE queued c 300 WAIT 50"), 2) else {
+        panic!("c waits")
+    };
+    // Held: the hand-off serves nobody; c's wait times out.
+    assert!(matches!(node.poll_wait(b, 10), Look::Until(..)));
+    assert!(matches!(node.poll_wait(c, 60), Look::Answered(Some(Reply::Nil))));
+    assert_eq!(node.call(&words("LOCK.RELEASE queued a"), 70), Reply::Int(1));
+    // Freed, with b waiting: a newcomer does not barge past it.
+    assert_eq!(node.call(&words("LOCK.ACQUIRE queued d 300"), 71), Reply::Nil);
+    assert!(matches!(node.poll_wait(b, 72), Look::Answered(Some(Reply::Int(_)))));
+    assert_eq!(node.call(&words("LOCK.RELEASE queued b"), 80), Reply::Int(1));
+    assert!(histories_with(&Setup::module(), "after a wait: Int") > 0);
+    assert_eq!(histories_with(&Setup::classic(), "after a wait: Int"), 0);
 }

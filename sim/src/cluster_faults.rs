@@ -1,0 +1,237 @@
+//! A cluster member's life in a history (the simulated cluster itself is
+//! `cluster.rs`): its URLs, its faults at their times (resharding,
+//! failovers, gossip), and the check at the end that each client, as it
+//! is, still gets every member to run its release.
+
+use std::time::Duration;
+
+use redlock_client::{Mode, Redlock};
+
+use crate::cluster::{self, host, key_slot, Cluster, Event, Migration, Plan};
+use crate::net::{self, Shared, World};
+
+/// The URLs client `client` is given: the plain nodes', and for a member
+/// that is a cluster its spelling, seeded with its masters now.
+pub fn urls(world: &Shared, client: usize, members: usize) -> Vec<String> {
+    let w = net::lock(world);
+    (0..members)
+        .map(|member| match w.clusters.iter().find(|c| c.member == member) {
+            None => net::url(client, member),
+            Some(cluster) => {
+                let seeds: Vec<String> =
+                    cluster.masters().iter().map(|&m| format!("{}:6379", host(client, m))).collect();
+                let (first, rest) = seeds.split_first().map_or(("", &[][..]), |(f, r)| (f.as_str(), r));
+                let addrs: Vec<String> = rest.iter().map(|a| format!("addr={a}")).collect();
+                format!("redis+cluster://{first}?{}", addrs.join("&"))
+            }
+        })
+        .collect()
+}
+
+/// Cluster `k`'s faults at their times; ends after its last one (a
+/// stalled migration stays open).
+pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str) {
+    let started = net::lock(&world).started;
+    let slot = key_slot(resource.as_bytes());
+    for (at, event) in plan.events {
+        tokio::time::sleep_until(started + Duration::from_millis(at)).await;
+        match event {
+            Event::Migrate { to_offset, keys_after_ms, done_after_ms } => {
+                settle_quarantines(&world).await;
+                let migration = change(&world, k, |c| {
+                    let from = c.truth.owner(slot)?;
+                    let to = (from + 1 + to_offset) % plan.shards;
+                    c.migration = Some(Migration { slot, from, to });
+                    Some(format!("slot {slot} migrating from shard {from} to shard {to}"))
+                });
+                if migration.is_none() {
+                    continue;
+                }
+                tokio::time::sleep(Duration::from_millis(keys_after_ms)).await;
+                migrate_keys(&world, k, resource);
+                let Some(done_after_ms) = done_after_ms else {
+                    change(&world, k, |_| Some(format!("slot {slot} stays open (the reshard stalls)")));
+                    continue;
+                };
+                tokio::time::sleep(Duration::from_millis(done_after_ms)).await;
+                migrate_keys(&world, k, resource);
+                // SETSLOT NODE on the target, then the source: both know
+                // at once, the others by gossip.
+                change(&world, k, |c| {
+                    let m = c.migration.take()?;
+                    c.truth.set(slot, m.to);
+                    for shard in [m.from, m.to] {
+                        let node = *c.truth.masters.get(shard)?;
+                        c.views.insert(node, c.truth.clone());
+                    }
+                    Some(format!("slot {slot} now served by shard {}", m.to))
+                });
+            }
+            Event::Failover { of_resource, detect_ms } => {
+                let Some((shard, old)) = fail(&world, k, slot, of_resource, plan.shards) else { continue };
+                tokio::time::sleep(Duration::from_millis(detect_ms)).await;
+                promote(&world, k, shard, old);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(plan.gossip_ms)).await;
+        change(&world, k, |c| {
+            for view in c.views.values_mut() {
+                *view = c.truth.clone();
+            }
+            Some("every node knows the change (gossip)".to_string())
+        });
+    }
+}
+
+/// The master of the resource's shard (`of_resource`) or of the one after
+/// it dies: that shard and its master.
+fn fail(world: &Shared, k: usize, slot: u16, of_resource: bool, shards: usize) -> Option<(usize, usize)> {
+    let mut w = net::lock(world);
+    let (shard, old) = w.clusters.get(k).and_then(|c| {
+        let own = c.truth.owner(slot)?;
+        let shard = if of_resource { own } else { (own + 1) % shards };
+        Some((shard, *c.truth.masters.get(shard)?))
+    })?;
+    let now = w.now_ms();
+    w.history.note(now, format!("cluster {k}: shard {shard}'s master n{old} dies"));
+    w.nodes.get_mut(old)?.crash();
+    Some((shard, old))
+}
+
+/// Shard `shard`'s replica replaces its dead master `old`: promoted with
+/// what it had replicated, it starts its failover quarantine.
+fn promote(world: &Shared, k: usize, shard: usize, old: usize) {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    let Some(copy) = w.clusters.get(k).and_then(|c| c.replicas.get(shard)).map(|r| r.copy.clone()) else {
+        return;
+    };
+    let Some(promoted) = w.nodes.get(old).map(|n| n.promoted(copy, now)) else { return };
+    w.nodes.push(promoted);
+    let new = w.nodes.len() - 1;
+    if let Some(c) = w.clusters.get_mut(k) {
+        if let Some(master) = c.truth.masters.get_mut(shard) {
+            *master = new;
+        }
+        c.views.insert(new, c.truth.clone());
+    }
+    w.history.note(now, format!("cluster {k}: its replica n{new} is promoted (and quarantines)"));
+}
+
+/// Waits until no master of cluster `k` is in quarantine: a slot migrated
+/// out of a promoted replica in its failover quarantine carries the lock
+/// records it had replicated, some writes behind, to a node that grants
+/// (docs/evidence.md, "Findings": the simulator found two holders so;
+/// the simulator leaves that reshard out).
+async fn settle_quarantines(world: &Shared) {
+    loop {
+        let quarantined = {
+            let w = net::lock(world);
+            let now = w.now_ms();
+            w.clusters
+                .iter()
+                .flat_map(|c| &c.truth.masters)
+                .any(|&m| w.nodes.get(m).is_some_and(|n| n.quarantine_left_ms(now) > 0))
+        };
+        if !quarantined {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Applies `what` to cluster `k` and notes what it says happened.
+fn change(world: &Shared, k: usize, what: impl FnOnce(&mut Cluster) -> Option<String>) -> Option<String> {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    let done = w.clusters.get_mut(k).and_then(what)?;
+    w.history.note(now, format!("cluster {k}: {done}"));
+    Some(done)
+}
+
+/// `MIGRATE` of the migrating slot's lock key from the source master to
+/// the importing one, as it is (holders, tokens, deadlines: the nodes share
+/// a clock); the target's counter is raised by it when it reads it.
+fn migrate_keys(world: &Shared, k: usize, resource: &str) {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    let Some((from, to)) = w.clusters.get(k).and_then(|c| {
+        let m = c.migration?;
+        Some((*c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?))
+    }) else {
+        return;
+    };
+    let key = resource.as_bytes();
+    if w.nodes.get(to).is_some_and(|n| n.has_key(key)) {
+        return;
+    }
+    let Some(holders) = w.nodes.get_mut(from).and_then(|n| n.take_key(key)) else { return };
+    if let Some(n) = w.nodes.get_mut(to) {
+        n.put_key(key.to_vec(), holders);
+    }
+    w.history.note(now, format!("cluster {k}: MIGRATE {resource} from n{from} to n{to}"));
+}
+
+/// Each client as it is at the end (its connections, its clusters' slot
+/// maps, after whatever they went through), every fault over and every
+/// TTL and quarantine run out, takes the lock once more and releases it:
+/// every member must run that release, a cluster member too (a stale map
+/// is mended by `MOVED`, a migration left open crossed with `ASK`). A
+/// connection that broke while the client was idle fails its first call,
+/// so a client has three tries. What it finds: a member that never runs
+/// it ("stuck member").
+pub async fn recovered(
+    world: &Shared,
+    clients: Vec<(usize, Redlock)>,
+    resource: &str,
+    mode: Mode,
+) -> Vec<String> {
+    const TRIES: usize = 3;
+    let mut stuck = Vec::new();
+    for (c, redlock) in clients {
+        let mut why = String::new();
+        for _ in 0..TRIES {
+            let owner = match redlock.try_acquire(resource, mode, Duration::from_millis(600)).await {
+                Err(e) => {
+                    why = format!("cannot take the lock: {e}");
+                    continue;
+                }
+                Ok(guard) => {
+                    let owner = guard.token().as_bytes().to_vec();
+                    let _ = guard.release().await;
+                    owner
+                }
+            };
+            redlock.settle().await;
+            let missing = not_released(&net::lock(world), &owner);
+            if missing.is_empty() {
+                why.clear();
+                break;
+            }
+            why = format!("member(s) {missing:?} did not run its release");
+        }
+        redlock.settle().await;
+        let mut w = net::lock(world);
+        let now = w.now_ms();
+        if why.is_empty() {
+            w.history
+                .note(now, format!("c{c} takes and releases the lock again: every member runs the release"));
+        } else {
+            w.history.note(now, format!("c{c} at the end: {why}"));
+            stuck.push(format!("stuck member: client c{c}, every fault over, {TRIES} times: {why}"));
+        }
+    }
+    stuck
+}
+
+/// The quorum members (from 0) none of whose nodes ran a release of
+/// `owner`.
+fn not_released(w: &World, owner: &[u8]) -> Vec<usize> {
+    let members = w.partitioned.first().map_or(0, Vec::len);
+    (0..members)
+        .filter(|&member| {
+            let nodes = cluster::member_nodes(&w.clusters, member);
+            !nodes.iter().any(|&n| w.history.released.contains(&(n, owner.to_vec())))
+        })
+        .collect()
+}
