@@ -5,10 +5,12 @@
 //! module, a shared lock or semaphore still in the previous release's
 //! string form, which the module reads (`codec::decode_string`) and
 //! rewrites whole as a hash on its first write (`hashform::all_fields`),
-//! as `src/keystate.rs` does. The simulated node keeps only this form and
-//! reads every lock from it, so what a conversion loses is lost to the node
-//! too; and the checker compares each write's stored result with the
-//! holders the core's transaction meant to leave ("stored form").
+//! as `src/keystate.rs` does. The simulated node keeps its locks as the
+//! core's `Holders`, but a lock in the previous release's form is written
+//! and read with these functions, and converted by its first write, the
+//! node reading its holders back from the hash, so what a conversion loses
+//! is lost to the node too; the checker compares the converted holders
+//! with those the core's transaction meant to leave ("stored form").
 
 use std::collections::{BTreeMap, BTreeSet};
 
