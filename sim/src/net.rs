@@ -143,11 +143,7 @@ async fn serve(world: Shared, client: usize, node: usize, epoch: u64, mut stream
                     w.chance(p)
                 };
                 let at = w.now_ms();
-                let text = if w.history.unrecorded {
-                    String::new()
-                } else {
-                    words.iter().map(|x| String::from_utf8_lossy(x)).collect::<Vec<_>>().join(" ")
-                };
+                let text = if w.history.unrecorded { String::new() } else { bad_input::text(&words) };
                 if !alive {
                     w.history.note(at, format!("c{client} -> n{node} {text}: connection reset (node down)"));
                     return;

@@ -194,16 +194,14 @@ impl Node {
         // (then only the clock floor and the tokens of the stored locks are
         // left, as without an AOF or with `everysec`, whose quarantine
         // covers it).
-        let replayed = self.persistence == Persistence::Always && !self.aof_rewritten;
+        let always = self.persistence == Persistence::Always;
+        let loaded = self.persistence != Persistence::None;
+        let replayed = always && !self.aof_rewritten;
         self.fencer = Fencer::new(if replayed { self.fencer.last() } else { 0 });
         self.grants = 0;
-        let always = self.persistence == Persistence::Always;
         self.quarantine_since_ms = match self.rules {
             Rules::Module
-                if quarantine::needed_at_start(
-                    !matches!(self.persistence, Persistence::None),
-                    if always { "always" } else { "everysec" },
-                ) =>
+                if quarantine::needed_at_start(loaded, if always { "always" } else { "everysec" }) =>
             {
                 Some(now)
             }
@@ -216,10 +214,9 @@ impl Node {
         if self.rules == Rules::Module && self.quarantine_since_ms.is_none() {
             self.fencer.raise_to(fencing::start_floor(now, self.quarantine_ms));
         }
-        let kept = self.persistence != Persistence::None && !self.keys.is_empty();
+        let kept = loaded && !self.keys.is_empty();
         self.grace_since_ms =
             (self.rules == Rules::Module && kept && self.quarantine_since_ms.is_none()).then_some(now);
-        let loaded = self.persistence != Persistence::None;
         self.forgotten = Forgotten::started(loaded, now, self.ttl_max_ms);
         self.up = true;
     }
