@@ -1,0 +1,124 @@
+//! What a node must not lose across a start that skips its quarantine
+//! (`appendonly yes` + `appendfsync always`), with or without an AOF
+//! rewrite first: its fencing counter (property 9) and its removal
+//! quarantines (property 10). And the counter's lead over the clock, which a
+//! node without persistence must catch up with after its own restart
+//! (property 9 across nodes). docs/safety.md, "Where the node's state lives".
+
+use lock_testkit::*;
+use std::time::Duration;
+
+fn acquire(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> redis::RedisResult<Option<i64>> {
+    cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(ttl_ms).query(c)
+}
+
+/// The server's wall clock (`TIME`) in epoch ms.
+fn server_clock_ms(c: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = cmd("TIME").query(c).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+/// `BGREWRITEAOF`, and waits (bounded) until it finished well.
+fn rewrite_aof(c: &mut Connection) {
+    let rewrites = |c: &mut Connection| info_field(c, "persistence", "aof_rewrites");
+    let before = rewrites(c);
+    let _: String = cmd("BGREWRITEAOF").query(c).unwrap();
+    wait_until(Duration::from_secs(20), "the AOF rewrite to finish", || {
+        let text: String = cmd("INFO").arg("persistence").query(c).unwrap();
+        text.contains("aof_rewrite_in_progress:0")
+            && text.contains("aof_rewrite_scheduled:0")
+            && text.contains("aof_last_bgrewrite_status:ok")
+            && rewrites(c) > before
+    });
+}
+
+/// The code of a refused grant's error (`QUARANTINE`), or the grant.
+fn refused(result: redis::RedisResult<Option<i64>>) -> String {
+    match result {
+        Err(e) => e.code().unwrap_or("").to_string(),
+        Ok(v) => format!("granted {v:?}"),
+    }
+}
+
+fn removal_quarantine_across_an_always_restart(rewrite: bool) {
+    let mut s = Server::with(Opts::new().aof_always());
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "appendfsync always: no start-up quarantine");
+    acquire(&mut c, "orders", "A", 30_000).unwrap().expect("A is granted");
+    let _: i64 = cmd("DEL").arg("orders").query(&mut c).unwrap();
+    assert_eq!(refused(acquire(&mut c, "orders", "B", 30_000)), "QUARANTINE", "B while A's lock may be in force");
+    if rewrite {
+        rewrite_aof(&mut c);
+    }
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "appendfsync always: no start-up quarantine");
+    assert_eq!(
+        refused(acquire(&mut c, "orders", "B", 30_000)),
+        "QUARANTINE",
+        "after kill -9 and a start{}: A's lock may still be in force",
+        if rewrite { " (after an AOF rewrite)" } else { "" }
+    );
+    let (_, left) = refusal(&mut c, "orders").expect("LOCK.INFO says why");
+    assert!(left > 20_000 && left <= 31_000 + 60_000, "until A's deadline (and the cool-down): {left} ms");
+}
+
+#[test]
+fn a_removal_quarantine_survives_an_always_restart() {
+    removal_quarantine_across_an_always_restart(false);
+}
+
+#[test]
+fn a_removal_quarantine_survives_an_aof_rewrite_and_an_always_restart() {
+    removal_quarantine_across_an_always_restart(true);
+}
+
+#[test]
+fn a_fence_raise_far_ahead_survives_an_aof_rewrite_and_an_always_restart() {
+    let mut s = Server::with(Opts::new().aof_always());
+    let mut c = s.conn();
+    acquire(&mut c, "k", "A", 30_000).unwrap().expect("A is granted");
+    let f = (server_clock_ms(&mut c) + 600_000) * 1000;
+    assert_eq!(cmd("LOCK.FENCE").arg("k").arg("A").arg(f).query::<i64>(&mut c).unwrap(), 1);
+    assert_eq!(cmd("LOCK.RELEASE").arg("k").arg("A").query::<i64>(&mut c).unwrap(), 1);
+    rewrite_aof(&mut c);
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "appendfsync always: no start-up quarantine");
+    let next = acquire(&mut c, "k", "B", 30_000).unwrap().expect("granted at once");
+    assert!(next > f, "the next token is above the raise the node took: {next} after {f}");
+}
+
+/// Issue 41's history on real servers: n2 starts from an `always` AOF (no
+/// quarantine), and its first token is fenced onto n0, which has no
+/// persistence and a clock 1 s behind; n0 is killed and started again
+/// within that second, and waits out its quarantine. Its next token must be
+/// above the raise it took.
+#[test]
+fn a_node_without_persistence_restarts_above_a_raise_from_an_always_node() {
+    const QUARANTINE_MS: i64 = 3_000;
+    const BEHIND_MS: i64 = 1_000;
+    let quarantine = QUARANTINE_MS.to_string();
+    let mut n2 = Server::with(Opts::new().module_arg("quarantine-ms", &quarantine).aof_always());
+    let mut c2 = n2.conn();
+    acquire(&mut c2, "warmup", "x", 1_000).unwrap().expect("n2 grants");
+    // A restart of n2 from its always AOF (as in the simulator's history).
+    n2.kill_and_restart();
+    let mut c2 = n2.conn();
+    assert_eq!(info_stat(&mut c2, "quarantine"), 0, "n2: appendfsync always, no quarantine");
+    let t = acquire(&mut c2, "k", "A", 10_000).unwrap().expect("n2 grants at once");
+
+    let clock = ClockFile::starting_at(-BEHIND_MS, 0);
+    let mut n0 = Server::with(Opts::new().module_arg("quarantine-ms", &quarantine).clock_file(clock.path()));
+    let mut c0 = n0.conn();
+    let _: String = cmd("LOCK.UNQUARANTINE").arg("STARTUP").query(&mut c0).unwrap();
+    acquire(&mut c0, "k", "A", 10_000).unwrap().expect("n0 grants (a brand-new node)");
+    assert_eq!(cmd("LOCK.FENCE").arg("k").arg("A").arg(t).query::<i64>(&mut c0).unwrap(), 1, "n0 raised to T");
+    n0.kill_and_restart();
+    let mut c0 = n0.conn();
+    wait_until(Duration::from_secs(QUARANTINE_MS as u64 / 1000 + 10), "n0's quarantine to end", || {
+        info_stat(&mut c0, "quarantine") == 0
+    });
+    let next = acquire(&mut c0, "k2", "B", 10_000).unwrap().expect("n0 grants after its quarantine");
+    assert!(next > t, "n0's next token is above the raise it took: {next} after {t}");
+}
