@@ -116,6 +116,14 @@ pub fn quarantined(reason: Reason, left_ms: i64) -> String {
 }
 
 /// LOCK.UNQUARANTINE with no start-up or promotion quarantine in force.
+/// A client sent a command that only the module writes, into its own AOF
+/// and replication stream (`LOCK.FORGOTTEN`).
+pub fn replication_only() -> String {
+    "ERR this command is written by the module into its AOF and replication stream only; \
+     it is not for clients"
+        .into()
+}
+
 pub fn no_quarantine() -> String {
     "ERR no start-up or promotion quarantine is in force on this node (INFO lock: lock_quarantine:0): nothing to end"
         .into()

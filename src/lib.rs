@@ -53,8 +53,9 @@ mod module {
     use crate::clock;
     use crate::commands;
     use crate::config::{BoundedI64, EvictionMode, Protection};
-    use crate::ffi::{self, Call, CommandDef, InfoValue};
-    use crate::node::NODE;
+    use crate::core::ledger::Ledger;
+    use crate::ffi::{self, Call, CommandDef, InfoValue, LEDGER_TYPE};
+    use crate::node::{StartCause, NODE};
 
     fn info_fields() -> Vec<(&'static str, InfoValue)> {
         use InfoValue::{Line, Signed, Text, Unsigned};
@@ -152,8 +153,17 @@ mod module {
                 commands::watch_for_removal(call, &NODE);
             },
             loaded_from_disk: |call| {
-                NODE.on_loaded_from_disk(clock::now_ms());
+                if let Some(cause) = NODE.on_loaded_from_disk(clock::now_ms()) {
+                    log_start_cause(cause);
+                }
                 commands::watch_for_removal(call, &NODE);
+            },
+            ledger_save: || NODE.ledger(clock::now_ms()).encode(),
+            ledger_load: |bytes| match Ledger::decode(bytes) {
+                Ok(ledger) => NODE.restore_ledger(ledger, clock::now_ms()),
+                Err(e) => redis_module::logging::log_warning(format!(
+                    "lock: the lock ledger in this RDB cannot be read ({e}); it is ignored, as if absent"
+                )),
             },
             config_changed: memory_policy,
             key_timer: waiting::on_key_timer,
@@ -257,10 +267,35 @@ mod module {
         redis_module::logging::log_notice(format!("lock.eviction-mode set to {}", mode.name()));
     }
 
-    /// The persistence settings that decide the start-up quarantine.
-    fn persistence(call: &Call<'_>) -> (bool, String) {
-        let appendonly = call.config_get(c"appendonly").unwrap_or_default();
-        (appendonly.eq_ignore_ascii_case("yes"), call.config_get(c"appendfsync").unwrap_or_default())
+    /// The persistence settings that decide the start-up quarantine:
+    /// `appendonly`, `appendfsync`, and `aof-use-rdb-preamble` (where an AOF
+    /// rewrite keeps the node's ledger).
+    fn persistence(call: &Call<'_>) -> (bool, String, bool) {
+        let yes =
+            |name: &std::ffi::CStr| call.config_get(name).unwrap_or_default().eq_ignore_ascii_case("yes");
+        (
+            yes(c"appendonly"),
+            call.config_get(c"appendfsync").unwrap_or_default(),
+            yes(c"aof-use-rdb-preamble"),
+        )
+    }
+
+    /// Why the start is quarantined, when that is not the usual reason (the
+    /// quarantine's own line says how long).
+    fn log_start_cause(cause: StartCause) {
+        match cause {
+            StartCause::NotDurable => {}
+            StartCause::NoPreamble => redis_module::logging::log_warning(
+                "lock: appendfsync always, but aof-use-rdb-preamble no: an AOF rewrite then keeps neither \
+                 the fencing counter nor the removal quarantines (the lock ledger travels in the RDB \
+                 preamble), so every start is quarantined; set aof-use-rdb-preamble yes to start without one",
+            ),
+            StartCause::NoLedger => redis_module::logging::log_warning(
+                "lock: the AOF held no lock ledger (its last rewrite was made by an older release of the \
+                 module, or with aof-use-rdb-preamble no): counter raises and removal quarantines may be \
+                 lost, so this start is quarantined; the next rewrite writes the ledger",
+            ),
+        }
     }
 
     /// The major version when the server is Valkey (its INFO has a
@@ -318,26 +353,27 @@ mod module {
             }
         }
         let call = Call::bare(ctx.ctx);
-        let (appendonly, appendfsync) = persistence(&call);
-        if !NODE.quarantine_at_start(appendonly, &appendfsync, clock::now_ms()) {
-            ctx.log_notice(&format!(
-                "lock: appendonly yes + appendfsync always: no start-up quarantine needed; the fencing \
-                 counter starts at {} (the clock plus the {} ms quarantine it skipped, at most 30 minutes)",
-                NODE.last_fence(),
-                NODE.quarantine_length_ms()
-            ));
+        let (appendonly, appendfsync, preamble) = persistence(&call);
+        match NODE.quarantine_at_start(appendonly, &appendfsync, preamble, clock::now_ms()) {
+            None => ctx.log_notice(
+                "lock: appendonly yes + appendfsync always + aof-use-rdb-preamble yes: no start-up \
+                 quarantine, provided the AOF brings the node's lock ledger back (checked when it is loaded)",
+            ),
+            Some(cause) => log_start_cause(cause),
         }
         ffi::set_handlers(handlers());
         memory_policy(&call);
-        // In a cluster, locks arrive by migration (RESTORE) before this node
-        // grants any: see every change to a key from the start.
-        if call.in_cluster() {
-            commands::watch_for_removal(&call, &NODE);
-        }
+        // Locks can arrive by `MIGRATE` (the `restore` event: a cluster's
+        // resharding, or an operator's move between plain masters) before
+        // this node grants any: see every change to a key from the start.
+        // The lock commands fire no keyspace events, so a lock node pays
+        // nothing for it.
+        commands::watch_for_removal(&call, &NODE);
         if let Err(e) = ffi::subscribe_server_events(ctx.ctx) {
             ctx.log_warning(&format!("lock: {e}"));
             return Status::Err;
         }
+        ffi::set_module_options(ctx.ctx);
         if let Some(major) = valkey_major(ctx).filter(|&major| major >= 9) {
             if let Err(e) = ffi::declare_atomic_slot_migration(ctx.ctx) {
                 ctx.log_warning(&format!("lock: {e}"));
@@ -371,7 +407,7 @@ mod module {
         name: "lock",
         version: 1,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-        data_types: [],
+        data_types: [LEDGER_TYPE],
         init: init,
         configurations: [
             i64: [

@@ -13,8 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::config::{EvictionMode, Protection, Settings};
-use crate::core::fencing::{self, Fencer};
-use crate::core::forgetting::{self, Cause, Forgetting, Quarantined};
+use crate::core::fencing::Fencer;
+use crate::core::forgetting::{self, Cause, Entry, Forgetting, Quarantined};
+use crate::core::ledger::Ledger;
 use crate::core::quarantine::{self, Quarantine, Reason, Refusal};
 use crate::core::waiting::Waiting;
 use crate::ffi::{TimerId, WaiterHandle};
@@ -55,6 +56,13 @@ pub struct Node {
     /// Whether the start-up quarantine keeps every restored lock from being
     /// taken over early (see [`quarantine::covers_restored_locks`]).
     start_quarantine_covers: AtomicBool,
+    /// Set at load when the start skipped the quarantine: the load must
+    /// bring the node's ledger back ([`Node::on_loaded_from_disk`]).
+    durable_start: AtomicBool,
+    /// Set when a ledger was read back, until the load from disk ends.
+    ledger_seen: AtomicBool,
+    /// Databases flushed or swapped by commands replayed while loading.
+    flushed_while_loading: Mutex<Vec<i32>>,
     /// When the restart grace started (module clock), or [`NO_GRACE`].
     restart_grace_since: AtomicI64,
     /// When locks were restored from disk under a start-up quarantine that
@@ -76,6 +84,20 @@ pub struct Node {
 }
 
 const NO_GRACE: i64 = i64::MIN;
+
+/// Why a start was quarantined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartCause {
+    /// Acknowledged grants may be lost: no `appendonly yes` with
+    /// `appendfsync always`.
+    NotDurable,
+    /// `aof-use-rdb-preamble no`: an AOF rewrite cannot keep the node's
+    /// ledger.
+    NoPreamble,
+    /// The AOF held no ledger (its last rewrite was by an older release, or
+    /// without the RDB preamble).
+    NoLedger,
+}
 
 /// Why `LOCK.UNQUARANTINE` ended nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +125,9 @@ impl Node {
             quarantine: Mutex::new(None),
             quarantine_over: AtomicBool::new(true),
             start_quarantine_covers: AtomicBool::new(false),
+            durable_start: AtomicBool::new(false),
+            ledger_seen: AtomicBool::new(false),
+            flushed_while_loading: Mutex::new(Vec::new()),
             restart_grace_since: AtomicI64::new(NO_GRACE),
             restored_since: AtomicI64::new(NO_GRACE),
             forgetting: Mutex::new(None),
@@ -136,23 +161,15 @@ impl Node {
         self.with_fencer(|f| f.last())
     }
 
-    /// After a grant of `fence` to `owner` on the call's key: keeps the
-    /// token in the AOF and on replicas as a counter raise when a restart
-    /// would not get it back from its start floor once the key is gone.
-    pub fn keep_token(&self, call: &crate::ffi::Call<'_>, owner: &[u8], fence: u64, now_ms: i64) {
-        if fencing::outruns_start_floor(fence, now_ms, || self.quarantine_length_ms()) {
-            call.replicate_raise(owner, fence);
+    /// After a grant to `owner` on the call's key: when the counter is now
+    /// above what the AOF and replicas hold, writes it there (a second of
+    /// clock ahead: [`Fencer::to_keep`]) as a counter raise, in the grant's
+    /// own propagation, so that no restart issues this token again once the
+    /// key is gone.
+    pub fn keep_counter(&self, call: &crate::ffi::Call<'_>, owner: &[u8], now_ms: i64) {
+        if let Some(kept) = self.with_fencer(|f| f.to_keep(now_ms)) {
+            call.replicate_raise(owner, kept);
         }
-    }
-
-    /// Raises the fencing counter to where a quarantine started at
-    /// `since_ms` ends ([`fencing::start_floor`]): for a start that skips
-    /// the quarantine and for an operator's end of it, so that the node's
-    /// grants come out above a quorum token from a node whose clock is ahead
-    /// as a waited-out quarantine would make them.
-    fn raise_counter_to_quarantine_end(&self, since_ms: i64) {
-        let floor = fencing::start_floor(since_ms, self.quarantine_length_ms());
-        self.with_fencer(|f| f.raise_to(floor));
     }
 
     // --- the start-up and promotion quarantine ----------------------------
@@ -209,36 +226,138 @@ impl Node {
 
     /// At module load: quarantines the node unless its persistence proves
     /// that no acknowledged grant can have been lost (`appendonly yes` with
-    /// `appendfsync always`); a node that does not wait starts its fencing
-    /// counter where the wait would have ended ([`fencing::start_floor`]).
-    /// Returns whether it quarantined.
-    pub fn quarantine_at_start(&self, appendonly: bool, appendfsync: &str, now_ms: i64) -> bool {
-        let needed = quarantine::needed_at_start(appendonly, appendfsync);
-        if needed {
-            self.start_quarantine(Reason::Startup, now_ms);
+    /// `appendfsync always`) and that an AOF rewrite keeps the node's ledger
+    /// (`aof-use-rdb-preamble yes`: the ledger travels in the RDB
+    /// preamble). Such a start is decided once the AOF is loaded: it must
+    /// have brought the ledger back ([`Node::on_loaded_from_disk`]).
+    /// Returns the quarantine's cause, if it started one.
+    pub fn quarantine_at_start(
+        &self,
+        appendonly: bool,
+        appendfsync: &str,
+        preamble: bool,
+        now_ms: i64,
+    ) -> Option<StartCause> {
+        let cause = if quarantine::needed_at_start(appendonly, appendfsync) {
+            StartCause::NotDurable
+        } else if !preamble {
+            StartCause::NoPreamble
         } else {
-            // No wait for the clock to move past a quorum token from a node
-            // whose clock is ahead: start the counter where the wait would
-            // have ended (an AOF rewrite leaves no other floor).
-            self.raise_counter_to_quarantine_end(now_ms);
-        }
+            self.durable_start.store(true, Ordering::Relaxed);
+            return None;
+        };
+        self.quarantine_start(now_ms);
+        Some(cause)
+    }
+
+    /// Starts a start-up quarantine that ends at `until_ms`, the end of the
+    /// one in force when the node's ledger was saved. The restart grace
+    /// covers the restored locks, as after any start without a quarantine
+    /// of its own.
+    fn continue_quarantine(&self, until_ms: i64, now_ms: i64) {
+        let length = self.quarantine_length_ms();
+        *locked(&self.quarantine) =
+            Some(Quarantine { reason: Reason::Startup, since_ms: until_ms.saturating_sub(length) });
+        self.quarantine_over.store(length == 0, Ordering::Relaxed);
+        redis_module::logging::log_warning(format!(
+            "lock: quarantine (startup): the AOF was written during a quarantine that ends in {} ms; \
+             refusing new locks until then",
+            until_ms.saturating_sub(now_ms)
+        ));
+    }
+
+    /// Starts the start-up quarantine, and says whether it keeps the locks
+    /// restored from disk from being taken over early.
+    fn quarantine_start(&self, now_ms: i64) {
+        self.start_quarantine(Reason::Startup, now_ms);
         let s = &self.settings;
-        let covered = needed
-            && quarantine::covers_restored_locks(
-                self.quarantine_length_ms(),
-                s.max_ttl_ms.get(),
-                s.expiry_delay_ms.get(),
-            );
+        let covered = quarantine::covers_restored_locks(
+            self.quarantine_length_ms(),
+            s.max_ttl_ms.get(),
+            s.expiry_delay_ms.get(),
+        );
         self.start_quarantine_covers.store(covered, Ordering::Relaxed);
-        needed
+    }
+
+    /// The node's ledger (its counter and removal quarantines in force) for
+    /// an RDB, a rewritten AOF's preamble or a full sync.
+    pub fn ledger(&self, now_ms: i64) -> Ledger {
+        let (kept, issued) = self.with_fencer(|f| (f.kept().max(f.last()), f.last()));
+        let quarantines = if self.any_forgotten.load(Ordering::Relaxed) {
+            self.with_forgetting(|f| f.quarantines_in_force(now_ms))
+        } else {
+            Vec::new()
+        };
+        let quarantine_until_ms = self.quarantine(now_ms).map_or(0, |(_, left)| now_ms.saturating_add(left));
+        Ledger { kept, issued, quarantine_until_ms, quarantines }
+    }
+
+    /// The ledger read back from an RDB, an AOF's preamble or a master's
+    /// full sync: the counter never goes down, and the quarantines in force
+    /// stay in force. A start from the node's own `always` AOF takes the
+    /// kept value (tokens issued after the save, without a raise of their
+    /// own, are below it); any other load the last token, so that its
+    /// tokens stay on its clock (a node that may have lost writes would
+    /// otherwise issue tokens up to a second ahead that its next start,
+    /// from the same file, could issue again).
+    pub fn restore_ledger(&self, ledger: Ledger, now_ms: i64) {
+        self.ledger_seen.store(true, Ordering::Relaxed);
+        if self.durable_start.load(Ordering::Relaxed) {
+            self.with_fencer(|f| f.raise_kept(ledger.kept));
+            // The AOF was written during a quarantine: what that quarantine
+            // covers (grants of a process before it, maybe lost) is not in
+            // it either, so this start goes on with it.
+            if ledger.quarantine_until_ms > now_ms {
+                self.continue_quarantine(ledger.quarantine_until_ms, now_ms);
+            }
+        } else {
+            self.with_fencer(|f| f.raise_to(ledger.issued));
+        }
+        for entry in ledger.quarantines {
+            self.restore_quarantine(entry, now_ms);
+        }
+    }
+
+    /// A removal quarantine read back (the ledger) or replayed (the AOF, a
+    /// master's stream) as it started.
+    pub fn restore_quarantine(&self, entry: Entry, now_ms: i64) {
+        let found = self.with_forgetting(|f| f.restore(entry, now_ms));
+        self.quarantined(found.as_slice());
     }
 
     /// The node's own AOF or RDB file was loaded at start: the locks in it
     /// were granted by the process before, on a module clock this one may
     /// be ahead of. Unless the start-up quarantine already covers them,
-    /// start the restart grace.
-    pub fn on_loaded_from_disk(&self, now_ms: i64) {
+    /// start the restart grace. A start that skipped the quarantine
+    /// (`appendfsync always`) must have read the node's ledger back: an AOF
+    /// whose last rewrite did not write it (an older release, or
+    /// `aof-use-rdb-preamble no` then) may have lost counter raises and
+    /// removal quarantines, so the node quarantines instead: returns
+    /// [`StartCause::NoLedger`] then.
+    pub fn on_loaded_from_disk(&self, now_ms: i64) -> Option<StartCause> {
         self.note_imported_locks(now_ms);
+        let flushed = std::mem::take(&mut *locked(&self.flushed_while_loading));
+        if self.removal_quarantine_on() {
+            let until = self.imported_locks_bound(now_ms).saturating_add(self.cool_down_ms(now_ms));
+            for db in flushed {
+                self.restore_quarantine(
+                    Entry { db, key: None, until_ms: until, cause: Cause::Flushed },
+                    now_ms,
+                );
+            }
+        }
+        let seen = self.ledger_seen.swap(false, Ordering::Relaxed);
+        let no_ledger = self.durable_start.swap(false, Ordering::Relaxed) && !seen;
+        if no_ledger {
+            self.quarantine_start(now_ms);
+        }
+        self.restore_grace(now_ms);
+        no_ledger.then_some(StartCause::NoLedger)
+    }
+
+    /// Locks restored from disk at `now_ms`: the restart grace, unless the
+    /// start-up quarantine covers them.
+    fn restore_grace(&self, now_ms: i64) {
         if self.start_quarantine_covers.load(Ordering::Relaxed) {
             self.restored_since.store(now_ms, Ordering::Relaxed);
             return;
@@ -310,22 +429,19 @@ impl Node {
 
     /// An operator's `LOCK.UNQUARANTINE`: ends the quarantine in force now
     /// if it is the one named (`reason`), and nothing else: the settings
-    /// stay, so a later start or promotion is quarantined again. Returns
-    /// the milliseconds it had left. The fencing counter moves to where the
-    /// quarantine would have ended. Locks restored from disk under the
-    /// start-up quarantine it ends get the restart grace they would have had
-    /// without one (see [`Node::on_loaded_from_disk`]).
+    /// stay, so a later start or promotion is quarantined again, and the
+    /// fencing counter stays on the clock (a counter set ahead of it would
+    /// put this node's tokens ahead of the other nodes' clocks, which their
+    /// own restarts do not wait for). Returns the milliseconds it had left.
+    /// Locks restored from disk under the start-up quarantine it ends get
+    /// the restart grace they would have had without one (see
+    /// [`Node::on_loaded_from_disk`]).
     pub fn end_quarantine(&self, reason: Reason, now_ms: i64) -> Result<i64, NotEnded> {
         let Some((in_force, left)) = self.quarantine(now_ms) else { return Err(NotEnded::NoneInForce) };
         if in_force != reason {
             return Err(NotEnded::OtherReason(in_force, left));
         }
-        // Its grants start where the quarantine would have ended, as after
-        // a start that skips it (a quorum token from a node whose clock is
-        // ahead stays below them).
-        if let Some(q) = locked(&self.quarantine).take() {
-            self.raise_counter_to_quarantine_end(q.since_ms);
-        }
+        *locked(&self.quarantine) = None;
         self.quarantine_over.store(true, Ordering::Relaxed);
         if reason == Reason::Startup {
             self.uncover_restored_locks();
@@ -409,10 +525,16 @@ impl Node {
     /// from disk, a promotion, a slot import): until the longest TTL has run
     /// out, every key and database counts as holding one.
     pub fn note_imported_locks(&self, now_ms: i64) {
-        let bound = now_ms
-            .saturating_add(self.settings.max_ttl_ms.high_water())
-            .saturating_add(quarantine::AUTO_MARGIN_MS);
+        let bound = self.imported_locks_bound(now_ms);
         self.with_forgetting(|f| f.raise_floor(bound));
+    }
+
+    /// The latest deadline a lock this process did not write may have:
+    /// now plus the longest TTL in force since load, and a margin.
+    fn imported_locks_bound(&self, now_ms: i64) -> i64 {
+        now_ms
+            .saturating_add(self.settings.max_ttl_ms.high_water())
+            .saturating_add(quarantine::AUTO_MARGIN_MS)
     }
 
     fn removal_quarantine_on(&self) -> bool {
@@ -458,6 +580,18 @@ impl Node {
         let found = self.with_forgetting(|f| f.swapped(a, b, now_ms, cool_down));
         self.quarantined(&found);
         found
+    }
+
+    /// A `FLUSHDB`, `FLUSHALL` (`forgetting::ALL_DBS`) or `SWAPDB` replayed
+    /// from the AOF while loading: the flushed locks' deadlines are not
+    /// known, so when the load from disk ends the database is quarantined
+    /// as long as a lock this process did not write may last
+    /// ([`Node::on_loaded_from_disk`]).
+    pub fn flushed_while_loading(&self, db: i32) {
+        let mut dbs = locked(&self.flushed_while_loading);
+        if !dbs.contains(&db) {
+            dbs.push(db);
+        }
     }
 
     /// LOCK.REVOKE freed the key on purpose: its quarantine ends.

@@ -200,8 +200,8 @@ fn serve_run(call: &Call<'_>, node: &Node, now_ms: i64, key: &KeyId) -> Round {
     let mut granted = false;
     for s in served {
         granted |= s.outcome.is_ok() && stored;
-        if let (Ok(fence), true) = (&s.outcome, stored) {
-            node.keep_token(call, &s.waiter.owner, *fence, now_ms);
+        if s.outcome.is_ok() && stored {
+            node.keep_counter(call, &s.waiter.owner, now_ms);
         }
         answer(node, now_ms, s, stored, None);
     }
@@ -237,7 +237,7 @@ fn serve_set(call: &Call<'_>, node: &Node, now_ms: i64, handle: WaiterHandle) ->
     let (outcome, refused_at) = match result {
         Ok((SetDecision::Granted(fence), written)) => {
             node.stats.expiries.add(written.iter().filter(|w| w.found_expired).count() as u64);
-            node.keep_token(call, &waiter.owner, fence, now_ms);
+            node.keep_counter(call, &waiter.owner, now_ms);
             (Ok(fence), None)
         }
         Ok((SetDecision::Wait(next_free), _)) => {
@@ -424,12 +424,9 @@ pub fn on_key_timer(call: &Call<'_>, key: &KeyId) {
 pub fn on_key_changed(call: &Call<'_>, event: &[u8]) {
     let (node, now_ms) = (&NODE, clock::now_ms());
     if !call.is_replica_or_loading() {
-        let cause = match event {
-            b"evicted" => Cause::Evicted,
-            b"expired" => Cause::Expired,
-            other => Cause::Changed(String::from_utf8_lossy(other).into()),
-        };
-        if let Some(q) = node.key_changed(call.db(), call.key_name(), cause, now_ms) {
+        if let Some(q) = node.key_changed(call.db(), call.key_name(), Cause::of_event(event), now_ms) {
+            // The AOF and replicas hold the quarantine with the removal.
+            call.replicate_forgotten(q.until_ms, event);
             removed(call, node, now_ms, &q);
         }
         if event == b"restore" {
@@ -507,7 +504,9 @@ fn note_arrived(call: &Call<'_>, node: &Node, now_ms: i64) {
 /// is looked at (its waiters are told why).
 pub fn on_db_flushed(call: &Call<'_>, db: i32) {
     let (node, now_ms) = (&NODE, clock::now_ms());
-    if !call.is_replica_or_loading() {
+    if call.is_loading() {
+        node.flushed_while_loading(db);
+    } else if !call.is_replica() {
         db_quarantined(node, now_ms, &node.db_flushed(db, now_ms));
     }
     recheck(call, node, now_ms, db);
@@ -516,7 +515,10 @@ pub fn on_db_flushed(call: &Call<'_>, db: i32) {
 /// SWAPDB `a` `b`: both databases now hold each other's keys.
 pub fn on_dbs_swapped(call: &Call<'_>, a: i32, b: i32) {
     let (node, now_ms) = (&NODE, clock::now_ms());
-    if !call.is_replica_or_loading() {
+    if call.is_loading() {
+        node.flushed_while_loading(a);
+        node.flushed_while_loading(b);
+    } else if !call.is_replica() {
         db_quarantined(node, now_ms, &node.dbs_swapped(a, b, now_ms));
     }
     recheck(call, node, now_ms, a);

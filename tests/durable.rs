@@ -46,7 +46,11 @@ fn removal_quarantine_across_an_always_restart(rewrite: bool) {
     assert_eq!(info_stat(&mut c, "quarantine"), 0, "appendfsync always: no start-up quarantine");
     acquire(&mut c, "orders", "A", 30_000).unwrap().expect("A is granted");
     let _: i64 = cmd("DEL").arg("orders").query(&mut c).unwrap();
-    assert_eq!(refused(acquire(&mut c, "orders", "B", 30_000)), "QUARANTINE", "B while A's lock may be in force");
+    assert_eq!(
+        refused(acquire(&mut c, "orders", "B", 30_000)),
+        "QUARANTINE",
+        "B while A's lock may be in force"
+    );
     if rewrite {
         rewrite_aof(&mut c);
     }
@@ -113,7 +117,11 @@ fn a_node_without_persistence_restarts_above_a_raise_from_an_always_node() {
     let mut c0 = n0.conn();
     let _: String = cmd("LOCK.UNQUARANTINE").arg("STARTUP").query(&mut c0).unwrap();
     acquire(&mut c0, "k", "A", 10_000).unwrap().expect("n0 grants (a brand-new node)");
-    assert_eq!(cmd("LOCK.FENCE").arg("k").arg("A").arg(t).query::<i64>(&mut c0).unwrap(), 1, "n0 raised to T");
+    assert_eq!(
+        cmd("LOCK.FENCE").arg("k").arg("A").arg(t).query::<i64>(&mut c0).unwrap(),
+        1,
+        "n0 raised to T"
+    );
     n0.kill_and_restart();
     let mut c0 = n0.conn();
     wait_until(Duration::from_secs(QUARANTINE_MS as u64 / 1000 + 10), "n0's quarantine to end", || {
@@ -121,4 +129,118 @@ fn a_node_without_persistence_restarts_above_a_raise_from_an_always_node() {
     });
     let next = acquire(&mut c0, "k2", "B", 10_000).unwrap().expect("n0 grants after its quarantine");
     assert!(next > t, "n0's next token is above the raise it took: {next} after {t}");
+}
+
+/// A start that skips the quarantine must read the node's ledger back from
+/// the AOF. Here the last rewrite wrote none (`aof-use-rdb-preamble no`
+/// then, as an AOF written by an older release of the module): the start
+/// is quarantined, and the log says why.
+#[test]
+fn an_always_start_whose_aof_holds_no_ledger_is_quarantined() {
+    let mut s = Server::with(Opts::new().module_arg("quarantine-ms", "60000").aof_always());
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0);
+    acquire(&mut c, "k", "A", 30_000).unwrap().expect("granted");
+    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("no").query(&mut c).unwrap();
+    rewrite_aof(&mut c);
+    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("yes").query(&mut c).unwrap();
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 1, "no ledger in the AOF: quarantined");
+    assert_eq!(refused(acquire(&mut c, "other", "B", 30_000)), "QUARANTINE");
+    assert!(s.log().contains("the AOF held no lock ledger"), "{}", s.log());
+    // The next rewrite writes the ledger: the start after it needs none.
+    let _: i64 = cmd("LOCK.UNQUARANTINE").arg("STARTUP").query(&mut c).unwrap();
+    rewrite_aof(&mut c);
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "the ledger came back");
+}
+
+/// A start from an always AOF whose ledger was written during a quarantine
+/// goes on with that quarantine: the grants it covers (of the process
+/// before it) are not in that AOF either. Here the quarantine is the one
+/// of a start whose AOF held no ledger (the upgrade from a release that
+/// wrote none), and a rewrite during it writes the first ledger.
+#[test]
+fn an_always_start_goes_on_with_the_quarantine_its_ledger_was_written_in() {
+    let mut s = Server::with(Opts::new().module_arg("quarantine-ms", "60000").aof_always());
+    let mut c = s.conn();
+    acquire(&mut c, "k", "A", 30_000).unwrap().expect("granted");
+    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("no").query(&mut c).unwrap();
+    rewrite_aof(&mut c);
+    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("yes").query(&mut c).unwrap();
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 1, "no ledger in the AOF: quarantined");
+    rewrite_aof(&mut c);
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 1, "the ledger was written during the quarantine");
+    let left = info_stat(&mut c, "quarantine_ms_left");
+    assert!(left > 40_000 && left <= 60_000, "the same quarantine goes on: {left} ms left");
+}
+
+/// `aof-use-rdb-preamble no` at start: a rewrite could not keep the ledger,
+/// so even `appendfsync always` is quarantined, and the log names the
+/// setting.
+#[test]
+fn an_always_start_without_the_rdb_preamble_is_quarantined_and_names_the_setting() {
+    let s = Server::with(
+        Opts::new().module_arg("quarantine-ms", "60000").aof_always().config("aof-use-rdb-preamble", "no"),
+    );
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 1);
+    assert!(s.log().contains("but aof-use-rdb-preamble no"), "{}", s.log());
+}
+
+/// A `FLUSHALL` replayed from the AOF at an always start: the flushed
+/// locks' deadlines are not known, so the database stays quarantined as
+/// long as a lock may have lasted.
+#[test]
+fn a_flush_replayed_at_an_always_start_quarantines_the_database() {
+    let mut s = Server::with(Opts::new().aof_always());
+    let mut c = s.conn();
+    acquire(&mut c, "orders", "A", 30_000).unwrap().expect("granted");
+    let _: () = cmd("FLUSHALL").query(&mut c).unwrap();
+    assert_eq!(refused(acquire(&mut c, "orders", "B", 30_000)), "QUARANTINE");
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "no start-up quarantine");
+    assert_eq!(refused(acquire(&mut c, "orders", "B", 30_000)), "QUARANTINE", "the flush came back");
+    assert_eq!(refused(acquire(&mut c, "another", "B", 30_000)), "QUARANTINE", "the whole database");
+}
+
+/// The removal quarantine reaches replicas: one attached before the `DEL`
+/// (the `LOCK.FORGOTTEN` record in the stream) and one attached after it
+/// (the ledger in the full sync).
+#[test]
+fn a_removal_quarantine_reaches_replicas_by_the_stream_and_by_a_full_sync() {
+    let master = Server::with(fast_sync());
+    let before = Server::with(Opts::new().module_arg("quarantine-ms", "0"));
+    replicate(&before, &master);
+    let mut m = master.conn();
+    acquire(&mut m, "orders", "A", 30_000).unwrap().expect("granted");
+    let _: i64 = cmd("DEL").arg("orders").query(&mut m).unwrap();
+    let _: i64 = cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
+    let after = Server::with(Opts::new().module_arg("quarantine-ms", "0"));
+    replicate(&after, &master);
+    for (replica, how) in [(&before, "the stream"), (&after, "a full sync")] {
+        let mut r = replica.conn();
+        let (code, left) = refusal(&mut r, "orders").unwrap_or_else(|| panic!("by {how}: no quarantine"));
+        assert_eq!(code, "changed", "by {how}");
+        assert!(left > 20_000, "by {how}: {left} ms");
+    }
+}
+
+/// `LOCK.FORGOTTEN` is the module's own record: a client's call is
+/// refused and changes nothing.
+#[test]
+fn lock_forgotten_from_a_client_is_refused_and_changes_nothing() {
+    let s = Server::with(Opts::new().module_arg("quarantine-ms", "0"));
+    let mut c = s.conn();
+    let until = server_clock_ms(&mut c) + 60_000;
+    let e = err_text(cmd("LOCK.FORGOTTEN").arg("k").arg(until).arg("del").query(&mut c));
+    assert!(e.starts_with("ERR lock.forgotten: this command is written by the module"), "{e}");
+    assert!(acquire(&mut c, "k", "A", 1_000).unwrap().is_some(), "nothing quarantined");
 }

@@ -488,6 +488,20 @@ pub fn quarantine_reason(argv: &[&[u8]]) -> Result<Reason, ArgError> {
     }
 }
 
+/// LOCK.FORGOTTEN: a removal quarantine of the key as the node started it.
+pub struct Forgotten<'a> {
+    pub until_ms: i64,
+    /// What removed the lock: the keyspace event (`del`, `evicted`, ...).
+    pub event: &'a [u8],
+}
+
+pub fn forgotten<'a>(argv: &[&'a [u8]]) -> Result<Forgotten<'a>, ArgError> {
+    let [_, _, until, event] = argv else { return Err(ArgError::Arity) };
+    let until_ms = bounded(until, "until-ms", 0, i64::MAX, None)?;
+    let event = token(event, "event")?;
+    Ok(Forgotten { until_ms, event })
+}
+
 pub fn key_only(argv: &[&[u8]]) -> Result<(), ArgError> {
     match argv {
         [_, _] => Ok(()),

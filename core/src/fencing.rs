@@ -3,32 +3,53 @@
 //! A token is `max(last + 1, now_ms * 1000)`: a hybrid of a counter and the
 //! module clock. Read as a number it is "microsecond-ish epoch time", so a
 //! node that restarts and forgets its counter still starts above every token
-//! it issued before, provided its wall clock did not step back across the
-//! restart (assumption 1 of docs/safety.md; the restart quarantine covers a
-//! step back of up to its own length). Up to 1000 grants per millisecond stay
-//! on the clock; a faster burst runs ahead and the clock catches up.
+//! it issued before once its quarantine is over (docs/safety.md,
+//! assumptions 1 and 2). Up to 1000 grants per millisecond stay on the
+//! clock; a faster burst runs ahead and the clock catches up.
+//!
+//! What a node keeps of its counter: the value its AOF and replicas hold,
+//! [`Fencer::kept`]. It only rises: a `LOCK.FENCE` raise (replicated as
+//! itself), the node's ledger read back from an RDB or an AOF's RDB preamble
+//! (every save writes the counter), and [`Fencer::to_keep`], which a grant
+//! calls: a token above what is kept has the counter written ahead by
+//! [`KEEP_AHEAD_MS`] of clock, so every token the node ever issued is at or
+//! below a value that survives a restart from an `appendfsync always` AOF,
+//! with or without a rewrite, and the write happens about once a second at
+//! most. So a start without quarantine needs no floor ahead of the clock,
+//! and no token is ever further ahead of the clocks than `KEEP_AHEAD_MS`
+//! plus what they disagree by.
 
 /// Tokens per millisecond of clock.
 pub const TOKENS_PER_MS: u64 = 1000;
 
-/// The furthest ahead of its clock a start without quarantine sets the
-/// counter (30 minutes): half of the one hour ahead of a node's clock past
-/// which `LOCK.FENCE` refuses a floor, so that the other nodes still accept
-/// this node's tokens when their clocks are up to 30 minutes behind.
-pub const START_AHEAD_MAX_MS: i64 = 30 * 60 * 1000;
+/// How far ahead of its clock a grant writes the counter it keeps (1 s):
+/// the next second of grants on the clock needs no write. It is also the
+/// most a token is ever ahead of the clock of the node that issued it
+/// (beyond a raise to another node's token), which the quarantine must
+/// cover on the other nodes (docs/safety.md, assumption 2).
+pub const KEEP_AHEAD_MS: i64 = 1000;
 
 #[derive(Clone, Debug)]
 pub struct Fencer {
     last: u64,
+    kept: u64,
 }
 
 impl Fencer {
+    /// A counter at `last`, which the node's persistence already holds (a
+    /// start, a restored ledger).
     pub const fn new(last: u64) -> Fencer {
-        Fencer { last }
+        Fencer { last, kept: last }
     }
 
     pub fn last(&self) -> u64 {
         self.last
+    }
+
+    /// The value the node's AOF and replicas hold: every token issued is at
+    /// or below it once the grant's writes are propagated.
+    pub fn kept(&self) -> u64 {
+        self.kept
     }
 
     /// The token for a new grant: above every token issued or observed.
@@ -38,53 +59,35 @@ impl Fencer {
         self.last
     }
 
-    /// Never issue a token at or below one seen in stored state (a replica
-    /// promoted, a restart from AOF, a FENCE from the quorum client).
+    /// Never issue a token at or below one seen in stored state (a token
+    /// read back from a stored lock, a FENCE from the quorum client).
     pub fn raise_to(&mut self, floor: u64) {
         self.last = self.last.max(floor);
+    }
+
+    /// A raise the AOF and replicas hold already (a `LOCK.FENCE` that is
+    /// replicated as itself, a replayed one, the ledger read back).
+    pub fn raise_kept(&mut self, floor: u64) {
+        self.raise_to(floor);
+        self.kept = self.kept.max(floor);
+    }
+
+    /// After a grant at `now_ms`: the value to write to the AOF and replicas
+    /// as a counter raise, when the counter is above what they hold. It is
+    /// [`KEEP_AHEAD_MS`] of clock ahead, so that the grants of the next
+    /// second need none; `None` (nearly always) when nothing is to write.
+    pub fn to_keep(&mut self, now_ms: i64) -> Option<u64> {
+        if self.last <= self.kept {
+            return None;
+        }
+        self.kept = self.last.max(Self::clock_floor(now_ms.saturating_add(KEEP_AHEAD_MS)));
+        Some(self.kept)
     }
 
     /// The smallest token the clock alone would give at `now_ms`.
     pub fn clock_floor(now_ms: i64) -> u64 {
         u64::try_from(now_ms).unwrap_or(0).saturating_mul(TOKENS_PER_MS)
     }
-}
-
-/// The counter's floor at a start that skipped the quarantine (an
-/// `appendfsync always` AOF), or whose quarantine an operator ended early:
-/// where that quarantine, `quarantine_ms` long from `started_ms`, would have
-/// ended, at most [`START_AHEAD_MAX_MS`] ahead of `started_ms`.
-///
-/// Why: the counter is not stored. After an AOF rewrite the replayed
-/// `LOCK.FENCE` raises are gone, and a released lock's key (with the token
-/// it was raised to) too, so the clock is the only floor left. A quorum
-/// token T came from a node whose clock may be ahead of this one's (within
-/// the quarantine period, assumption 2); a node that quarantines grants
-/// nothing until its clock has moved `quarantine_ms` on, which puts its
-/// tokens above T. Starting the counter there gives the node that skips the
-/// wait the same floor.
-pub fn start_floor(started_ms: i64, quarantine_ms: i64) -> u64 {
-    let ahead_ms = quarantine_ms.clamp(0, START_AHEAD_MAX_MS);
-    Fencer::clock_floor(started_ms.saturating_add(ahead_ms))
-}
-
-/// Whether a token this node grants at `now_ms` must also be kept in the
-/// AOF and on replicas as a counter raise: the key holds it only until the
-/// lock is released or expires, and after that a restart without quarantine
-/// gets it back only if it is below that start's floor. A restart comes at
-/// least a millisecond later, so its floor is at least
-/// `start_floor(now_ms + 1, quarantine_ms)` (the clock does not step back
-/// across a restart: assumption 1). A token at or above that came from a
-/// raise to another node's token or start floor (or a burst of more than
-/// 1000 grants in a millisecond with no quarantine set).
-///
-/// It runs on every grant: a token below the next millisecond's clock floor
-/// (nearly all of them) is below every start floor, so the quarantine's
-/// length, which takes three settings to work out, is asked for only past
-/// that.
-pub fn outruns_start_floor(fence: u64, now_ms: i64, quarantine_ms: impl FnOnce() -> i64) -> bool {
-    let next_ms = now_ms.saturating_add(1);
-    fence >= Fencer::clock_floor(next_ms) && fence >= start_floor(next_ms, quarantine_ms())
 }
 
 /// When the grant that issued `fence` happened, on the module clock (ms):
@@ -137,46 +140,66 @@ mod tests {
     }
 
     #[test]
-    fn a_start_without_quarantine_floors_the_counter_where_it_would_have_ended() {
-        // Quarantine 5 s: the first token is as if the node had waited it out.
+    fn a_grant_above_what_is_kept_writes_the_counter_a_second_ahead() {
         let mut f = Fencer::new(0);
-        f.raise_to(start_floor(1_000, 5_000));
-        assert_eq!(f.next(1_000), 6_000_000 + 1);
-        // A quorum token from a node whose clock is 2 s ahead stays below.
-        assert!(Fencer::clock_floor(1_000 + 2_000) < start_floor(1_000, 5_000));
-        assert_eq!(start_floor(1_000, 0), 1_000_000, "quarantine 0: the clock alone");
-        assert_eq!(start_floor(1_000, -1), 1_000_000, "a negative length counts as 0");
-        assert_eq!(
-            start_floor(1_000, 10 * START_AHEAD_MAX_MS),
-            Fencer::clock_floor(1_000 + START_AHEAD_MAX_MS),
-            "never more than 30 minutes ahead"
-        );
-        assert_eq!(START_AHEAD_MAX_MS, 1_800_000);
-        assert_eq!(start_floor(i64::MAX, 5_000), Fencer::clock_floor(i64::MAX), "saturates");
-        assert_eq!(start_floor(-5, 0), 0, "a clock before the epoch: no floor");
+        let t = f.next(1_000);
+        assert_eq!(t, 1_000_000);
+        assert_eq!(f.to_keep(1_000), Some(2_000_000), "one second of clock ahead");
+        assert_eq!(f.kept(), 2_000_000);
+        for now in [1_000, 1_500, 1_999] {
+            let t = f.next(now);
+            assert!(t <= f.kept());
+            assert_eq!(f.to_keep(now), None, "the next second of grants writes nothing");
+        }
+        assert_eq!(f.next(2_000), 2_000_000, "at the kept value");
+        assert_eq!(f.to_keep(2_000), None);
+        assert_eq!(f.next(2_000), 2_000_001, "above the kept value");
+        assert_eq!(f.to_keep(2_000), Some(3_000_000));
     }
 
     #[test]
-    fn a_token_at_or_above_the_start_floor_is_kept_as_a_raise() {
-        // At 1,000 ms with a 5 s quarantine, a restart's floor is at least
-        // 6,001 ms of tokens.
-        assert!(!outruns_start_floor(6_000_999, 1_000, || 5_000), "below: the next start covers it");
-        assert!(outruns_start_floor(6_001_000, 1_000, || 5_000));
-        assert!(outruns_start_floor(9_000_000, 1_000, || 5_000));
-        assert!(!outruns_start_floor(1_000_000, 1_000, || 0), "a token on the clock: never");
-        assert!(!outruns_start_floor(1_000_999, 1_000, || 0), "nor a burst within the millisecond");
-        assert!(outruns_start_floor(1_001_000, 1_000, || 0));
-        assert!(
-            !outruns_start_floor(1_000_500, 1_000, || unreachable!("a token on the clock needs no settings")),
-            "the quarantine's length is asked for only past the next millisecond's clock floor"
-        );
+    fn a_raise_far_ahead_is_kept_by_the_grant_above_it() {
+        let mut f = Fencer::new(0);
+        f.next(1_000);
+        f.to_keep(1_000);
+        f.raise_to(600_000_000);
+        let t = f.next(1_000);
+        assert_eq!(t, 600_000_001);
+        assert_eq!(f.to_keep(1_000), Some(600_000_001), "the token itself, already past a second of clock");
+        assert_eq!(f.to_keep(1_000), None);
     }
 
     #[test]
-    fn the_start_floor_never_lowers_a_replayed_counter() {
-        let mut f = Fencer::new(9_000_000);
-        f.raise_to(start_floor(1_000, 5_000));
-        assert_eq!(f.last(), 9_000_000);
+    fn a_kept_raise_needs_no_write() {
+        let mut f = Fencer::new(0);
+        f.raise_kept(5_000_000);
+        assert_eq!((f.last(), f.kept()), (5_000_000, 5_000_000));
+        assert_eq!(f.to_keep(1), None);
+        f.raise_kept(4_000_000);
+        assert_eq!((f.last(), f.kept()), (5_000_000, 5_000_000), "never lowered");
+    }
+
+    proptest! {
+        /// Whatever the clock, the raises and the grants: after each grant's
+        /// keep, every token issued is at or below what is kept, so a
+        /// restart from the kept value issues none of them again.
+        #[test]
+        fn every_token_is_at_or_below_what_is_kept(ops in proptest::collection::vec((0i64..1_000_000, 0u8..3, 0u64..2_000_000_000), 1..200)) {
+            let mut f = Fencer::new(0);
+            let mut issued = 0;
+            for (now, op, floor) in ops {
+                match op {
+                    0 => f.raise_to(floor),
+                    1 => f.raise_kept(floor),
+                    _ => {}
+                }
+                issued = issued.max(f.next(now));
+                f.to_keep(now);
+                prop_assert!(issued <= f.kept());
+                let mut restarted = Fencer::new(f.kept());
+                prop_assert!(restarted.next(0) > issued);
+            }
+        }
     }
 
     proptest! {

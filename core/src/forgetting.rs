@@ -204,6 +204,16 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// The cause a keyspace event names (`evicted`, `expired`, or another
+    /// command's: `del`, `set`, `restore`, ...).
+    pub fn of_event(event: &[u8]) -> Cause {
+        match event {
+            b"evicted" => Cause::Evicted,
+            b"expired" => Cause::Expired,
+            other => Cause::Changed(String::from_utf8_lossy(other).into()),
+        }
+    }
+
     /// The code shown in `LOCK.INFO` and `INFO lock`.
     pub fn code(&self) -> &'static str {
         match self {
@@ -256,6 +266,17 @@ impl Quarantined {
     pub fn left_ms(&self, now_ms: i64) -> i64 {
         self.until_ms.saturating_sub(now_ms).max(0)
     }
+}
+
+/// A removal quarantine as the node's ledger keeps it
+/// (`ledger.rs`): of one key of `db`, or (`key` None) of the
+/// database ([`ALL_DBS`] for every one).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub db: i32,
+    pub key: Option<Vec<u8>>,
+    pub until_ms: i64,
+    pub cause: Cause,
 }
 
 /// Everything the node keeps about what it may have forgotten.
@@ -352,21 +373,34 @@ impl Forgetting {
     ) -> Option<Quarantined> {
         let floor = cause != Cause::Expired;
         let until = self.key_bound(key_hash(db, key), now_ms, cool_down_ms, floor)?;
-        let id = (db, key.to_vec());
+        Some(self.quarantine_key(db, key.to_vec(), until, cause, now_ms))
+    }
+
+    /// Quarantines `key` of `db` until `until_ms` (or, past
+    /// [`KEY_QUARANTINES_MAX`], its database).
+    fn quarantine_key(
+        &mut self,
+        db: i32,
+        key: Vec<u8>,
+        until_ms: i64,
+        cause: Cause,
+        now_ms: i64,
+    ) -> Quarantined {
+        let id = (db, key);
         if let Some((held_until, held_cause)) = self.keys.get_mut(&id) {
             // Already quarantined: the first cause is what happened to the
             // lock (a DEL, then the DEL of what came after, say).
-            *held_until = (*held_until).max(until);
-            return Some(Quarantined { until_ms: *held_until, cause: held_cause.clone(), db, key: true });
+            *held_until = (*held_until).max(until_ms);
+            return Quarantined { until_ms: *held_until, cause: held_cause.clone(), db, key: true };
         }
         if self.keys.len() >= KEY_QUARANTINES_MAX {
             self.keys.retain(|_, (until, _)| *until > now_ms);
         }
         if self.keys.len() >= KEY_QUARANTINES_MAX {
-            return Some(self.quarantine_db(db, until, Cause::TooManyKeys));
+            return self.quarantine_db(db, until_ms, Cause::TooManyKeys);
         }
-        self.keys.insert(id, (until, cause.clone()));
-        Some(Quarantined { until_ms: until, cause, db, key: true })
+        self.keys.insert(id, (until_ms, cause.clone()));
+        Quarantined { until_ms, cause, db, key: true }
     }
 
     fn quarantine_db(&mut self, db: i32, until_ms: i64, cause: Cause) -> Quarantined {
@@ -451,6 +485,36 @@ impl Forgetting {
         found
     }
 
+    /// The key and database quarantines in force at `now_ms`, for the
+    /// ledger.
+    pub fn quarantines_in_force(&self, now_ms: i64) -> Vec<Entry> {
+        let keys =
+            self.keys.iter().filter(|(_, (until, _))| *until > now_ms).map(|((db, key), (until, cause))| {
+                Entry { db: *db, key: Some(key.clone()), until_ms: *until, cause: cause.clone() }
+            });
+        let dbs = self
+            .dbs
+            .iter()
+            .filter(|(_, (until, _))| *until > now_ms)
+            .map(|(db, (until, cause))| Entry { db: *db, key: None, until_ms: *until, cause: cause.clone() });
+        keys.chain(dbs).collect()
+    }
+
+    /// A quarantine read back from the ledger, or replayed from the AOF or
+    /// received from a master as it started: kept as it was (the later
+    /// instant where one is in force already), unless it is over at
+    /// `now_ms`. Returns the quarantine in force.
+    pub fn restore(&mut self, entry: Entry, now_ms: i64) -> Option<Quarantined> {
+        if entry.until_ms <= now_ms {
+            return None;
+        }
+        let Entry { db, key, until_ms, cause } = entry;
+        Some(match key {
+            Some(key) => self.quarantine_key(db, key, until_ms, cause, now_ms),
+            None => self.quarantine_db(db, until_ms, cause),
+        })
+    }
+
     /// LOCK.REVOKE: the operator freed the key on purpose; its quarantine
     /// ends. Returns whether it had one.
     pub fn end_key(&mut self, db: i32, key: &[u8]) -> bool {
@@ -501,6 +565,26 @@ mod tests {
     /// byte, in length, in database) must get different hashes, and
     /// spread over the buckets and tags, or a grant elsewhere would keep
     /// a freed key quarantined (safe, but refusals nobody asked for).
+    #[test]
+    fn quarantines_in_force_come_back_from_the_ledger_as_they_were() {
+        let mut f = Forgetting::default();
+        f.note(0, key_hash(0, b"orders"), 5_000, 1_000, 100);
+        f.note(2, key_hash(2, b"x"), 9_000, 1_000, 100);
+        f.key_changed(0, b"orders", Cause::Changed("del".into()), 2_000, 100).unwrap();
+        f.flushed(2, 2_000, 100);
+        let saved = f.quarantines_in_force(2_000);
+        assert_eq!(saved.len(), 2);
+        let mut back = Forgetting::default();
+        for entry in saved.clone() {
+            back.restore(entry, 2_500).unwrap();
+        }
+        assert_eq!(back.refusal(0, b"orders", 2_500), f.refusal(0, b"orders", 2_500));
+        assert_eq!(back.refusal(2, b"any", 2_500).map(|q| q.until_ms), Some(9_100));
+        assert_eq!(back.quarantines_in_force(2_500).len(), 2);
+        assert!(back.restore(saved[0].clone(), 10_000).is_none(), "over: dropped");
+        assert!(back.refusal(0, b"orders", 5_100).is_none(), "grantable again at the deadline");
+    }
+
     #[test]
     fn the_key_hash_tells_keys_apart_and_spreads_them() {
         let mut seen = std::collections::HashSet::new();

@@ -13,7 +13,8 @@
 //! - `fencing.rs`, `quarantine.rs`, `queue.rs`, `args.rs`: the fencing
 //!   counter, the quarantine arithmetic, waiter queues, argument parsing;
 //! - `syntax.rs`: each command's arguments as data (COMMAND DOCS, usage);
-//! - `forgetting.rs`: what a node may have forgotten; `waiting.rs`: the
+//! - `forgetting.rs`: what a node may have forgotten; `ledger.rs`: the
+//!   byte form of what a node keeps outside its lock keys; `waiting.rs`: the
 //!   waiting policy; `hashform.rs`, `histogram.rs`, `hotkeys.rs`.
 
 #![cfg_attr(
@@ -48,6 +49,7 @@ pub mod hashform;
 pub mod histogram;
 pub mod hotkeys;
 pub mod kind;
+pub mod ledger;
 pub mod lock;
 pub mod memory;
 pub mod quarantine;

@@ -66,6 +66,7 @@ pub mod command {
     pub const CONTENDED: &CStr = c"lock.contended";
     pub const REVOKE: &CStr = c"lock.revoke";
     pub const UNQUARANTINE: &CStr = c"lock.unquarantine";
+    pub const FORGOTTEN: &CStr = c"lock.forgotten";
 
     /// A name as text, for a client building a command.
     pub fn text(name: &'static CStr) -> &'static str {

@@ -65,6 +65,17 @@ impl Forgotten {
         Forgotten { rules }
     }
 
+    /// After a start from an `always` AOF: the removal quarantines in
+    /// force come back (the ledger in the AOF's RDB preamble, the
+    /// `LOCK.FORGOTTEN` records after it), on top of a start's rules.
+    pub fn restarted_from_always(&self, now_ms: i64, ttl_max_ms: i64) -> Forgotten {
+        let mut next = Forgotten::started(true, now_ms, ttl_max_ms);
+        for entry in self.rules.quarantines_in_force(now_ms) {
+            next.rules.restore(entry, now_ms);
+        }
+        next
+    }
+
     /// A write of `key` stored `changes`: its latest deadline is noted, as
     /// the module's store does.
     pub fn wrote(&mut self, key: &[u8], changes: &Changes<'_>, now_ms: i64, cool_down_ms: i64) {

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lock_core::fencing::{self, Fencer};
+use lock_core::fencing::Fencer;
 use lock_core::lock::{self, Admission, AllGrant, Exit, Grant};
 use lock_core::memory::Holders;
 use lock_core::quarantine;
@@ -58,6 +58,8 @@ pub struct Node {
     keys: BTreeMap<Vec<u8>, Holders>,
     /// What an `everysec` AOF has on disk, and when it was written.
     on_disk: BTreeMap<Vec<u8>, Holders>,
+    /// The fencing counter's kept value that `on_disk` has with it.
+    on_disk_counter: u64,
     synced_ms: i64,
     fencer: Fencer,
     /// The classic recipe's grant counter (reset by a restart).
@@ -100,6 +102,8 @@ pub struct Node {
     /// the previous one wrote (shared locks and semaphores in its string
     /// form).
     pub upgrade: bool,
+    /// This start read the previous release's files (no ledger in them).
+    legacy_start: bool,
     /// The keys still in the previous release's string form (`stored.rs`):
     /// their first write converts them.
     legacy: BTreeSet<Vec<u8>>,
@@ -119,6 +123,7 @@ impl Node {
             rules,
             keys: BTreeMap::new(),
             on_disk: BTreeMap::new(),
+            on_disk_counter: 0,
             synced_ms: 0,
             fencer: Fencer::new(0),
             grants: 0,
@@ -138,6 +143,7 @@ impl Node {
             may_lose_keys: false,
             ledger: Ledger::default(),
             upgrade: false,
+            legacy_start: false,
             legacy: BTreeSet::new(),
             misstored: Vec::new(),
         }
@@ -184,40 +190,47 @@ impl Node {
             Persistence::EverySec => self.on_disk.clone(),
             Persistence::Always => std::mem::take(&mut self.keys),
         };
-        if std::mem::take(&mut self.upgrade) {
+        self.legacy_start = std::mem::take(&mut self.upgrade);
+        if self.legacy_start {
             self.legacy = stored::as_before_the_upgrade(&mut self.keys);
         }
         let keys = &self.keys;
         self.legacy.retain(|key| keys.contains_key(key));
-        // The counter is not stored: an `always` AOF replays the grants and
-        // `LOCK.FENCE` raises it holds, unless a rewrite compacted them away
-        // (then only the clock floor and the tokens of the stored locks are
-        // left, as without an AOF or with `everysec`, whose quarantine
-        // covers it).
+        // The counter's kept value comes back with the AOF: the ledger in
+        // its RDB preamble (a rewrite keeps it) and the `LOCK.FENCE` raises
+        // after it (the module's `keep_counter` writes one for every grant
+        // above what is kept); an `everysec` AOF has it as of its last
+        // fsync, and no persistence nothing.
         let always = self.persistence == Persistence::Always;
         let loaded = self.persistence != Persistence::None;
-        let replayed = always && !self.aof_rewritten;
-        self.fencer = Fencer::new(if replayed { self.fencer.last() } else { 0 });
+        let kept = match self.persistence {
+            Persistence::Always => self.fencer.kept(),
+            Persistence::EverySec => self.on_disk_counter,
+            Persistence::None => 0,
+        };
+        self.fencer = Fencer::new(kept);
         self.grants = 0;
+        // A start from an `always` AOF skips the quarantine, unless the
+        // AOF was written by the previous release (an upgrade): no ledger
+        // in it, so the module quarantines.
+        let upgraded = self.legacy_start;
         self.quarantine_since_ms = match self.rules {
             Rules::Module
-                if quarantine::needed_at_start(loaded, if always { "always" } else { "everysec" }) =>
+                if upgraded
+                    || quarantine::needed_at_start(loaded, if always { "always" } else { "everysec" }) =>
             {
                 Some(now)
             }
             _ => None,
         };
-        // A start that skips the quarantine starts the counter where the
-        // quarantine would have ended, as the module does: a quorum token
-        // from a node whose clock is ahead (within the quarantine) stays
-        // below this node's next one, even with the raises rewritten away.
-        if self.rules == Rules::Module && self.quarantine_since_ms.is_none() {
-            self.fencer.raise_to(fencing::start_floor(now, self.quarantine_ms));
-        }
         let kept = loaded && !self.keys.is_empty();
         self.grace_since_ms =
             (self.rules == Rules::Module && kept && self.quarantine_since_ms.is_none()).then_some(now);
-        self.forgotten = Forgotten::started(loaded, now, self.ttl_max_ms);
+        self.forgotten = if always && self.rules == Rules::Module {
+            self.forgotten.restarted_from_always(now, self.ttl_max_ms)
+        } else {
+            Forgotten::started(loaded, now, self.ttl_max_ms)
+        };
         self.up = true;
     }
 
@@ -227,6 +240,7 @@ impl Node {
         let now = self.now_ms(virtual_ms);
         if self.persistence == Persistence::EverySec && now - self.synced_ms >= 1000 {
             self.on_disk = self.keys.clone();
+            self.on_disk_counter = self.fencer.kept();
             self.synced_ms = now;
         }
         let argv: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
@@ -276,6 +290,7 @@ impl Node {
                     let [txn] = txns else { return Reply::Nil };
                     match (lock::acquire(txn, want, owner, ttl_ms, admission, &mut node.fencer), wait_ms) {
                         (Grant::Granted(fence), _) => {
+                            node.fencer.to_keep(now);
                             node.ledger.issued(fence, virtual_ms, node.epoch);
                             token(fence, &mut node.grants)
                         }
@@ -304,6 +319,7 @@ impl Node {
                 self.on_keys(&keys, now, |txns, node| {
                     match lock::acquire_all(txns, &wants, owner, ttl_ms, &admissions, &mut node.fencer) {
                         AllGrant::Granted(fence) => {
+                            node.fencer.to_keep(now);
                             node.ledger.issued(fence, virtual_ms, node.epoch);
                             token(fence, &mut node.grants)
                         }
@@ -325,7 +341,14 @@ impl Node {
                 self.on_keys(&keys, now, |txns, _| Reply::Ints(flags(txns, |txn| lock::release(txn, owner))))
             }
             Request::Fence { key, owner, floor } => self.on_keys(&[key], now, |txns, node| match rules {
-                Rules::Module => one(flags(txns, |txn| lock::fence(txn, owner, floor, &mut node.fencer))),
+                Rules::Module => {
+                    let fenced = flags(txns, |txn| lock::fence(txn, owner, floor, &mut node.fencer));
+                    // Replicated as itself: the AOF holds the raise.
+                    if fenced.first() == Some(&1) {
+                        node.fencer.raise_kept(floor);
+                    }
+                    one(fenced)
+                }
                 // No fencing: whatever the client asks, the node says yes.
                 Rules::Classic => Reply::Int(1),
             }),
@@ -406,6 +429,7 @@ impl Node {
         self.on_keys(&[key], now, |txns, node| {
             if let [txn] = txns {
                 node.waits.serve(key, txn, &mut node.fencer);
+                node.fencer.to_keep(now);
             }
             Reply::Nil
         });

@@ -33,10 +33,6 @@ pub const COMMAND: Command = Command {
 /// bug or an attack that would exhaust the token space.
 pub const FENCE_AHEAD_MS_MAX: i64 = 3_600_000;
 
-// A node that skipped its start-up quarantine starts its counter up to
-// `START_AHEAD_MAX_MS` ahead of its clock; the other nodes must accept its
-// tokens as floors with their clocks that far behind too.
-const _: () = assert!(2 * crate::core::fencing::START_AHEAD_MAX_MS <= FENCE_AHEAD_MS_MAX);
 
 fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
     let floor_max = Fencer::clock_floor(cx.now_ms.saturating_add(FENCE_AHEAD_MS_MAX));
@@ -47,8 +43,10 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
     let call = cx.call;
     if call.is_replicated_or_loading() {
         // The master checked the holder when it ran this FENCE; its copy in
-        // the replication stream or the AOF only carries the raise.
-        cx.node.with_fencer(|f| f.raise_to(request.floor));
+        // the replication stream or the AOF only carries the raise (also a
+        // grant's counter kept ahead: `Node::keep_counter`), which this
+        // node's own AOF then holds too.
+        cx.node.with_fencer(|f| f.raise_kept(request.floor));
         // Passed on to this node's own AOF and sub-replicas (ignored while
         // loading).
         call.replicate_verbatim();
@@ -61,6 +59,7 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
     if fenced {
         // Replicas and the AOF keep the raise, so a promoted replica or a
         // restarted node never issues a token at or below the floor.
+        cx.node.with_fencer(|f| f.raise_kept(request.floor));
         call.replicate_verbatim();
     }
     Reply::Int(i64::from(fenced))

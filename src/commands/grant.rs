@@ -43,7 +43,7 @@ pub fn grant(cx: &Cx<'_>, request: Acquire<'_>, want: Want) -> Reply {
     match (grants::outcome(grant, want), refusal, wait_ms) {
         (Outcome::Token { fence, renewed }, ..) => {
             if !renewed {
-                cx.node.keep_token(cx.call, request.owner, fence, cx.now_ms);
+                cx.node.keep_counter(cx.call, request.owner, cx.now_ms);
                 super::watch_for_removal(cx.call, cx.node);
             }
             Reply::Int(grants::counted_token(&cx.node.stats, fence, renewed))

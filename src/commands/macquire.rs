@@ -73,7 +73,7 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
     match (grant, first_refusal, wait_ms) {
         (AllGrant::Granted(fence), ..) => {
             if let Some(first) = calls.first() {
-                cx.node.keep_token(first, request.owner, fence, cx.now_ms);
+                cx.node.keep_counter(first, request.owner, cx.now_ms);
             }
             super::watch_for_removal(cx.call, cx.node);
             Reply::Int(grants::counted_token(&cx.node.stats, fence, false))

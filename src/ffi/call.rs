@@ -297,6 +297,14 @@ impl<'a> Call<'a> {
     /// True on a replica, or while the server loads its dataset: keys then
     /// change by the master's stream or the file being loaded, not behind
     /// the module's back.
+    pub fn is_loading(&self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_LOADING != 0
+    }
+
+    pub fn is_replica(&self) -> bool {
+        self.flags() & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+    }
+
     pub fn is_replica_or_loading(&self) -> bool {
         self.flags() & (raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
     }
@@ -334,9 +342,9 @@ impl<'a> Call<'a> {
     }
 
     /// Replicates `LOCK.FENCE <key> <owner> <fence>` after a grant of the
-    /// call's key whose token a restart would not get back otherwise (see
-    /// `fencing::outruns_start_floor`): a replica or an AOF replay applies
-    /// the counter raise alone.
+    /// call's key that took the counter above what the AOF and replicas
+    /// hold (see `Fencer::to_keep`): a replica or an AOF replay applies the
+    /// counter raise alone.
     pub fn replicate_raise(&self, owner: &[u8], fence: u64) {
         let mut digits = itoa::Buffer::new();
         let fence = digits.format(fence);
@@ -353,6 +361,30 @@ impl<'a> Call<'a> {
                 owner.len(),
                 fence.as_ptr().cast::<c_char>(),
                 fence.len(),
+            );
+        }
+    }
+
+    /// Replicates `LOCK.FORGOTTEN <key> <until_ms> <event>` for the call's
+    /// key, from the keyspace notification of the command that removed its
+    /// lock: Redis propagates it with that command, so the AOF and replicas
+    /// hold the removal quarantine with the removal.
+    pub fn replicate_forgotten(&self, until_ms: i64, event: &[u8]) {
+        let mut digits = itoa::Buffer::new();
+        let until = digits.format(until_ms);
+        // SAFETY: ctx is the live context of a notification; the format "sbb"
+        // matches the key name and two buffers with their lengths (copied by
+        // Redis).
+        unsafe {
+            api(raw::RedisModule_Replicate)(
+                self.ctx,
+                c"LOCK.FORGOTTEN".as_ptr(),
+                c"sbb".as_ptr(),
+                self.key,
+                until.as_ptr().cast::<c_char>(),
+                until.len(),
+                event.as_ptr().cast::<c_char>(),
+                event.len(),
             );
         }
     }

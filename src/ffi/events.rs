@@ -2,11 +2,12 @@
 //! behind its back (DEL, an overwrite, Redis' own expiry, eviction, FLUSHDB,
 //! SWAPDB, a slot migrated away on Valkey 9) and that the node was promoted.
 //!
-//! Keyspace events are subscribed to only when the first client waits
-//! ([`watch_keys`]): Redis builds a module context for every event a module
-//! subscribes to (about 1,000 instructions per `SET`, measured with
-//! callgrind), so a node where nobody waits pays nothing. Redis 7.0 cannot
-//! unsubscribe, so the subscription then stays.
+//! Keyspace events are subscribed to at load ([`watch_keys`], unless
+//! `lock.removal-quarantine no`): Redis builds a module context for every
+//! event a module subscribes to (about 1,000 instructions per `SET` by
+//! another command, measured with callgrind); the lock commands fire none,
+//! so a lock node pays nothing. Redis 7.0 cannot unsubscribe, so the
+//! subscription stays.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -223,7 +224,11 @@ pub fn declare_atomic_slot_migration(ctx: RawCtx) -> Result<(), String> {
     // (the caller checks), where the option bit and the event id mean what
     // the constants above say; the callback lives forever.
     unsafe {
-        api(raw::RedisModule_SetModuleOptions)(ctx, VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION);
+        // Options are set as a whole: the ledger's IO-error handling too.
+        api(raw::RedisModule_SetModuleOptions)(
+            ctx,
+            VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION | super::ledger::MODULE_OPTIONS,
+        );
         let status = api(raw::RedisModule_SubscribeToServerEvent)(ctx, event, Some(slot_migration_callback));
         if status != raw::REDISMODULE_OK as c_int {
             return Err("cannot subscribe to atomic slot migration events".into());

@@ -28,6 +28,12 @@ pub struct Handlers {
     /// The start-up load of the AOF or RDB file ended (not a replica's
     /// full sync).
     pub loaded_from_disk: fn(&Call<'_>),
+    /// The node's ledger in its byte form, for an RDB being written (maybe
+    /// in a fork child).
+    pub ledger_save: fn() -> Vec<u8>,
+    /// A ledger read back from an RDB (the node's own, an AOF preamble, a
+    /// master's full sync).
+    pub ledger_load: fn(&[u8]),
     /// A CONFIG SET changed server settings.
     pub config_changed: fn(&Call<'_>),
     /// A key timer fired (the call works on its key).

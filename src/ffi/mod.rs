@@ -11,6 +11,7 @@
 //! - `block.rs`: blocked clients and timers;
 //! - `events.rs`: keyspace and server events, post-notification jobs;
 //! - `register.rs`: commands, INFO, the API check at load;
+//! - `ledger.rs`: the node's ledger as aux data of every RDB;
 //! - `handlers.rs`: the callbacks the upper layers register;
 //! - `api.rs`: the API table, string helpers and handle types all of these use.
 //!
@@ -24,6 +25,7 @@ mod call;
 mod events;
 mod handlers;
 mod key;
+mod ledger;
 mod register;
 mod reply;
 
@@ -33,6 +35,7 @@ pub use call::{dispatch, dispatch_counted_keys, Call, Freed, KeyReader};
 pub use events::{declare_atomic_slot_migration, subscribe_server_events, watch_keys};
 pub use handlers::{set_handlers, Handlers};
 pub use key::{Key, KeyKind};
+pub use ledger::{set_module_options, LEDGER_TYPE};
 pub use register::{
     add_acl_category, has_defrag_callbacks, missing_api, register_command, register_info, CommandDef,
     InfoValue, Keys,
