@@ -358,6 +358,12 @@ fn migrate_key(nodes: &[Server], direct: &mut [Connection], slot: u16, key: &str
     let to = myid(&mut direct[1]);
     setslot(&mut direct[1], slot, "IMPORTING", &from);
     setslot(&mut direct[0], slot, "MIGRATING", &to);
+    migrate_more(nodes, direct, key);
+    to
+}
+
+/// MIGRATE of one more `key` of the slot [`migrate_key`] is moving.
+fn migrate_more(nodes: &[Server], direct: &mut [Connection], key: &str) {
     let moved: String = cmd("MIGRATE")
         .arg("127.0.0.1")
         .arg(nodes[1].port)
@@ -367,7 +373,6 @@ fn migrate_key(nodes: &[Server], direct: &mut [Connection], slot: u16, key: &str
         .query(&mut direct[0])
         .expect("MIGRATE");
     assert_eq!(moved, "OK");
-    to
 }
 
 /// The second half: every node learns that `owner` serves the slot.
@@ -380,7 +385,10 @@ fn assign_slot(direct: &mut [Connection], slot: u16, owner: &str) {
 /// Resharding moves a held lock like any key (MIGRATE copies the stored
 /// string and its expiry); a cluster client that still has the old slot map
 /// gets MOVED from the old owner, follows it, and finds the same holder and
-/// fencing token on the new owner.
+/// fencing token on the new owner. The new owner notes a lock's deadline
+/// when it arrives (the target's RESTORE): a second lock of the slot,
+/// deleted there before anyone wrote it again, quarantines its key until
+/// that deadline (property 10).
 #[test]
 fn held_lock_moves_with_its_slot_and_the_client_follows_moved() {
     let cluster = start_cluster();
@@ -391,10 +399,27 @@ fn held_lock_moves_with_its_slot_and_the_client_follows_moved() {
     let fence = as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", &key, "tok-a", "30000"]).unwrap());
     assert_eq!(exists(&mut direct[0], &key).unwrap(), 1);
     let expire_at: i64 = cmd("PEXPIRETIME").arg(&key).query(&mut direct[0]).unwrap();
+    // The second lock, in the same slot (the first key as its hash tag).
+    let deleted = format!("{{{key}}}:deleted");
+    let deleted_fence = as_int(&ccall(&mut cc, &["LOCK.ACQUIRE", &deleted, "tok-d", "20000"]).unwrap());
+    let deleted_deadline = info_int(&mut direct[0], &deleted, "deadline-ms").expect("held");
 
     // The standard slot migration, node 0 -> node 1.
     let to = migrate_key(nodes, &mut direct, slot, &key);
+    migrate_more(nodes, &mut direct, &deleted);
     assign_slot(&mut direct, slot, &to);
+
+    // A DEL on the new owner forgets the second lock: a newcomer is refused
+    // the key until its deadline.
+    assert_eq!(cmd("DEL").arg(&deleted).query::<i64>(&mut direct[1]).unwrap(), 1);
+    let held = HeldLock { key: deleted.clone(), fence: deleted_fence, deadline_ms: deleted_deadline };
+    assert_quarantined_until(
+        &mut direct[1],
+        &held,
+        0,
+        &["changed"],
+        "a migrated lock deleted on its new owner",
+    );
     assert_eq!(exists(&mut direct[1], &key).unwrap(), 1, "key on new owner");
     let e = exists(&mut direct[0], &key).expect_err("old owner redirects");
     assert_eq!(e.kind(), ErrorKind::Moved, "{e}");

@@ -103,6 +103,21 @@ fn server_clock_ms(c: &mut Connection) -> i64 {
     secs * 1000 + micros / 1000
 }
 
+/// `BGREWRITEAOF`, and waits (bounded) until it has finished well: the AOF
+/// then holds the data set as it is, and none of the commands before.
+fn rewrite_aof(c: &mut Connection) {
+    let rewrites = |c: &mut Connection| info_field(c, "persistence", "aof_rewrites");
+    let before = rewrites(c);
+    let _: String = cmd("BGREWRITEAOF").query(c).unwrap();
+    wait_until(Duration::from_secs(20), "the AOF rewrite to finish", || {
+        let text: String = cmd("INFO").arg("persistence").query(c).unwrap();
+        text.contains("aof_rewrite_in_progress:0")
+            && text.contains("aof_rewrite_scheduled:0")
+            && text.contains("aof_last_bgrewrite_status:ok")
+            && rewrites(c) > before
+    });
+}
+
 #[test]
 fn aof_always_restart_after_a_rewrite_keeps_a_quorum_token_from_a_node_ahead_without_a_lead() {
     // After a rewrite the AOF replays no LOCK.FENCE raise, and a released
@@ -124,16 +139,7 @@ fn aof_always_restart_after_a_rewrite_keeps_a_quorum_token_from_a_node_ahead_wit
     assert_eq!(cmd("LOCK.RELEASE").arg("res").arg("a").query::<i64>(&mut c).unwrap(), 1);
     assert_eq!(cmd("EXISTS").arg("res").query::<i64>(&mut c).unwrap(), 0, "the key went with the release");
 
-    let rewrites = |c: &mut Connection| info_field(c, "persistence", "aof_rewrites");
-    let before = rewrites(&mut c);
-    let _: String = cmd("BGREWRITEAOF").query(&mut c).unwrap();
-    wait_until(Duration::from_secs(20), "the AOF rewrite to finish", || {
-        let text: String = cmd("INFO").arg("persistence").query(&mut c).unwrap();
-        text.contains("aof_rewrite_in_progress:0")
-            && text.contains("aof_rewrite_scheduled:0")
-            && text.contains("aof_last_bgrewrite_status:ok")
-            && rewrites(&mut c) > before
-    });
+    rewrite_aof(&mut c);
 
     s.kill_and_restart();
     let mut c = s.conn();
@@ -143,13 +149,29 @@ fn aof_always_restart_after_a_rewrite_keeps_a_quorum_token_from_a_node_ahead_wit
     assert!(next <= t + 1_000 * 1_100, "and not further ahead than a second past it: {next}");
 }
 
+/// How the node grants its own token in [`own_token_across_a_restart`].
+#[derive(Clone, Copy, PartialEq)]
+enum OwnGrant {
+    /// `LOCK.ACQUIRE` of one key.
+    Key,
+    /// `LOCK.MACQUIRE` of a set of two keys (one token for the set), after
+    /// an AOF rewrite dropped the `LOCK.FENCE` raise: a raise the set's grant
+    /// writes itself is then the only record of its token.
+    Set,
+}
+
 /// On a node with `appendfsync always` and a quarantine of
 /// `quarantine_ms`: LOCK.FENCE raises the counter to F, `ahead_ms` ahead
 /// of the clock; once the clock is `then_ahead_ms` from F, the node grants
-/// F + 1 itself and the lock is released (its key, the only place that
-/// held F + 1, is gone); the node is killed and restarted. Returns F + 1
-/// and the next token.
-fn own_token_across_a_restart(quarantine_ms: i64, ahead_ms: i64, then_ahead_ms: i64) -> (i64, i64) {
+/// F + 1 itself (`how`) and the lock is released (its key, the only place
+/// that held F + 1, is gone); the node is killed and restarted. Returns
+/// F + 1 and the next token.
+fn own_token_across_a_restart(
+    quarantine_ms: i64,
+    ahead_ms: i64,
+    then_ahead_ms: i64,
+    how: OwnGrant,
+) -> (i64, i64) {
     let mut s =
         Server::with(Opts::new().module_arg("quarantine-ms", &quarantine_ms.to_string()).aof_always());
     let mut c = s.conn();
@@ -157,12 +179,28 @@ fn own_token_across_a_restart(quarantine_ms: i64, ahead_ms: i64, then_ahead_ms: 
     acquire(&mut c, "a", "o1").unwrap().unwrap();
     assert_eq!(cmd("LOCK.FENCE").arg("a").arg("o1").arg(f).query::<i64>(&mut c).unwrap(), 1);
     assert_eq!(cmd("LOCK.RELEASE").arg("a").arg("o1").query::<i64>(&mut c).unwrap(), 1);
+    if how == OwnGrant::Set {
+        rewrite_aof(&mut c);
+    }
     wait_until(Duration::from_secs(20), "the clock to come near F", || {
         server_clock_ms(&mut c) + then_ahead_ms >= f / 1000
     });
-    let own = acquire(&mut c, "b", "o2").unwrap().unwrap();
+    let own = match how {
+        OwnGrant::Key => {
+            let own = acquire(&mut c, "b", "o2").unwrap().unwrap();
+            assert_eq!(cmd("LOCK.RELEASE").arg("b").arg("o2").query::<i64>(&mut c).unwrap(), 1);
+            own
+        }
+        OwnGrant::Set => {
+            let own: i64 =
+                cmd("LOCK.MACQUIRE").arg("o2").arg(10_000).arg(2).arg("b1").arg("b2").query(&mut c).unwrap();
+            let released: Vec<i64> =
+                cmd("LOCK.MRELEASE").arg("o2").arg("b1").arg("b2").query(&mut c).unwrap();
+            assert_eq!(released, [1, 1]);
+            own
+        }
+    };
     assert_eq!(own, f + 1, "the node's own grant just above the raise");
-    assert_eq!(cmd("LOCK.RELEASE").arg("b").arg("o2").query::<i64>(&mut c).unwrap(), 1);
     s.kill_and_restart();
     let mut c = s.conn();
     (own, acquire(&mut c, "c", "o3").unwrap().unwrap())
@@ -172,7 +210,7 @@ fn own_token_across_a_restart(quarantine_ms: i64, ahead_ms: i64, then_ahead_ms: 
 fn aof_always_restart_keeps_a_token_granted_above_a_fence_raise_after_its_key_is_gone() {
     // The AOF replays the raise to F and the counter the grant of F + 1
     // kept a second ahead (`Fencer::to_keep`). No rewrite needed.
-    let (own, next) = own_token_across_a_restart(10_000, 11_000, 9_700);
+    let (own, next) = own_token_across_a_restart(10_000, 11_000, 9_700, OwnGrant::Key);
     assert!(next > own, "a token granted before the restart is not granted again: {next} after {own}");
 }
 
@@ -181,8 +219,18 @@ fn aof_always_restart_keeps_a_token_granted_further_ahead_than_the_quarantine() 
     // A token granted further ahead of the clock than the quarantine (the
     // counter raised there by another node's token): the grant also wrote
     // it to the AOF as a counter raise.
-    let (own, next) = own_token_across_a_restart(5_000, 25_000, 25_000);
+    let (own, next) = own_token_across_a_restart(5_000, 25_000, 25_000, OwnGrant::Key);
     assert!(next > own, "a token granted before the restart is not granted again: {next} after {own}");
+}
+
+#[test]
+fn aof_always_restart_keeps_a_set_token_granted_further_ahead_than_the_quarantine() {
+    // The same for a set: LOCK.MACQUIRE grants through a path of its own,
+    // which must write its token as a counter raise too. The rewrite before
+    // the set's grant leaves no LOCK.FENCE raise to F in the AOF, so only
+    // the set's own raise can put the next token above its token.
+    let (own, next) = own_token_across_a_restart(5_000, 25_000, 25_000, OwnGrant::Set);
+    assert!(next > own, "a set's token granted before the restart is not granted again: {next} after {own}");
 }
 
 #[test]
@@ -332,6 +380,50 @@ fn locks_restored_under_an_ended_startup_quarantine_get_the_restart_grace() {
     assert!(cmd("LOCK.UNQUARANTINE").arg("STARTUP").query::<i64>(&mut c).unwrap() > 20_000);
     assert_eq!(info_stat(&mut c, "restart_grace_ms"), 60_000, "lock.clock-jump-tolerance-ms");
     assert_eq!(acquire(&mut c, "res", "b").unwrap(), None, "the restored lock is still held");
+}
+
+#[test]
+fn unquarantine_is_neither_replayed_from_the_aof_nor_replicated() {
+    // LOCK.UNQUARANTINE STARTUP is the node's own one-shot act: written to
+    // the AOF, it would end the start-up quarantine of the next restart from
+    // an `everysec` AOF (which may have lost the grants of its last second);
+    // replicated, it would end a replica's own quarantine.
+    let mut master = Server::with(
+        fast_sync()
+            .module_arg("quarantine-ms", "60000")
+            .config("appendonly", "yes")
+            .config("appendfsync", "everysec"),
+    );
+    let replica = Server::with(Opts::new().module_arg("quarantine-ms", "60000"));
+    replicate(&replica, &master);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    assert_eq!(info_text(&mut m, "quarantine_reason"), "startup");
+    assert_eq!(info_text(&mut r, "quarantine_reason"), "startup");
+
+    assert!(cmd("LOCK.UNQUARANTINE").arg("STARTUP").query::<i64>(&mut m).unwrap() > 50_000);
+    // A grant after it: the replica has it once it has everything before,
+    // and the AOF holds everything before it once it holds it.
+    acquire(&mut m, "after", "A").unwrap().expect("granted once the quarantine ended");
+    assert_eq!(cmd("WAIT").arg(1).arg(5000).query::<i64>(&mut m).unwrap(), 1, "the replica acknowledged");
+    assert!(is_held(&mut r, "after"), "replicated");
+    assert_eq!(info_stat(&mut r, "quarantine"), 1, "the replica's own quarantine is untouched");
+    assert_eq!(info_text(&mut r, "quarantine_reason"), "startup");
+    assert_eq!(info_stat(&mut r, "quarantines_ended"), 0);
+
+    // The grant has left the AOF buffer for the file (where a kill -9 does
+    // not lose it; `everysec` fsyncs it within a second, against a crash of
+    // the machine, which this test does not need).
+    wait_until(Duration::from_secs(5), "the AOF buffer written out", || {
+        info_field(&mut m, "persistence", "aof_buffer_length") == 0
+    });
+    master.kill_and_restart();
+    let mut m = master.conn();
+    assert!(is_held(&mut m, "after"), "the AOF was replayed up to the grant");
+    assert_eq!(info_stat(&mut m, "quarantine"), 1, "the restart is quarantined again");
+    assert_eq!(info_text(&mut m, "quarantine_reason"), "startup");
+    assert!(quarantine_left(acquire(&mut m, "other", "B")) > 50_000);
+    assert_eq!(info_stat(&mut m, "quarantines_ended"), 0);
 }
 
 #[test]

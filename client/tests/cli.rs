@@ -254,6 +254,98 @@ fn exec_stops_the_command_when_the_lock_is_lost() {
     }
 }
 
+/// Whether `pid` runs: it exists and is not a zombie (an orphan that its
+/// new parent has not reaped yet has stopped all the same).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) state ...`: the state follows the last parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Err(_) => false,
+    }
+}
+
+/// The pids a command wrote to `file`, one a line.
+fn pids_in(file: &Path) -> Vec<i32> {
+    std::fs::read_to_string(file).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+/// Kills (SIGKILL, by pid) what a failed test leaves of a command's
+/// processes, so that no `sleep 30` outlives it.
+struct KillLeftovers(PathBuf);
+
+impl Drop for KillLeftovers {
+    fn drop(&mut self) {
+        for pid in pids_in(&self.0).into_iter().filter(|&pid| alive(pid)) {
+            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+        }
+    }
+}
+
+/// `redlock exec` stops everything the command started, not only its first
+/// process: a shell with a job in the background and a pipeline in the
+/// foreground, each process of which writes its pid. When the lock is
+/// lost (revoked on a majority: the next renewal fails), every one of them
+/// is gone within one renewal interval plus the grace period, and exec
+/// exits 75; a SIGTERM sent to `redlock` is passed on to all of them too
+/// (exit 143, the shell's death by SIGTERM). Both times the lock is free.
+#[test]
+fn exec_stops_every_process_of_the_command() {
+    let servers = cluster(3);
+    let dir = scratch("group");
+    for how in ["lost", "sigterm"] {
+        let resource = format!("group-{how}");
+        let pid_file = dir.join(how);
+        let _leftovers = KillLeftovers(pid_file.clone());
+        let child_writes = format!("sh -c 'echo $$ >> {}; exec sleep 30'", pid_file.display());
+        let script = format!("echo $$ >> {0}; {1} & {1} | {1}; wait", pid_file.display(), child_writes);
+        let mut exec = redlock(&servers);
+        exec.args(["exec", &resource, "--ttl", "1500", "--grace", "400", "--", "sh", "-c", &script]);
+        let mut child = exec.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        wait_until(Duration::from_secs(10), "the shell and its three children to start", || {
+            pids_in(&pid_file).len() == 4
+        });
+        let pids = pids_in(&pid_file);
+        assert!(pids.iter().all(|&pid| alive(pid)), "{pids:?}");
+
+        let struck = Instant::now();
+        if how == "lost" {
+            for server in &servers[..2] {
+                assert_eq!(int(&mut server.conn(), &["LOCK.REVOKE", &resource]), 1);
+            }
+        } else {
+            let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
+            assert!(status.success());
+        }
+        // One renewal interval (500 ms) + the grace (400 ms) + slack.
+        let bound = Duration::from_millis(500 + 400 + 1_100);
+        let mut exited = None;
+        while exited.is_none() || pids.iter().any(|&pid| alive(pid)) {
+            if struck.elapsed() > bound {
+                let left: Vec<i32> = pids.iter().copied().filter(|&pid| alive(pid)).collect();
+                let _ = child.kill();
+                panic!("{how}: after {bound:?}, exec exited: {exited:?}, processes still running: {left:?} of {pids:?}");
+            }
+            if exited.is_none() {
+                exited = child.try_wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        if how == "lost" {
+            assert_eq!(out.status.code(), Some(75), "stderr: {stderr}");
+            assert!(stderr.contains("is lost"), "{stderr}");
+        } else {
+            assert_eq!(out.status.code(), Some(128 + 15), "stderr: {stderr}");
+        }
+        assert!(!stderr.contains("sending SIGKILL"), "SIGTERM stops them all: {stderr}");
+        assert_free(&all(&servers), &resource);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--help` is short (the commands, examples, the exit codes in one
 /// breath); each command's `--help` is long, with the whole table.
 #[test]
