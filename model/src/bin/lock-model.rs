@@ -3,7 +3,7 @@
 //! counterexample).
 //!
 //!   lock-model [--attempts A,B] [--horizon TICKS] [--delays N] [--faults LIST]
-//!              [--restarts N] [--states-max N] [NAME...]
+//!              [--restarts N] [--states-max N] [--no-symmetry] [NAME...]
 //!
 //! LIST: restart-lost,restart-kept,kept-in-quarantine,clock-step,loss,pause
 //! (comma-separated).
@@ -24,6 +24,7 @@ fn main() {
     let mut delays = None;
     let mut faults: Option<String> = None;
     let mut restarts = None;
+    let mut symmetry = true;
     let mut states_max = scenarios::STATES_MAX;
     let mut i = 0;
     while i < args.len() {
@@ -42,6 +43,7 @@ fn main() {
                 horizon = value.parse().ok();
                 i += 1;
             }
+            "--no-symmetry" => symmetry = false,
             "--restarts" => {
                 restarts = value.parse().ok();
                 i += 1;
@@ -89,7 +91,12 @@ fn main() {
         if !names.is_empty() && !names.iter().any(|n| n == scenario.name) {
             continue;
         }
-        let outcome = scenarios::run(&scenario, states_max);
+        let model = if symmetry {
+            LockModel::new(scenario.config)
+        } else {
+            LockModel::without_symmetry(scenario.config)
+        };
+        let outcome = lock_model::check::check(&model, states_max);
         let found = outcome.counterexample.as_ref().map(|c| c.property);
         let verdict = match (found, outcome.incomplete) {
             (_, true) => "INCOMPLETE (state bound reached)".to_string(),
