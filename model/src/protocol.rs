@@ -95,14 +95,22 @@ pub enum Bug {
     FenceRoundSkipped,
     /// A grant above the kept counter writes nothing to the AOF: an
     /// `always` restart starts below a token it issued (mutant
-    /// `counter-not-kept`).
+    /// `grant-token-not-kept`).
     CounterNotKept,
+    /// An `always` restart does not take the kept counter back (the
+    /// ledger, the raises): it starts from its stored lock's token alone,
+    /// as after a rewrite without the ledger (mutant
+    /// `ledger-counter-not-restored`).
+    LedgerNotRestored,
     /// The rule before the ledger: an `always` restart starts its counter
     /// where the quarantine it skips would have ended, a quarantine ahead
     /// of its clock, and a raise to such a token outruns a node without
-    /// persistence whose clock is behind (issue 41; mutant
-    /// `start-floor-lead`).
+    /// persistence whose clock is behind (issue 41).
     StartFloorLead,
+    /// The counter is kept a quarantine ahead of the clock, not
+    /// `KEEP_AHEAD`: the same lead reached through the kept value (mutant
+    /// `keep-ahead-a-quarantine`).
+    KeepAheadAQuarantine,
     /// The client's validity leaves out the drift (mutant `drift-zero`).
     NoDrift,
     /// A lock restored at a start gets no restart grace (mutant
@@ -570,7 +578,12 @@ impl Node {
                 // `KEEP_AHEAD` ahead in the grant's own write, so that no
                 // restart from it issues this token again.
                 if token > self.kept && !config.bug(Bug::CounterNotKept) {
-                    self.kept = token.max(clock_token(clock) + KEEP_AHEAD);
+                    let ahead = if config.bug(Bug::KeepAheadAQuarantine) {
+                        clock_token(config.ttl)
+                    } else {
+                        KEEP_AHEAD
+                    };
+                    self.kept = token.max(clock_token(clock) + ahead);
                 }
                 self.lock = Some(Lock { client, attempt, token, deadline: clock + lease, restored: false });
                 Reply::Granted { attempt, token }
@@ -626,6 +639,9 @@ impl Node {
             }
             (Protocol::Module, true) => {
                 let stored = self.lock.map_or(0, |lock| lock.token);
+                if config.bug(Bug::LedgerNotRestored) {
+                    self.kept = 0;
+                }
                 self.counter = self.kept.max(stored);
                 // A start that skips the quarantine: one a restart before
                 // it began is not carried over (the ledger keeps removal
