@@ -2,7 +2,9 @@
 //! initial one. Each state is visited once, known by a 64-bit fingerprint
 //! of its contents (as TLC does: two distinct states with the same
 //! fingerprint would hide the second one; with n states the chance is
-//! about n^2 / 2^65, under 10^-5 for the model's few million). Every state
+//! about n^2 / 2^65, under 10^-5 for the model's few million); with a
+//! model's symmetries, once per class of states alike up to a relabelling
+//! (`Model::canonical`). Every state
 //! is checked against the model's properties as it is found; the first
 //! violation ends the search, and the actions that lead to it are the
 //! counterexample, a shortest one because the search goes level by level.
@@ -27,6 +29,15 @@ pub trait Model {
     fn next(&self, state: &Self::State, action: Self::Action) -> Self::State;
     /// The property `state` breaks, if any.
     fn violation(&self, state: &Self::State) -> Option<&'static str>;
+    /// Symmetry reduction: the one labelling of `state`'s class under the
+    /// model's symmetries (say, its interchangeable nodes renumbered) that
+    /// the checker knows the class by, when it is not `state` itself; so
+    /// the checker visits one state of each class. Sound when every
+    /// labelling of a state has the same successors, relabelled alike, and
+    /// breaks the same properties. None by default: no symmetry.
+    fn canonical(&self, _state: &Self::State) -> Option<Self::State> {
+        None
+    }
 }
 
 /// What a search found.
@@ -70,6 +81,17 @@ fn fingerprint<S: Hash>(state: &S) -> u64 {
     let mut h = Fingerprint { a: 0x243F_6A88_85A3_08D3, b: 0x1319_8A2E_0370_7344 };
     state.hash(&mut h);
     h.finish()
+}
+
+/// The fingerprint of `state`'s class: its canonical labelling's.
+/// Whichever labelling a path reaches first is the one expanded, and a
+/// counterexample's path replays the actions that reached it, so it is a
+/// real path of the model as labelled.
+fn class_fingerprint<M: Model>(model: &M, state: &M::State) -> u64 {
+    match model.canonical(state) {
+        Some(canonical) => fingerprint(&canonical),
+        None => fingerprint(state),
+    }
 }
 
 /// Two multiply-rotate lanes over every field the state's `Hash` writes,
@@ -133,7 +155,7 @@ pub fn check<M: Model>(model: &M, states_max: usize) -> Outcome<M> {
     // links[i]: the parent of state i and the action that reached it.
     let mut links: Vec<(u32, Option<M::Action>)> = Vec::new();
     let init = model.init();
-    seen.insert(fingerprint(&init), 0);
+    seen.insert(class_fingerprint(model, &init), 0);
     links.push((ROOT, None));
     let mut outcome =
         Outcome { states: 1, depth: 0, elapsed: Duration::ZERO, incomplete: false, counterexample: None };
@@ -150,7 +172,7 @@ pub fn check<M: Model>(model: &M, states_max: usize) -> Outcome<M> {
             model.actions(state, &mut actions);
             for &action in &actions {
                 let next = model.next(state, action);
-                let fp = fingerprint(&next);
+                let fp = class_fingerprint(model, &next);
                 if seen.contains_key(&fp) {
                     continue;
                 }

@@ -1,8 +1,10 @@
 //! `lock-model`: a model check of the quorum lock protocol. The protocol
 //! (`protocol.rs`: the grant round, the fence round, the lease check, the
-//! release; nodes with their fencing counter, quarantine, module clock and
-//! restart grace) is a small state machine, and the checker (`check.rs`)
-//! visits every state it can reach under faults, breadth-first, checking
+//! release; nodes with their fencing counter and the value of it their AOF
+//! keeps, quarantine, module clock and restart grace) is a small state
+//! machine, and the checker (`check.rs`) visits every state it can reach
+//! under faults (one of each class of states that differ only in the
+//! numbering of interchangeable nodes and clients), breadth-first, checking
 //! the safety properties in each. The plain Redlock recipe is the same
 //! machine with `SET NX PX` nodes and no token; the checker finds its
 //! counterexamples, and those of bugs planted in the module's protocol.

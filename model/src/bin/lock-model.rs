@@ -3,9 +3,10 @@
 //! counterexample).
 //!
 //!   lock-model [--attempts A,B] [--horizon TICKS] [--delays N] [--faults LIST]
-//!              [--states-max N] [NAME...]
+//!              [--restarts N] [--states-max N] [--no-symmetry] [NAME...]
 //!
-//! LIST: restart-lost,restart-kept,clock-step,loss,pause (comma-separated).
+//! LIST: restart-lost,restart-kept,kept-in-quarantine,clock-step,loss,pause
+//! (comma-separated).
 //!
 //! All scenarios when none is named; the options change every scenario's
 //! setting (a larger check than the tests').
@@ -22,6 +23,8 @@ fn main() {
     let mut horizon = None;
     let mut delays = None;
     let mut faults: Option<String> = None;
+    let mut restarts = None;
+    let mut symmetry = true;
     let mut states_max = scenarios::STATES_MAX;
     let mut i = 0;
     while i < args.len() {
@@ -40,6 +43,11 @@ fn main() {
                 horizon = value.parse().ok();
                 i += 1;
             }
+            "--no-symmetry" => symmetry = false,
+            "--restarts" => {
+                restarts = value.parse().ok();
+                i += 1;
+            }
             "--faults" => {
                 faults = Some(value.clone());
                 i += 1;
@@ -53,7 +61,7 @@ fn main() {
         i += 1;
     }
     let mut failed = false;
-    println!("{:<26} {:>12} {:>6} {:>9}  found", "scenario", "states", "depth", "time");
+    println!("{:<32} {:>12} {:>6} {:>9}  found", "scenario", "states", "depth", "time");
     for mut scenario in scenarios::all() {
         if let Some(attempts) = attempts {
             scenario.config.attempts = attempts;
@@ -63,10 +71,16 @@ fn main() {
             scenario.config.faults = lock_model::protocol::Faults {
                 restart_lost: has("restart-lost"),
                 restart_kept: has("restart-kept"),
+                restarts: scenario.config.faults.restarts,
+                same_node_twice: scenario.config.faults.same_node_twice,
+                kept_in_quarantine: has("kept-in-quarantine"),
                 clock_step: has("clock-step"),
                 message_loss: has("loss"),
                 pause: has("pause"),
             };
+        }
+        if let Some(restarts) = restarts {
+            scenario.config.faults.restarts = restarts;
         }
         if let Some(delays) = delays {
             scenario.config.delays = delays;
@@ -77,7 +91,12 @@ fn main() {
         if !names.is_empty() && !names.iter().any(|n| n == scenario.name) {
             continue;
         }
-        let outcome = scenarios::run(&scenario, states_max);
+        let model = if symmetry {
+            LockModel::new(scenario.config)
+        } else {
+            LockModel::without_symmetry(scenario.config)
+        };
+        let outcome = lock_model::check::check(&model, states_max);
         let found = outcome.counterexample.as_ref().map(|c| c.property);
         let verdict = match (found, outcome.incomplete) {
             (_, true) => "INCOMPLETE (state bound reached)".to_string(),
@@ -85,7 +104,7 @@ fn main() {
             (Some(p), false) => p.to_string(),
         };
         println!(
-            "{:<26} {:>12} {:>6} {:>8.1}s  {verdict}",
+            "{:<32} {:>12} {:>6} {:>8.1}s  {verdict}",
             scenario.name,
             outcome.states,
             outcome.depth,
