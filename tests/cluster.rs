@@ -661,3 +661,43 @@ fn a_set_needs_one_slot_and_goes_to_its_owner() {
         assert_eq!(exists(&mut direct[owner], key).unwrap(), 0, "{key} was not taken");
     }
 }
+
+/// Valkey 9: every `CLUSTER MIGRATESLOTS` import onto a node, not only the
+/// first, leaves a moved lock grantable again as soon as its holder
+/// releases it. (The import writes the slot's keys on the target; a write
+/// there by anyone but the import would be a lock removed behind the
+/// module's back, but these are the lock arriving.)
+#[test]
+fn locks_moved_by_repeated_atomic_imports_are_granted_again_once_released() {
+    let (product, (major, _)) = server_version();
+    if product != "Valkey" || major < 9 {
+        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9 ({} here)", server_name());
+        return;
+    }
+    let cluster = start_cluster();
+    let nodes = &cluster.nodes;
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    // One key on node 0 and one on node 2, both to move to node 1.
+    let key_on = |c: &mut Connection, node: usize| {
+        (0..1000)
+            .map(|i| format!("moved{i}"))
+            .find(|k| owner_of(keyslot(c, k)) == node)
+            .expect("a key on the node")
+    };
+    let first = key_on(&mut direct[0], 0);
+    let second = key_on(&mut direct[0], 2);
+    for (node, key) in [(0, &first), (2, &second)] {
+        as_int(&run(&mut direct[node], &[b"LOCK.ACQUIRE", key.as_bytes(), b"h1", b"4000"]).unwrap());
+    }
+    for (key, import) in [(&first, "the first import"), (&second, "the second import")] {
+        let slot = keyslot(&mut direct[1], key);
+        cluster.migrate_slot_atomically(slot, &nodes[1]);
+        let target = &mut direct[1];
+        assert_eq!(int(target, &["LOCK.RELEASE", key, "h1"]), 1, "{import}: the holder releases on node 1");
+        let granted = run(target, &[b"LOCK.ACQUIRE", key.as_bytes(), b"h2", b"4000"]);
+        assert!(
+            matches!(granted, Ok(Value::Int(_))),
+            "{import}: a released lock is granted again at once: {granted:?}"
+        );
+    }
+}
