@@ -503,6 +503,9 @@ fn note_arrived(call: &Call<'_>, node: &Node, now_ms: i64) {
             crate::core::txn::Stored::holders(&lock).iter().map(|(_, h)| h.deadline_ms).max()
         {
             node.note_lock(call.db(), call.key_name(), latest, now_ms, rules.cool_down_ms);
+            if let Some(q) = node.lock_arrived(call.db(), call.key_name(), now_ms) {
+                call.replicate_forgotten(q.until_ms, b"imported");
+            }
         }
     }
 }
