@@ -105,6 +105,11 @@ impl CauseInfo {
             Error::ExpiredBeforeUse { resource, .. } => ("expired_before_use", Some(resource), None, None),
             Error::Lost { resource, .. } => ("lost", Some(resource), None, None),
             Error::InvalidArgument(_) => ("invalid_argument", None, None, None),
+            // The nodes refused the request itself: a caller mistake too,
+            // with the round's counts.
+            Error::Refused { resource, phase, tally, .. } => {
+                ("invalid_argument", Some(resource), Some(phase.name()), Some(&**tally))
+            }
         };
         CauseInfo {
             kind: kind.to_string(),
