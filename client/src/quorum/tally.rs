@@ -46,7 +46,7 @@ pub struct Tally {
     pub first_failure: Option<Box<str>>,
     /// Of the `failed`, the nodes that refused the request itself (an
     /// argument out of their range, `WRONGTYPE`, the module not loaded:
-    /// [`crate::quorum::refuses_request`]): they would refuse it again.
+    /// [`super::replies::refuses_request`]): they would refuse it again.
     pub refused: usize,
     /// The first of them: its place among the answers (the node's index in
     /// member order when every node was asked) and its reply.
