@@ -122,6 +122,11 @@ test("bad node lists and connect options", T, async () => {
   await refused(Redlock.connect("redis://127.0.0.1:6379"), /nodes must be an array of node URLs/);
   await refused(Redlock.connect([]), /no members given/);
   await refused(Redlock.connect(["http://127.0.0.1:6379"]), /redis:\/\//);
+  // Host and port without a scheme: the example given parses.
+  await refused(
+    Redlock.connect(["localhost 6379"]),
+    /not a URL: write it as redis:\/\/\[\[user\]:password@\]host:port\[\/db\], e\.g\. redis:\/\/localhost:6379$/,
+  );
   await refused(Redlock.connect(["redis://127.0.0.1:notaport"]), /./);
   await refused(Redlock.connect([6379]), /a node URL must be a string, not 6379/);
   await refused(Redlock.connect(cluster.urls, { timeout: 5 }), /unknown option "timeout" of the connect options/);
