@@ -19,19 +19,13 @@ fn real_wall_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
-/// The server's wall clock (`TIME`) in epoch ms.
-fn server_wall_ms(c: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = cmd("TIME").query(c).unwrap();
-    secs * 1000 + micros / 1000
-}
-
 /// Writes the offset and waits until both Redis (`TIME`) and the module
 /// (`lock_wall_clock_offset_ms`) see it; returns how long that took.
 fn jump(c: &mut Connection, clock: &ClockFile, offset_ms: i64) -> Duration {
     let t = Instant::now();
     clock.set(offset_ms);
     wait_until(Duration::from_secs(2), "the server to see the jump", || {
-        let skew = server_wall_ms(c) - real_wall_ms();
+        let skew = server_clock_ms(c) - real_wall_ms();
         let module = info_stat(c, "wall_clock_offset_ms");
         (skew - offset_ms).abs() < 100 && (module - offset_ms).abs() < 100
     });

@@ -558,6 +558,22 @@ fn wait_for_slot_migration(source: &mut Connection) {
     }
 }
 
+/// Whether the server has Valkey 9's `CLUSTER MIGRATESLOTS`.
+fn has_atomic_slot_migration() -> bool {
+    let (product, (major, _)) = server_version();
+    product == "Valkey" && major >= 9
+}
+
+/// A test of `CLUSTER MIGRATESLOTS` skips itself, saying why, where the
+/// server has none.
+fn skipped_without_atomic_slot_migration() -> bool {
+    let skipped = !has_atomic_slot_migration();
+    if skipped {
+        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9 ({} here)", server_name());
+    }
+    skipped
+}
+
 /// Valkey 9's atomic slot migration (`CLUSTER MIGRATESLOTS`), which Valkey
 /// refuses while a loaded module has not declared that it handles it (the
 /// module declares it on Valkey 9+). A slot with a plain lock, a reentrant
@@ -568,9 +584,7 @@ fn wait_for_slot_migration(source: &mut Connection) {
 /// keys without keyspace events; the module hears the migration event).
 #[test]
 fn atomic_slot_migration_moves_locks_and_answers_waiters() {
-    let (product, (major, _)) = server_version();
-    if product != "Valkey" || major < 9 {
-        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9 ({} here)", server_name());
+    if skipped_without_atomic_slot_migration() {
         return;
     }
     let cluster = start_cluster();
@@ -669,9 +683,7 @@ fn a_set_needs_one_slot_and_goes_to_its_owner() {
 /// module's back, but these are the lock arriving.)
 #[test]
 fn locks_moved_by_repeated_atomic_imports_are_granted_again_once_released() {
-    let (product, (major, _)) = server_version();
-    if product != "Valkey" || major < 9 {
-        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9 ({} here)", server_name());
+    if skipped_without_atomic_slot_migration() {
         return;
     }
     let cluster = start_cluster();
@@ -727,10 +739,10 @@ fn an_imported_lock_is_not_taken_over_by_expiry_before_the_quarantine_but_its_re
     assert_ne!(keyslot(&mut direct[0], expiring), keyslot(&mut direct[0], released));
     run(&mut direct[0], &[b"LOCK.ACQUIRE", expiring.as_bytes(), b"h1", b"1500"]).unwrap();
     run(&mut direct[0], &[b"LOCK.ACQUIRE", released.as_bytes(), b"h1", b"30000"]).unwrap();
-    let (product, (major, _)) = server_version();
+    let atomic = has_atomic_slot_migration();
     for key in [expiring, released] {
         let slot = keyslot(&mut direct[0], key);
-        if product == "Valkey" && major >= 9 && key == released {
+        if atomic && key == released {
             cluster.migrate_slot_atomically(slot, &nodes[1]);
         } else {
             cluster.move_slot(slot, &nodes[1]);

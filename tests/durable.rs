@@ -12,26 +12,6 @@ fn acquire(c: &mut Connection, key: &str, token: &str, ttl_ms: i64) -> redis::Re
     cmd("LOCK.ACQUIRE").arg(key).arg(token).arg(ttl_ms).query(c)
 }
 
-/// The server's wall clock (`TIME`) in epoch ms.
-fn server_clock_ms(c: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = cmd("TIME").query(c).unwrap();
-    secs * 1000 + micros / 1000
-}
-
-/// `BGREWRITEAOF`, and waits (bounded) until it finished well.
-fn rewrite_aof(c: &mut Connection) {
-    let rewrites = |c: &mut Connection| info_field(c, "persistence", "aof_rewrites");
-    let before = rewrites(c);
-    let _: String = cmd("BGREWRITEAOF").query(c).unwrap();
-    wait_until(Duration::from_secs(20), "the AOF rewrite to finish", || {
-        let text: String = cmd("INFO").arg("persistence").query(c).unwrap();
-        text.contains("aof_rewrite_in_progress:0")
-            && text.contains("aof_rewrite_scheduled:0")
-            && text.contains("aof_last_bgrewrite_status:ok")
-            && rewrites(c) > before
-    });
-}
-
 /// The code of a refused grant's error (`QUARANTINE`), or the grant.
 fn refused(result: redis::RedisResult<Option<i64>>) -> String {
     match result {
@@ -161,6 +141,20 @@ fn a_node_without_persistence_restarts_above_a_raise_from_an_always_node() {
     assert!(next > t, "n0's next token is above the raise it took: {next} after {t}");
 }
 
+/// Grants a lock, rewrites the AOF with `aof-use-rdb-preamble no` (no
+/// ledger in it, as an older release's AOF), kills and starts the server:
+/// it must be quarantined. Returns a connection to it.
+fn restart_from_an_aof_without_a_ledger(s: &mut Server, mut c: Connection) -> Connection {
+    acquire(&mut c, "k", "A", 30_000).unwrap().expect("granted");
+    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("no").query(&mut c).unwrap();
+    rewrite_aof(&mut c);
+    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("yes").query(&mut c).unwrap();
+    s.kill_and_restart();
+    let mut c = s.conn();
+    assert_eq!(info_stat(&mut c, "quarantine"), 1, "no ledger in the AOF: quarantined");
+    c
+}
+
 /// A start that skips the quarantine must read the node's ledger back from
 /// the AOF. Here the last rewrite wrote none (`aof-use-rdb-preamble no`
 /// then, as an AOF written by an older release of the module): the start
@@ -170,13 +164,7 @@ fn an_always_start_whose_aof_holds_no_ledger_is_quarantined() {
     let mut s = Server::with(Opts::new().module_arg("quarantine-ms", "60000").aof_always());
     let mut c = s.conn();
     assert_eq!(info_stat(&mut c, "quarantine"), 0);
-    acquire(&mut c, "k", "A", 30_000).unwrap().expect("granted");
-    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("no").query(&mut c).unwrap();
-    rewrite_aof(&mut c);
-    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("yes").query(&mut c).unwrap();
-    s.kill_and_restart();
-    let mut c = s.conn();
-    assert_eq!(info_stat(&mut c, "quarantine"), 1, "no ledger in the AOF: quarantined");
+    let mut c = restart_from_an_aof_without_a_ledger(&mut s, c);
     assert_eq!(refused(acquire(&mut c, "other", "B", 30_000)), "QUARANTINE");
     assert!(s.log().contains("the AOF held no lock ledger"), "{}", s.log());
     // The next rewrite writes the ledger: the start after it needs none.
@@ -195,14 +183,8 @@ fn an_always_start_whose_aof_holds_no_ledger_is_quarantined() {
 #[test]
 fn an_always_start_goes_on_with_the_quarantine_its_ledger_was_written_in() {
     let mut s = Server::with(Opts::new().module_arg("quarantine-ms", "60000").aof_always());
-    let mut c = s.conn();
-    acquire(&mut c, "k", "A", 30_000).unwrap().expect("granted");
-    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("no").query(&mut c).unwrap();
-    rewrite_aof(&mut c);
-    let _: () = cmd("CONFIG").arg("SET").arg("aof-use-rdb-preamble").arg("yes").query(&mut c).unwrap();
-    s.kill_and_restart();
-    let mut c = s.conn();
-    assert_eq!(info_stat(&mut c, "quarantine"), 1, "no ledger in the AOF: quarantined");
+    let c = s.conn();
+    let mut c = restart_from_an_aof_without_a_ledger(&mut s, c);
     rewrite_aof(&mut c);
     s.kill_and_restart();
     let mut c = s.conn();

@@ -97,27 +97,6 @@ fn aof_always_needs_no_quarantine_and_keeps_the_lock() {
     assert!(acquire(&mut c, "other", "b").unwrap().unwrap() > t1);
 }
 
-/// The server's wall clock in ms (`TIME`): the module clock starts on it.
-fn server_clock_ms(c: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = cmd("TIME").query(c).unwrap();
-    secs * 1000 + micros / 1000
-}
-
-/// `BGREWRITEAOF`, and waits (bounded) until it has finished well: the AOF
-/// then holds the data set as it is, and none of the commands before.
-fn rewrite_aof(c: &mut Connection) {
-    let rewrites = |c: &mut Connection| info_field(c, "persistence", "aof_rewrites");
-    let before = rewrites(c);
-    let _: String = cmd("BGREWRITEAOF").query(c).unwrap();
-    wait_until(Duration::from_secs(20), "the AOF rewrite to finish", || {
-        let text: String = cmd("INFO").arg("persistence").query(c).unwrap();
-        text.contains("aof_rewrite_in_progress:0")
-            && text.contains("aof_rewrite_scheduled:0")
-            && text.contains("aof_last_bgrewrite_status:ok")
-            && rewrites(c) > before
-    });
-}
-
 #[test]
 fn aof_always_restart_after_a_rewrite_keeps_a_quorum_token_from_a_node_ahead_without_a_lead() {
     // After a rewrite the AOF replays no LOCK.FENCE raise, and a released

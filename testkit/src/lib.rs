@@ -48,5 +48,7 @@ pub use replies::{
     command_calls, err_text, holders_in, info_field, info_int, info_stat, int, is_held, lock_info,
     lock_snapshot, refusal, refused_code, run, stored_bytes, LockSnapshot,
 };
-pub use server::{fast_sync, replicate, server_bin, server_name, server_version, Opts, Server};
+pub use server::{
+    fast_sync, replicate, rewrite_aof, server_bin, server_clock_ms, server_name, server_version, Opts, Server,
+};
 pub use wait::wait_until;

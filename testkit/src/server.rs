@@ -326,3 +326,26 @@ pub fn replicate(replica: &Server, master: &Server) -> Duration {
     });
     t.elapsed()
 }
+
+/// The server's wall clock (`TIME`) in epoch ms: the module clock starts on
+/// it at load.
+pub fn server_clock_ms(c: &mut Connection) -> i64 {
+    let (secs, micros): (i64, i64) = cmd("TIME").query(c).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// `BGREWRITEAOF`, and waits (bounded) until it has finished well: the AOF
+/// then holds the data set as it is (and the module's ledger in its RDB
+/// preamble), and none of the commands before.
+pub fn rewrite_aof(c: &mut Connection) {
+    let rewrites = |c: &mut Connection| crate::replies::info_field(c, "persistence", "aof_rewrites");
+    let before = rewrites(c);
+    let _: String = cmd("BGREWRITEAOF").query(c).expect("BGREWRITEAOF");
+    wait_until(Duration::from_secs(20), "the AOF rewrite to finish", || {
+        let text: String = cmd("INFO").arg("persistence").query(c).expect("INFO persistence");
+        text.contains("aof_rewrite_in_progress:0")
+            && text.contains("aof_rewrite_scheduled:0")
+            && text.contains("aof_last_bgrewrite_status:ok")
+            && rewrites(c) > before
+    });
+}
