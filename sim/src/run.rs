@@ -59,12 +59,13 @@ pub struct Setup {
     /// crashes, just before its crash, with an `always` AOF: a restart that
     /// keeps its locks and takes in the step.
     pub step_before_crash_per_mille: u32,
-    /// Per mille of histories whose `always` AOF was rewritten before the
-    /// crash: the restart replays no `LOCK.FENCE` raise, and the fencing
-    /// counter has only the clock floor and the start floor (where the
-    /// quarantine it skips would have ended). Their clocks are as far apart
-    /// as any history's (`clock_offset_max_ms` either way): one node ahead,
-    /// the others, the restarting one among them, behind.
+    /// Per mille of histories whose `always` AOFs are rewritten during each
+    /// process's life: the restart replays no `LOCK.FENCE` raise from
+    /// before the rewrite, only the node's ledger (the kept counter, the
+    /// removal quarantines and a quarantine in force); the previous
+    /// release's AOF (an upgrade) has neither. Their clocks are as far
+    /// apart as any history's (`clock_offset_max_ms` either way): one node
+    /// ahead, the others, the restarting one among them, behind.
     pub aof_rewrite_per_mille: u32,
     /// Per mille of holds that pause (a GC pause) between their check and
     /// their write, for up to twice the TTL.
@@ -456,12 +457,21 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let client_count = setup.clients + usize::from(family == Family::Semaphore);
     let always = nodes.iter().any(|n| n.persistence == Persistence::Always);
     let upgraded = faults.iter().any(|(_, f)| matches!(f, Fault::Upgrade { .. }));
-    if always && !upgraded && rng.gen_range(0..1000) < setup.aof_rewrite_per_mille {
+    // A history with an upgrade draws its rewrite from a generator of its
+    // own (it had none while the rewrite of the previous release's AOF was
+    // an open gap): the other draws of its seed stay as they were.
+    let rewritten = always
+        && if upgraded {
+            StdRng::seed_from_u64(seed ^ 0x0a0f_2e71).gen_range(0..1000) < setup.aof_rewrite_per_mille
+        } else {
+            rng.gen_range(0..1000) < setup.aof_rewrite_per_mille
+        };
+    if rewritten {
         // The clocks as far apart as any history's: one node ahead, the
-        // others (the one that restarts with the raises rewritten away
-        // among them) behind. A quorum token from the node ahead is then
-        // above the clocks of a majority that meets its own only at the
-        // restarted node: the start floor must lift that node above it.
+        // others (the one that restarts from its rewritten AOF among them)
+        // behind. A quorum token from the node ahead is then above the
+        // clocks of a majority that meets its own only at the restarted
+        // node: the counter kept in its ledger must lift it above it.
         let apart_ms = setup.clock_offset_max_ms;
         let ahead = nodes.iter().position(|n| n.persistence != Persistence::Always);
         for (i, n) in nodes.iter_mut().enumerate() {
