@@ -27,18 +27,39 @@ function cargo() {
   fail("cargo not found: install Rust (https://rustup.rs) or set $CARGO, then run `node build.js` here");
 }
 
+// npm (7 and later) runs an install script in the background and shows
+// its output only if it fails: a first build would be minutes of silence.
+// When stderr is not a terminal but the process has one (npm install in a
+// shell), this script and cargo write there instead; with no terminal (CI,
+// a log), to stderr as before.
+function terminal() {
+  if (process.stderr.isTTY) return null;
+  try {
+    return fs.openSync("/dev/tty", "w");
+  } catch {
+    return null;
+  }
+}
+
+const TTY = terminal();
+
+function say(line) {
+  if (TTY === null) process.stderr.write(line);
+  else fs.writeSync(TTY, line);
+}
+
 function fail(message) {
-  process.stderr.write(`redlock-client build: ${message}\n`);
+  say(`redlock-client build: ${message}\n`);
   process.exit(1);
 }
 
 function main() {
   const args = ["build", "--release", "--package", CRATE, "--message-format=json-render-diagnostics"];
-  process.stderr.write(`redlock-client build: cargo ${args.join(" ")} (a first build takes a few minutes)\n`);
+  say(`redlock-client build: compiling the native module: cargo ${args.join(" ")} (a first build takes a few minutes)\n`);
   // stdout: cargo's JSON messages; stderr (progress, diagnostics): the user's.
   const built = spawnSync(cargo(), args, {
     cwd: __dirname,
-    stdio: ["ignore", "pipe", "inherit"],
+    stdio: ["ignore", "pipe", TTY === null ? "inherit" : TTY],
     encoding: "utf8",
     maxBuffer: 256 * 1024 * 1024,
   });
@@ -57,7 +78,7 @@ function main() {
   const tmp = `${OUT}.${process.pid}.tmp`;
   fs.copyFileSync(library, tmp);
   fs.renameSync(tmp, OUT);
-  process.stderr.write(`redlock-client build: ${OUT}\n`);
+  say(`redlock-client build: ${OUT}\n`);
 }
 
 main();

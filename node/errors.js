@@ -8,7 +8,7 @@
 //   │   └── NodesUnreachableError  ... because nodes did not answer in time
 //   ├── ExpiredBeforeUseError  granted, but the rounds ate the whole TTL (retryable)
 //   ├── LockLostError          the lock is lost (.reason; a failed renewal is the .cause)
-//   └── InvalidArgumentError   a caller mistake
+//   └── InvalidArgumentError   a caller mistake, or a request the nodes refuse (at the first attempt)
 //
 // The messages are the Rust client's own, with the per-node counts, e.g.
 // "no quorum for 'orders:42': 2 of 5 granted (need 3); 3 unreachable".

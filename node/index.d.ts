@@ -35,6 +35,8 @@ export interface RetryOptions {
   attempts?: number;
   /** [min, max] ms of random delay between two attempts. */
   retryDelay?: readonly [number, number];
+  /** Stops the wait: the call rejects with the signal's reason (what an attempt under way took is released). */
+  signal?: AbortSignal;
 }
 
 export interface SetOptions {

@@ -126,10 +126,25 @@ function resourceNames(resources) {
 }
 
 const ACQUIRE = ["ttl", "mode", "permits", "fence"];
-const RETRY = ["wait", "attempts", "retryDelay"];
+const RETRY = ["wait", "attempts", "retryDelay", "signal"];
 const WATCHDOG = ["renewalsMax", "durationMax"];
 
 /** The retry policy of an acquire as the native module takes it (undefined: one attempt). */
+// An AbortSignal that cancels an acquire's wait (as fetch's and
+// timers/promises' do), or undefined.
+function signalOf(value) {
+  if (value === undefined) return undefined;
+  const isSignal =
+    value !== null && typeof value === "object" && typeof value.aborted === "boolean" &&
+    typeof value.addEventListener === "function" && typeof value.removeEventListener === "function";
+  if (!isSignal) throw invalid(`signal must be an AbortSignal, not ${describe(value)}`);
+  return value;
+}
+
+// The ids of acquires that wait with a signal (the native side's handle
+// on them), unique within the process.
+let lastAbortId = 0;
+
 function retryOf(opts) {
   let delayMin;
   let delayMax;
@@ -425,7 +440,23 @@ class Redlock {
     const client = this.#open();
     const ttl = ttlOf(opts);
     const fence = flag(opts.fence, "fence");
-    return new Lock(unwrap(await client.acquire(claims, many, ttl, fence, retry)));
+    const signal = signalOf(opts.signal);
+    if (signal === undefined) return new Lock(unwrap(await client.acquire(claims, many, ttl, fence, retry)));
+    // The signal stops the wait (the retries); an attempt under way still
+    // ends, and what it took is released. Rejects with the signal's reason.
+    signal.throwIfAborted();
+    lastAbortId = lastAbortId >= 0xffffffff ? 1 : lastAbortId + 1;
+    const id = lastAbortId;
+    const onAbort = () => client.abort(id);
+    signal.addEventListener("abort", onAbort, { once: true });
+    let out;
+    try {
+      out = await client.acquire(claims, many, ttl, fence, retry, id);
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
+    if (out instanceof native.Failure && out.info.kind === "aborted") throw signal.reason;
+    return new Lock(unwrap(out));
   }
 
   /**
@@ -445,6 +476,8 @@ class Redlock {
    * tryAcquire, retried after a random delay while the failure is
    * retryable: within `wait` ms in all, at most `attempts` attempts,
    * `retryDelay` [min, max] ms between them (default: 3 attempts, 50-200 ms).
+   * `signal` (an AbortSignal) stops the wait: rejects with its reason, and
+   * an attempt under way releases what it took.
    */
   async acquire(resource, acquireOptions) {
     const opts = options(acquireOptions, "the acquire options", [...ACQUIRE, ...RETRY]);

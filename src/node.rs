@@ -594,6 +594,34 @@ impl Node {
         }
     }
 
+    /// A lock arrived at `key` of `db` by a slot migration: until this
+    /// node's quarantine has run, it is not taken over by expiry (its
+    /// record may be behind its holder's lease: [`Cause::Imported`]).
+    /// Returns the quarantine, for the AOF and replicas to hold.
+    pub fn lock_arrived(&self, db: i32, key: &[u8], now_ms: i64) -> Option<Quarantined> {
+        let length = self.quarantine_length_ms();
+        if length <= 0 || !self.removal_quarantine_on() {
+            return None;
+        }
+        let entry = Entry {
+            db,
+            key: Some(key.to_vec()),
+            until_ms: now_ms.saturating_add(length),
+            cause: Cause::Imported,
+        };
+        let found = self.with_forgetting(|f| f.restore(entry, now_ms));
+        self.quarantined(found.as_slice());
+        found
+    }
+
+    /// The key's lock was released by its holder: its arrival's quarantine
+    /// ends (the record was not behind: the holder is done).
+    pub fn lock_released(&self, db: i32, key: &[u8]) {
+        if self.any_forgotten.load(Ordering::Relaxed) {
+            self.with_forgetting(|f| f.end_imported(db, key));
+        }
+    }
+
     /// LOCK.REVOKE freed the key on purpose: its quarantine ends.
     pub fn end_key_quarantine(&self, db: i32, key: &[u8]) -> bool {
         self.any_forgotten.load(Ordering::Relaxed) && self.with_forgetting(|f| f.end_key(db, key))

@@ -423,7 +423,15 @@ pub fn on_key_timer(call: &Call<'_>, key: &KeyId) {
 /// `MIGRATE`) may be a lock arriving: its deadline is noted.
 pub fn on_key_changed(call: &Call<'_>, event: &[u8]) {
     let (node, now_ms) = (&NODE, clock::now_ms());
-    if !call.is_replica_or_loading() {
+    if call.is_replica_or_loading() {
+        // A master's writes, or the AOF's: decided where they first ran.
+    } else if call.is_replicated_or_loading() {
+        // A master whose keys are written by a link that is not a client's:
+        // Valkey's atomic slot import (its writes come flagged as
+        // replicated), before the slot is handed over. The lock arriving,
+        // not one removed here.
+        note_arrived(call, node, now_ms);
+    } else {
         if let Some(q) = node.key_changed(call.db(), call.key_name(), Cause::of_event(event), now_ms) {
             // The AOF and replicas hold the quarantine with the removal.
             call.replicate_forgotten(q.until_ms, event);
@@ -495,6 +503,9 @@ fn note_arrived(call: &Call<'_>, node: &Node, now_ms: i64) {
             crate::core::txn::Stored::holders(&lock).iter().map(|(_, h)| h.deadline_ms).max()
         {
             node.note_lock(call.db(), call.key_name(), latest, now_ms, rules.cool_down_ms);
+            if let Some(q) = node.lock_arrived(call.db(), call.key_name(), now_ms) {
+                call.replicate_forgotten(q.until_ms, b"imported");
+            }
         }
     }
 }

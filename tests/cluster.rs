@@ -661,3 +661,96 @@ fn a_set_needs_one_slot_and_goes_to_its_owner() {
         assert_eq!(exists(&mut direct[owner], key).unwrap(), 0, "{key} was not taken");
     }
 }
+
+/// Valkey 9: every `CLUSTER MIGRATESLOTS` import onto a node, not only the
+/// first, leaves a moved lock grantable again as soon as its holder
+/// releases it. (The import writes the slot's keys on the target; a write
+/// there by anyone but the import would be a lock removed behind the
+/// module's back, but these are the lock arriving.)
+#[test]
+fn locks_moved_by_repeated_atomic_imports_are_granted_again_once_released() {
+    let (product, (major, _)) = server_version();
+    if product != "Valkey" || major < 9 {
+        eprintln!("skipped: CLUSTER MIGRATESLOTS needs Valkey 9 ({} here)", server_name());
+        return;
+    }
+    let cluster = start_cluster();
+    let nodes = &cluster.nodes;
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    // One key on node 0 and one on node 2, both to move to node 1.
+    let key_on = |c: &mut Connection, node: usize| {
+        (0..1000)
+            .map(|i| format!("moved{i}"))
+            .find(|k| owner_of(keyslot(c, k)) == node)
+            .expect("a key on the node")
+    };
+    let first = key_on(&mut direct[0], 0);
+    let second = key_on(&mut direct[0], 2);
+    for (node, key) in [(0, &first), (2, &second)] {
+        as_int(&run(&mut direct[node], &[b"LOCK.ACQUIRE", key.as_bytes(), b"h1", b"4000"]).unwrap());
+    }
+    for (key, import) in [(&first, "the first import"), (&second, "the second import")] {
+        let slot = keyslot(&mut direct[1], key);
+        cluster.migrate_slot_atomically(slot, &nodes[1]);
+        let target = &mut direct[1];
+        assert_eq!(int(target, &["LOCK.RELEASE", key, "h1"]), 1, "{import}: the holder releases on node 1");
+        let granted = run(target, &[b"LOCK.ACQUIRE", key.as_bytes(), b"h2", b"4000"]);
+        assert!(
+            matches!(granted, Ok(Value::Int(_))),
+            "{import}: a released lock is granted again at once: {granted:?}"
+        );
+    }
+}
+
+/// A lock that arrives by a slot migration may be behind its holder's lease
+/// (the exporter a promoted replica that missed an extension, in its
+/// failover quarantine): the importer does not take it over by expiry
+/// before its own quarantine has run since the arrival. Its holder's
+/// release ends that at once. Classic migration (`MIGRATE`) on every
+/// server, Valkey's `MIGRATESLOTS` too where it runs.
+#[test]
+fn an_imported_lock_is_not_taken_over_by_expiry_before_the_quarantine_but_its_release_frees_it() {
+    // Longer than the two migrations take on a loaded machine; the test
+    // does not wait it out.
+    const QUARANTINE_MS: i64 = 30_000;
+    let spec = ClusterSpec::new(3, 0)
+        .opts(Opts::new().aof_always().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()));
+    let cluster = RedisCluster::start(spec);
+    let nodes = &cluster.nodes;
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    let on_node_0: Vec<String> = (0..2000)
+        .map(|i| format!("arrive{i}"))
+        .filter(|k| owner_of(keyslot(&mut direct[0], k)) == 0)
+        .take(2)
+        .collect();
+    let (expiring, released) = (&on_node_0[0], &on_node_0[1]);
+    assert_ne!(keyslot(&mut direct[0], expiring), keyslot(&mut direct[0], released));
+    run(&mut direct[0], &[b"LOCK.ACQUIRE", expiring.as_bytes(), b"h1", b"1500"]).unwrap();
+    run(&mut direct[0], &[b"LOCK.ACQUIRE", released.as_bytes(), b"h1", b"30000"]).unwrap();
+    let (product, (major, _)) = server_version();
+    for key in [expiring, released] {
+        let slot = keyslot(&mut direct[0], key);
+        if product == "Valkey" && major >= 9 && key == released {
+            cluster.migrate_slot_atomically(slot, &nodes[1]);
+        } else {
+            cluster.move_slot(slot, &nodes[1]);
+        }
+    }
+    let arrived = Instant::now();
+    let target = &mut direct[1];
+    // Past the expiring lock's deadline: still refused, for the arrival.
+    wait_until(Duration::from_secs(5), "the expiring lock's deadline", || {
+        refusal(target, expiring).is_some()
+    });
+    let (code, left) = refusal(target, expiring).expect("refused for its arrival");
+    assert_eq!(code, "imported");
+    assert!(left > 0 && left <= QUARANTINE_MS, "{left}");
+    let refused = run(target, &[b"LOCK.ACQUIRE", expiring.as_bytes(), b"h2", b"1000"]);
+    assert!(format!("{refused:?}").contains("QUARANTINE"), "{refused:?}");
+    // The other one's holder releases it: granted again at once.
+    assert_eq!(int(target, &["LOCK.RELEASE", released, "h1"]), 1);
+    let granted = run(target, &[b"LOCK.ACQUIRE", released.as_bytes(), b"h2", b"1000"]);
+    assert!(matches!(granted, Ok(Value::Int(_))), "released: granted at once: {granted:?}");
+    // The refusal ends with the quarantine that began at the arrival.
+    assert!(left <= QUARANTINE_MS - arrived.elapsed().as_millis() as i64 + 50, "{left}");
+}

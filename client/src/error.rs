@@ -117,11 +117,23 @@ pub enum Error {
     Lost { resource: String, reason: Lost },
     /// A caller mistake: empty resource, bad TTL, no nodes, bad URL, ...
     InvalidArgument(String),
+    /// The nodes refused the request itself, so many of them that the
+    /// quorum is out of reach ([`Tally::refused_outright`]): a TTL above
+    /// their `lock.max-ttl-ms`, a key that is not a lock or a lock of
+    /// another kind (`WRONGTYPE`), the module not loaded, any other `ERR`
+    /// about the call. The same request would be refused again, so it is
+    /// not retried; what the round granted was released. `node` names the
+    /// first node that refused (`member 2 (redis://...)`); its reply is
+    /// the tally's `first_refusal`. A caller mistake, as
+    /// [`Error::InvalidArgument`], found by the nodes.
+    Refused { resource: String, phase: Phase, node: String, tally: Box<Tally> },
 }
 
 impl Error {
     /// True for errors that a later attempt may not repeat (another holder,
-    /// nodes down or quarantined, a slow round).
+    /// nodes down or quarantined, a slow round). Not for a caller mistake,
+    /// found by the client ([`Error::InvalidArgument`]) or by the nodes
+    /// ([`Error::Refused`]), nor for a lost lock.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Error::Contended { .. } | Error::NoQuorum { .. } | Error::ExpiredBeforeUse { .. })
     }
@@ -134,7 +146,7 @@ impl Error {
                 let (yes, no) = Phase::Acquire.words();
                 Some(tally.describe(yes, no))
             }
-            Error::NoQuorum { tally, phase, .. } => {
+            Error::NoQuorum { tally, phase, .. } | Error::Refused { tally, phase, .. } => {
                 let (yes, no) = phase.words();
                 Some(tally.describe(yes, no))
             }
@@ -142,10 +154,18 @@ impl Error {
         }
     }
 
+    /// A caller mistake: the client's own check ([`Error::InvalidArgument`])
+    /// or the nodes' refusal of the request ([`Error::Refused`]).
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, Error::InvalidArgument(_) | Error::Refused { .. })
+    }
+
     /// The counts of the failed round, when there was one.
     pub fn tally(&self) -> Option<&Tally> {
         match self {
-            Error::Contended { tally, .. } | Error::NoQuorum { tally, .. } => Some(tally),
+            Error::Contended { tally, .. } | Error::NoQuorum { tally, .. } | Error::Refused { tally, .. } => {
+                Some(tally)
+            }
             _ => None,
         }
     }
@@ -170,6 +190,17 @@ impl fmt::Display for Error {
             ),
             Error::Lost { resource, reason } => write!(f, "the lock on '{resource}' is lost: {reason}"),
             Error::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            Error::Refused { resource, phase, node, tally } => {
+                let reply = tally.first_refusal.as_ref().map_or("an error", |(_, reply)| reply);
+                write!(
+                    f,
+                    "the nodes refuse the request for '{resource}'{} ({} of {} nodes; a retry would be refused \
+                     again): {node}: {reply}",
+                    phase.what(),
+                    tally.refused,
+                    tally.nodes
+                )
+            }
         }
     }
 }
@@ -219,5 +250,24 @@ mod tests {
         };
         assert!(e.to_string().contains("took 120 ms of a 100 ms ttl"), "{e}");
         assert!(!Error::InvalidArgument("x".into()).is_retryable());
+
+        let range = "ERR lock.acquire: ttl-ms 60000 is out of range, must be 1..30000 (lock.max-ttl-ms)";
+        let tally =
+            Tally::of(&[Answer::Yes(1), Answer::Refused(range.into()), Answer::Refused(range.into())]);
+        let e = Error::Refused {
+            resource: "k".into(),
+            phase: Phase::Acquire,
+            node: "member 2 (redis://h:2)".into(),
+            tally: tally.into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the nodes refuse the request for 'k' (2 of 3 nodes; a retry would be refused again): \
+                 member 2 (redis://h:2): {range}"
+            )
+        );
+        assert!(!e.is_retryable() && e.is_invalid_argument());
+        assert_eq!(e.counts().unwrap(), format!("1 of 3 granted (need 2); 2 other errors (first: {range})"));
     }
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::claim::{check_name, command, Claim};
-use crate::error::{Error, Phase, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::{Phase, Result};
 use crate::guard::Guard;
 use crate::info::{self, NodeInfo};
 use crate::node::Request;
@@ -290,11 +292,7 @@ impl Redlock {
         let tally = Tally::of(&answers);
         match quorum::holds_left(answers.iter()) {
             Some(left) if tally.has_quorum() => Ok(left),
-            _ => Err(Error::NoQuorum {
-                resource: resource.to_string(),
-                phase: Phase::Exit,
-                tally: tally.into(),
-            }),
+            _ => Err(self.members.shortfall(resource, Phase::Exit, tally)),
         }
     }
 
@@ -359,6 +357,7 @@ mod tests {
     use std::rc::Rc;
 
     use super::*;
+    use crate::error::Error;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

@@ -440,22 +440,39 @@ fn the_mode_exclusive_is_a_usage_error() {
     }
 }
 
-/// An argument every node refuses (`ERR ... out of range`) is a usage
-/// error, not "no quorum", and `--wait` does not retry it.
+/// The lock.acquire calls of every node so far, summed.
+fn acquire_calls(servers: &[Server]) -> i64 {
+    servers.iter().map(|s| calls(s, "lock.acquire")).sum()
+}
+
+/// An argument every node refuses (`ERR ... out of range`), or a key that
+/// is not a lock (`WRONGTYPE`), is a usage error, not "no quorum", and
+/// `--wait` does not retry it: one attempt.
 #[test]
 fn an_argument_the_nodes_refuse_is_a_usage_error() {
     let servers = cluster(3);
-    let started = Instant::now();
-    let mut acquire = redlock(&servers);
-    acquire.args(["acquire", "deploy", "--ttl", "99999999", "--wait", "10000"]);
-    let out = run_bounded(acquire, Duration::from_secs(20));
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(USAGE), "{stderr}");
-    assert!(stderr.contains("the nodes refuse the call (3 of 3 nodes): ERR"), "{stderr}");
-    assert!(stderr.contains("ttl-ms") && stderr.contains("out of range"), "{stderr}");
-    assert!(!stderr.contains("no quorum"), "{stderr}");
-    assert!(started.elapsed() < Duration::from_secs(5), "retried for {:?}", started.elapsed());
+    let _: () = cmd("SET").arg("config").arg("x").query(&mut servers[0].conn()).unwrap();
+    let _: () = cmd("SET").arg("config").arg("x").query(&mut servers[1].conn()).unwrap();
+    for (words, says) in [
+        (["acquire", "deploy", "--ttl", "99999999"], "ERR lock.acquire: ttl-ms 99999999 is out of range"),
+        (["acquire", "config", "--ttl", "5000"], "WRONGTYPE Operation against a key holding the wrong kind"),
+    ] {
+        let before = acquire_calls(&servers);
+        let started = Instant::now();
+        let mut acquire = redlock(&servers);
+        acquire.args(words).args(["--wait", "10000"]);
+        let out = run_bounded(acquire, Duration::from_secs(20));
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(USAGE), "{stderr}");
+        assert!(stderr.contains("the nodes refuse the request for '"), "{stderr}");
+        assert!(stderr.contains("a retry would be refused again): member 1 (redis://"), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!stderr.contains("no quorum"), "{stderr}");
+        assert_eq!(acquire_calls(&servers) - before, 3, "one attempt: {stderr}");
+        assert!(started.elapsed() < Duration::from_secs(5), "retried for {:?}", started.elapsed());
+    }
     assert_free(&all(&servers), "deploy");
+    assert_free(&[&servers[2]], "config");
 
     let token = field(&acquired(&servers, &["deploy"]), "REDLOCK_TOKEN");
     let out = call(&servers, &["extend", "deploy", "--ttl", "99999999", "--token", &token]);
@@ -531,9 +548,26 @@ fn check_asks_the_quorum_whether_a_fencing_token_is_live() {
 #[test]
 fn servers_without_the_module_say_to_load_it() {
     let servers = start_all((0..3).map(|_| Opts { without_module: true, ..Opts::new() }).collect());
-    let out = call(&servers, &["acquire", "deploy"]);
+    // The ERR replies of every node so far (INFO errorstats), each read
+    // on one connection opened before (a new one may add errors of its own
+    // handshake).
+    let mut conns: Vec<Connection> = servers.iter().map(Server::conn).collect();
+    let mut errors = || -> i64 {
+        let count = |c: &mut Connection| {
+            let stats: String = cmd("INFO").arg("errorstats").query(c).unwrap();
+            let line = stats.lines().find_map(|l| l.strip_prefix("errorstat_ERR:count="));
+            line.map_or(0, |n| n.trim().parse().unwrap())
+        };
+        conns.iter_mut().map(count).sum()
+    };
+    let before = errors();
+    let started = Instant::now();
+    let out = call(&servers, &["acquire", "deploy", "--wait", "8000"]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(USAGE), "{stderr}");
+    // One attempt: per node, its LOCK.ACQUIRE and the undo's LOCK.RELEASE.
+    assert_eq!(errors() - before, 6, "one attempt: {stderr}");
+    assert!(started.elapsed() < Duration::from_secs(4), "retried for {:?}", started.elapsed());
     assert!(stderr.contains("ERR unknown command 'lock.acquire'"), "{stderr}");
     assert!(stderr.contains("the lock module is not loaded on that node: add `loadmodule"), "{stderr}");
 }

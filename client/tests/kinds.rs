@@ -134,12 +134,14 @@ async fn a_two_permit_semaphore_needs_four_of_five_nodes() {
         "'backups' is held by another owner: 0 of 5 granted (need 4 for a 2-permit semaphore); \
          5 held by another owner"
     );
-    // Another permit count is refused by every node, and says so.
+    // Another permit count is refused by every node, and says so: a
+    // caller mistake (every client must give the same count), not retried.
     let other = rl
         .try_acquire("backups", Mode::Permit { permits: 3 }, SECOND)
         .await
         .expect_err("3 permits on a 2-permit semaphore");
-    assert!(matches!(other, Error::NoQuorum { phase: Phase::Acquire, .. }), "{other:?}");
+    assert!(matches!(other, Error::Refused { phase: Phase::Acquire, .. }), "{other:?}");
+    assert!(!other.is_retryable());
     assert!(other.to_string().contains("this semaphore has 2 permits, not 3"), "{other}");
     // Bad counts never reach the nodes.
     assert!(matches!(

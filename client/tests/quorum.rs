@@ -128,24 +128,68 @@ async fn nodes_down_at_connect_are_tried_again_later() {
     });
 }
 
+/// The lock.acquire calls each node has run so far.
+fn acquire_calls(servers: &[Server]) -> Vec<i64> {
+    servers.iter().map(|s| calls(s, "lock.acquire")).collect()
+}
+
+/// A request the nodes refuse itself (a TTL above their lock.max-ttl-ms, a
+/// key that is not a lock) ends at the first attempt, within any retry
+/// policy, as a non-retryable `Refused` that names a node and its reply,
+/// when the refusals alone rule the majority out; a node alone that
+/// refuses (a smaller limit there) does not stop the others from granting.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_node_error_is_counted_and_shown() {
-    let servers = cluster(3);
+async fn a_request_the_nodes_refuse_ends_at_once() {
+    let servers = start_all(vec![Opts::new(), Opts::new(), Opts::new().module_arg("max-ttl-ms", "2000")]);
     let rl = redlock(&servers).await;
-    // A TTL above the nodes' lock.max-ttl-ms is refused by every node.
-    let error = rl.try_acquire("big", Mode::Plain, Duration::from_secs(60)).await.expect_err("ttl above max");
+    let wait = RetryPolicy::within(Duration::from_secs(10));
+    let before = acquire_calls(&servers);
+    let started = Instant::now();
+    let error =
+        rl.acquire("big", Mode::Plain, Duration::from_secs(60), &wait).await.expect_err("ttl above max");
+    let took = started.elapsed();
+    assert!(matches!(error, Error::Refused { phase: Phase::Acquire, .. }), "{error:?}");
+    assert!(!error.is_retryable() && error.is_invalid_argument());
     let text = error.to_string();
+    let first = format!("member 1 ({})", servers[0].url());
     assert!(
-        text.starts_with("no quorum for 'big': 0 of 3 granted (need 2); 3 other errors (first: ERR"),
+        text.starts_with(&format!(
+            "the nodes refuse the request for 'big' (3 of 3 nodes; a retry would be refused again): {first}: \
+             ERR lock.acquire: ttl-ms 60000 is out of range, must be 1..30000"
+        )),
         "{text}"
     );
-    // A key that is not a lock: WRONGTYPE from the node that has it.
-    let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut servers[0].conn()).unwrap();
-    let guard = rl.try_acquire("plain", Mode::Plain, SECOND).await.expect("2 of 3 grant");
+    let after = acquire_calls(&servers);
+    assert_eq!(after.iter().zip(&before).map(|(a, b)| a - b).collect::<Vec<_>>(), [1, 1, 1], "one attempt");
+    assert!(took < Duration::from_secs(5), "took {took:?} of a 10 s wait");
+
+    // One node with a smaller limit refuses 5 s; the other two grant.
+    let guard = rl.acquire("mid", Mode::Plain, 5 * SECOND, &wait).await.expect("2 of 3 grant");
+    assert_eq!(holder(&servers[2], "mid"), None);
     guard.release().await.unwrap();
+
+    // A key that is not a lock: WRONGTYPE. On one node only, with the
+    // others held by another owner: that is contention (retryable).
+    let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut servers[0].conn()).unwrap();
+    let other = rl.try_acquire("plain", Mode::Plain, SECOND).await.expect("2 of 3 grant");
+    let error = rl.try_acquire("plain", Mode::Plain, SECOND).await.expect_err("held");
+    assert!(matches!(error, Error::Contended { .. }) && error.is_retryable(), "{error:?}");
+    assert!(error.to_string().contains("1 other error (WRONGTYPE"), "{error}");
+    other.release().await.unwrap();
+    // On two of three: no majority can ever grant; what the third granted
+    // is released before the error returns.
     let _: () = redis::cmd("SET").arg("plain").arg("x").query(&mut servers[1].conn()).unwrap();
-    let error = rl.try_acquire("plain", Mode::Plain, SECOND).await.expect_err("2 of 3 refuse");
-    assert!(error.to_string().contains("2 other errors (first: WRONGTYPE"), "{error}");
+    let before = acquire_calls(&servers);
+    let error = rl.acquire("plain", Mode::Plain, SECOND, &wait).await.expect_err("2 of 3 refuse");
+    assert!(matches!(error, Error::Refused { .. }) && !error.is_retryable(), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("(2 of 3 nodes; a retry would be refused again): {first}: WRONGTYPE")),
+        "{error}"
+    );
+    let after = acquire_calls(&servers);
+    assert_eq!(after.iter().zip(&before).map(|(a, b)| a - b).collect::<Vec<_>>(), [1, 1, 1], "one attempt");
     assert_free(&[&servers[2]], "plain");
 }
 
@@ -444,14 +488,18 @@ async fn urls_with_a_user_a_password_and_a_database() {
     let rl =
         Redlock::connect(&wrong, test_config()).await.expect("a node that refuses is not a connect error");
     let error = rl.try_acquire("in-db-3", Mode::Plain, SECOND).await.expect_err("AUTH refused");
+    // The nodes refuse the credentials: no retry helps.
+    assert!(matches!(error, Error::Refused { .. }) && !error.is_retryable(), "{error:?}");
     let text = error.to_string();
     assert!(
-        text.starts_with(
-            "no quorum for 'in-db-3': 0 of 3 granted (need 2); 3 other errors (first: WRONGPASS "
-        ),
+        text.starts_with(&format!(
+            "the nodes refuse the request for 'in-db-3' (3 of 3 nodes; a retry would be refused again): \
+             member 1 ({}): WRONGPASS ",
+            wrong[0]
+        )),
         "{text}"
     );
-    assert!(text.ends_with(" (on connect, AUTH))"), "{text}");
+    assert!(text.ends_with(" (on connect, AUTH)"), "{text}");
 
     for bad in ["rediss://127.0.0.1:1/", "redis+unix:///tmp/x.sock", "redis://127.0.0.1:1/?protocol=resp3"] {
         let error = Redlock::connect([bad], test_config()).await.expect_err(bad);

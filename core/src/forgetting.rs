@@ -201,6 +201,12 @@ pub enum Cause {
     Swapped(i32),
     /// More keys lost their locks at once than the node keeps apart.
     TooManyKeys,
+    /// The key's lock arrived from another node (a slot migration): its
+    /// record may be behind its holder's lease (the exporter a promoted
+    /// replica in its failover quarantine), so it is not taken over by
+    /// expiry before the importer's quarantine has run; its holder's
+    /// release ends this at once.
+    Imported,
 }
 
 impl Cause {
@@ -210,6 +216,7 @@ impl Cause {
         match event {
             b"evicted" => Cause::Evicted,
             b"expired" => Cause::Expired,
+            b"imported" => Cause::Imported,
             other => Cause::Changed(String::from_utf8_lossy(other).into()),
         }
     }
@@ -223,6 +230,7 @@ impl Cause {
             Cause::Flushed => "flushed",
             Cause::Swapped(_) => "swapped",
             Cause::TooManyKeys => "overflow",
+            Cause::Imported => "imported",
         }
     }
 
@@ -243,6 +251,10 @@ impl Cause {
                 format!("{scope} was swapped with db {other} (SWAPDB) while either may have held locks")
             }
             Cause::TooManyKeys => format!("more than {KEY_QUARANTINES_MAX} keys of {scope} lost their locks at once"),
+            Cause::Imported => "this key's lock arrived from another node by a slot migration, and its record may \
+                                be behind its holder's lease: it is not taken over by expiry before this node's \
+                                quarantine has run since (its holder's release ends this)"
+                .into(),
         }
     }
 }
@@ -513,6 +525,21 @@ impl Forgetting {
             Some(key) => self.quarantine_key(db, key, until_ms, cause, now_ms),
             None => self.quarantine_db(db, until_ms, cause),
         })
+    }
+
+    /// The key's lock was released by its holder: a quarantine of the key
+    /// for its arrival ([`Cause::Imported`]) ends (any other stays).
+    /// Returns whether one did.
+    pub fn end_imported(&mut self, db: i32, key: &[u8]) -> bool {
+        if self.keys.is_empty() {
+            return false;
+        }
+        let id = (db, key.to_vec());
+        let imported = matches!(self.keys.get(&id), Some((_, Cause::Imported)));
+        if imported {
+            self.keys.remove(&id);
+        }
+        imported
     }
 
     /// LOCK.REVOKE: the operator freed the key on purpose; its quarantine

@@ -51,6 +51,7 @@ const TAG_CHANGED: u8 = 3;
 const TAG_FLUSHED: u8 = 4;
 const TAG_SWAPPED: u8 = 5;
 const TAG_TOO_MANY_KEYS: u8 = 6;
+const TAG_IMPORTED: u8 = 7;
 
 impl Ledger {
     pub fn encode(&self) -> Vec<u8> {
@@ -126,6 +127,7 @@ fn put_cause(out: &mut Vec<u8>, cause: &Cause) {
             out.extend_from_slice(&other.to_le_bytes());
         }
         Cause::TooManyKeys => out.push(TAG_TOO_MANY_KEYS),
+        Cause::Imported => out.push(TAG_IMPORTED),
     }
 }
 
@@ -170,6 +172,7 @@ impl<'a> Reader<'a> {
             TAG_FLUSHED => Cause::Flushed,
             TAG_SWAPPED => Cause::Swapped(i32::from_le_bytes(self.array()?)),
             TAG_TOO_MANY_KEYS => Cause::TooManyKeys,
+            TAG_IMPORTED => Cause::Imported,
             tag => return Err(format!("a lock ledger with an unknown cause {tag}")),
         })
     }
@@ -188,6 +191,7 @@ mod tests {
             Just(Cause::Flushed),
             any::<i32>().prop_map(Cause::Swapped),
             Just(Cause::TooManyKeys),
+            Just(Cause::Imported),
         ]
     }
 

@@ -26,7 +26,8 @@
 //!   wall clock at load plus monotonic time) and its wall clock.
 //! - Faults, at any step: node restarts (`Faults::restarts` per path: its
 //!   locks and counter lost, with the quarantine; or kept by an `always`
-//!   AOF, rewritten or not, with the kept counter and the restart grace),
+//!   AOF, rewritten or not, with the kept counter, the restart grace and
+//!   a quarantine in force),
 //!   one wall-clock step on a node by the tolerance (with the module:
 //!   before a restart, the only moment a running node's module clock takes
 //!   a step in), one lost request; and at will: late replies, a client
@@ -111,6 +112,11 @@ pub enum Bug {
     /// `KEEP_AHEAD`: the same lead reached through the kept value (mutant
     /// `keep-ahead-a-quarantine`).
     KeepAheadAQuarantine,
+    /// An `always` restart during a quarantine skips the rest of it (the
+    /// rule before the ledger carried the quarantine's end: mutant
+    /// `quarantine-not-continued`): after a restart that lost its counter,
+    /// it starts from the counter kept since, below tokens issued before.
+    QuarantineNotContinued,
     /// The client's validity leaves out the drift (mutant `drift-zero`).
     NoDrift,
     /// A lock restored at a start gets no restart grace (mutant
@@ -129,23 +135,17 @@ pub struct Faults {
     /// always`, or `everysec`): it quarantines.
     pub restart_lost: bool,
     /// A node restarts from an `always` AOF (rewritten or not: the
-    /// rewrite's RDB preamble carries the ledger): it keeps its locks and
-    /// the kept counter.
+    /// rewrite's RDB preamble carries the ledger): it keeps its locks, the
+    /// kept counter and the end of a quarantine in force. It may come
+    /// while the node is still in the quarantine of a restart that lost
+    /// its counter (its persistence changed in between: `everysec` then
+    /// `always`, or an AOF without the ledger then one with it).
     pub restart_kept: bool,
     /// Restarts per path, of either kind, on any nodes.
     pub restarts: u8,
     /// Whether one node may restart twice (else two restarts are two
     /// nodes').
     pub same_node_twice: bool,
-    /// A restart from an `always` AOF may come while the node is still in
-    /// the quarantine of a restart that lost its counter (its persistence
-    /// changed in between: `everysec` then `always`, or an AOF without the
-    /// ledger then one with it). The module's durable start does not carry
-    /// that quarantine over, so its counter starts from a ledger written
-    /// during the quarantine, below tokens the node issued before: a known
-    /// gap, its own run (`gap-always-start-in-quarantine`), left out of the
-    /// others.
-    pub kept_in_quarantine: bool,
     /// A node's wall clock steps by the tolerance, forward or back, once.
     pub clock_step: bool,
     /// A request is lost (its connection resets). (A lost reply is a
@@ -162,7 +162,6 @@ impl Faults {
         restart_kept: true,
         restarts: 1,
         same_node_twice: true,
-        kept_in_quarantine: true,
         clock_step: true,
         message_loss: true,
         pause: true,
@@ -172,7 +171,6 @@ impl Faults {
         restart_kept: false,
         restarts: 1,
         same_node_twice: true,
-        kept_in_quarantine: false,
         clock_step: false,
         message_loss: false,
         pause: false,
@@ -623,10 +621,12 @@ impl Node {
     /// to. From an `always` AOF, rewritten or not, it keeps its locks and
     /// the kept counter (the ledger in the rewrite's RDB preamble, the
     /// raises after it), at or above every token it issued: no floor ahead
-    /// of its clock. Restored locks get the restart grace. Either way the
+    /// of its clock; a quarantine in force goes on to its end (the ledger
+    /// carries it). Restored locks get the restart grace. Either way the
     /// module clock re-anchors to the wall clock: a step taken while the
     /// old process ran lands now.
     fn restart(&mut self, config: &Config, now: Tick, kept: bool) {
+        let old_clock = self.module_now(now);
         self.module = self.wall;
         match (config.protocol, kept) {
             (Protocol::Plain, false) => self.lock = None,
@@ -643,10 +643,20 @@ impl Node {
                     self.kept = 0;
                 }
                 self.counter = self.kept.max(stored);
-                // A start that skips the quarantine: one a restart before
-                // it began is not carried over (the ledger keeps removal
-                // quarantines, not the start's).
-                self.quarantine_until = Tick::MIN;
+                // A start that needs no quarantine of its own, but goes on
+                // with one in force when its ledger was written: what that
+                // quarantine covers (grants before a restart that lost
+                // them) is not in the AOF either. The ledger is written at
+                // a rewrite; the model reads the kept state as one written
+                // at the restart (a quarantine over by then is not
+                // carried). An AOF with no rewrite in the quarantine (its
+                // ledger older) carries no end: the planted bug's path.
+                // The end is on the old module clock, read on the new one
+                // (a step before the restart moves it).
+                let in_force = old_clock < self.quarantine_until;
+                if !in_force || config.bug(Bug::QuarantineNotContinued) {
+                    self.quarantine_until = Tick::MIN;
+                }
                 if config.bug(Bug::StartFloorLead) {
                     self.counter = self.counter.max(clock_token(self.module_now(now) + config.quarantine()));
                 }
@@ -1096,14 +1106,13 @@ impl crate::check::Model for LockModel {
                 &[0]
             };
             let node = &s.nodes[n as usize];
-            let quarantined = node.module_now(s.now) < node.quarantine_until;
             let may_restart =
                 s.restarts < config.faults.restarts && (config.faults.same_node_twice || !node.restarted);
             for &step in steps.iter().filter(|_| may_restart) {
                 if config.faults.restart_lost {
                     out.push(Action::Restart { node: n, kept: false, step });
                 }
-                if config.faults.restart_kept && (config.faults.kept_in_quarantine || !quarantined) {
+                if config.faults.restart_kept {
                     out.push(Action::Restart { node: n, kept: true, step });
                 }
             }

@@ -1,7 +1,7 @@
 //! The runs: the module's protocol under each fault and each pair of fault
 //! kinds (no violation), the plain recipe under each of its classic faults,
-//! the module's protocol beyond its clock assumption and in its known gap,
-//! and with each planted bug (each must be found).
+//! the module's protocol beyond its clock assumption, and with each planted
+//! bug (each must be found).
 
 use crate::check::{self, Outcome};
 use crate::protocol::{
@@ -45,7 +45,9 @@ pub fn all() -> Vec<Scenario> {
     // is a kept one, then another node's lost one) and a clock step.
     let restart_loss = Faults { message_loss: true, ..restart };
     let restarts_step = Faults { restarts: 2, clock_step: true, ..restart };
-    let gap = Faults { kept_in_quarantine: true, ..restarts_step };
+    // Two restarts, no clock step: a node's `always` start in the
+    // quarantine of its restart before, with a tick more after it.
+    let restarts = Faults { restarts: 2, ..restart };
     let two_nodes_restart = Faults { same_node_twice: false, ..restarts_step };
     let scenario =
         |name, protocol, faults, bug, expect| Scenario { name, config: with(protocol, faults, bug), expect };
@@ -74,9 +76,7 @@ pub fn all() -> Vec<Scenario> {
         scenario("plain-restart", plain, restart_lost, None, Some(MUTUAL_EXCLUSION)),
         scenario("plain-pause", plain, pause, None, Some(WRITE_ORDER)),
         scenario("plain-clock-step", plain, clock_step, None, Some(MUTUAL_EXCLUSION)),
-        // The known gap: the same run with a node's `always` start in the
-        // quarantine of its restart before.
-        two_faults("gap-always-start-in-quarantine", gap, 2, None, Some(NODE_TOKEN_ORDER)),
+        two_faults("module-always-start-in-quarantine", restarts, 3, None, None),
         // module-restarts-step with the token properties checked beyond
         // assumption 2 too: a clock step back of the node behind, across
         // its restart without persistence, puts the clocks a quarantine
@@ -144,6 +144,15 @@ pub fn all() -> Vec<Scenario> {
             },
             expect: Some(NODE_TOKEN_ORDER),
         },
+        // The gap the model found: an `always` start in the quarantine of
+        // the node's restart before skips the rest of it.
+        two_faults(
+            "bug-quarantine-not-continued",
+            restarts,
+            2,
+            Some(Bug::QuarantineNotContinued),
+            Some(NODE_TOKEN_ORDER),
+        ),
         Scenario {
             name: "bug-no-restart-grace",
             config: Config { horizon: 2, ..with(module, step_restart, Some(Bug::NoRestartGrace)) },
@@ -217,22 +226,14 @@ mod tests {
         check("module-restarts-step");
     }
 
-    /// The known gap: a node restarted without persistence, then from an
-    /// `always` AOF before its quarantine ended, starts from the counter it
-    /// kept since (nothing), below a token it issued before both.
+    /// A node restarted without persistence, then from an `always` AOF
+    /// before its quarantine ended, goes on with that quarantine (the
+    /// ledger carries its end): no token issued again, and the node grants
+    /// again once it is over (`a_quarantine_not_continued_is_found` replays
+    /// the path of the gap).
     #[test]
-    fn an_always_start_in_a_quarantine_issues_a_token_again() {
-        let path = check("gap-always-start-in-quarantine");
-        let restarts: Vec<(u8, bool)> = path
-            .iter()
-            .filter_map(
-                |a| if let Action::Restart { node, kept, .. } = a { Some((*node, *kept)) } else { None },
-            )
-            .collect();
-        let [(lost, false), (kept, true)] = restarts[..] else {
-            panic!("a lost restart, then a kept one: {path:?}")
-        };
-        assert_eq!(lost, kept, "one node: {path:?}");
+    fn module_survives_an_always_start_in_a_quarantine() {
+        check("module-always-start-in-quarantine");
     }
 
     #[test]
@@ -337,6 +338,65 @@ mod tests {
         assert!(path.iter().any(|a| matches!(a, Action::Fence { .. })), "a raise: {path:?}");
     }
 
+    /// The gap the model found on 2026-11-28, the module's rule before its
+    /// fix: two restarts of one node, the first losing its counter, the
+    /// second from an `always` AOF within the first's quarantine, which it
+    /// skips. The fixed model takes the same steps (every one enabled),
+    /// refuses the grant that broke property 9, and its node grants again
+    /// once the quarantine it went on with is over.
+    #[test]
+    fn a_quarantine_not_continued_is_found() {
+        let path = check("bug-quarantine-not-continued");
+        let restarts: Vec<(usize, u8, bool)> = path
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                if let Action::Restart { node, kept, .. } = a {
+                    Some((i, *node, *kept))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let [(_, lost, false), (at, kept, true)] = restarts[..] else {
+            panic!("a lost restart, then a kept one: {path:?}")
+        };
+        assert_eq!(lost, kept, "one node: {path:?}");
+        let node = kept as usize;
+
+        let fixed = all().into_iter().find(|s| s.name == "module-always-start-in-quarantine").unwrap();
+        let model = LockModel::new(fixed.config);
+        let mut s = model.init();
+        let mut actions = Vec::new();
+        let mut after_restarts = s;
+        let mut top = 0;
+        for (i, &action) in path.iter().enumerate() {
+            actions.clear();
+            model.actions(&s, &mut actions);
+            assert!(actions.contains(&action), "step {i} {action:?} enabled in the fixed model: {path:?}");
+            if i == at {
+                top = s.nodes[node].issued_top;
+            }
+            s = model.next(&s, action);
+            if i == at {
+                let n = &s.nodes[node];
+                assert!(s.now + n.module < n.quarantine_until, "still quarantined: {s:?}");
+                after_restarts = s;
+            }
+            assert_eq!(model.violation(&s), None, "step {i}: {path:?}");
+        }
+        assert!(top > 0, "the node issued a token before its restarts: {path:?}");
+
+        // From the kept restart, within the run's horizon: the restarted
+        // node grants a lock again, above what it issued before.
+        let goal = Box::new(move |s: &State| {
+            s.nodes.iter().any(|n| n.restarted && n.lock.is_some_and(|l| !l.restored && l.token > top))
+        });
+        let reach = Reach { model, init: after_restarts, goal };
+        let outcome = check::check(&reach, STATES_MAX);
+        assert!(outcome.counterexample.is_some(), "the node never grants again");
+    }
+
     #[test]
     fn a_restart_without_the_grace_is_found() {
         let path = check("bug-no-restart-grace");
@@ -357,6 +417,8 @@ mod tests {
     /// checker finds a path to the goal if the model can reach it.
     struct Reach {
         model: LockModel,
+        /// Where the search starts.
+        init: State,
         goal: Box<dyn Fn(&State) -> bool>,
     }
 
@@ -364,7 +426,7 @@ mod tests {
         type State = State;
         type Action = Action;
         fn init(&self) -> State {
-            self.model.init()
+            self.init
         }
         fn actions(&self, s: &State, out: &mut Vec<Action>) {
             self.model.actions(s, out)
@@ -404,7 +466,8 @@ mod tests {
                         && (!faults.message_loss || s.lost)
                 })
             };
-            let reach = Reach { model: LockModel::new(scenario.config), goal };
+            let model = LockModel::new(scenario.config);
+            let reach = Reach { init: model.init(), model, goal };
             let outcome = check::check(&reach, STATES_MAX);
             assert!(outcome.counterexample.is_some(), "{}: the goal is never reached", scenario.name);
         }

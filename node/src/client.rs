@@ -3,14 +3,20 @@
 //! it. Each method converts its arguments, runs the client's call on the
 //! runtime and converts what it returns.
 
-use napi::bindgen_prelude::BigInt;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use napi::bindgen_prelude::{BigInt, Either};
 use napi_derive::napi;
 use redlock_client::bindings::{self, mode, Claims, HeldLock, Unit};
 use redlock_client::{Config, Error, Redlock};
 use tokio::runtime::Handle;
+use tokio::sync::Notify;
 
 use crate::convert::{
-    node_report, outcome, policy, quorum_status, NodeReport, Outcome, QuorumStatusInfo, Retry, TallyInfo,
+    node_report, outcome, policy, quorum_status, Failure, NodeReport, Outcome, QuorumStatusInfo, Retry,
+    TallyInfo,
 };
 use crate::held::Held;
 
@@ -39,7 +45,7 @@ pub async fn connect(
             command_timeout: MS.duration("commandTimeout", command_timeout)?,
             reconnect_backoff: MS.duration("reconnectBackoff", reconnect_backoff)?,
         };
-        Ok(Client { redlock: Redlock::connect(nodes, config).await? })
+        Ok(Client { redlock: Redlock::connect(nodes, config).await?, aborts: Arc::default() })
     };
     outcome(connected.await)
 }
@@ -55,6 +61,50 @@ pub struct EnteredInfo {
 #[napi]
 pub struct Client {
     redlock: Redlock,
+    aborts: Arc<Aborts>,
+}
+
+/// The aborts of acquires that wait, by the id JavaScript gave the call
+/// (one per `signal`): `Client::abort` fires one, the acquire stops waiting.
+/// Either may come first; the acquire forgets its id when it ends.
+#[derive(Default)]
+struct Aborts(Mutex<HashMap<u32, Arc<Abort>>>);
+
+#[derive(Default)]
+struct Abort {
+    fired: AtomicBool,
+    wake: Notify,
+}
+
+impl Aborts {
+    fn get(&self, id: u32) -> Arc<Abort> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).entry(id).or_default().clone()
+    }
+
+    fn forget(&self, id: u32) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+    }
+}
+
+impl Abort {
+    fn fire(&self) {
+        self.fired.store(true, Ordering::SeqCst);
+        self.wake.notify_waiters();
+    }
+
+    /// Completes once fired (at once if it was already).
+    async fn fired(&self) {
+        loop {
+            // Registered before the flag is read: a fire in between wakes it.
+            let woken = self.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.fired.load(Ordering::SeqCst) {
+                return;
+            }
+            woken.await;
+        }
+    }
 }
 
 #[napi]
@@ -77,6 +127,11 @@ impl Client {
 
     /// One attempt (`retry` absent) or attempts within a retry policy, of
     /// one resource or (`many`) a set; `fence`: the fencing round too.
+    /// `abort`: the id of the caller's signal ([`Client::abort`]), which
+    /// stops the retries: the call then fails as "aborted". Each attempt is
+    /// a task of its own, so that an attempt under way when the wait stops
+    /// still ends, and if it took the lock, its guard is dropped there,
+    /// which releases it.
     #[napi]
     pub async fn acquire(
         &self,
@@ -85,22 +140,50 @@ impl Client {
         ttl: f64,
         fence: bool,
         retry: Option<Retry>,
+        abort: Option<u32>,
     ) -> Outcome<Held> {
         let redlock = self.redlock.clone();
         let taken = async move {
             let claims = claims.into_iter().map(|c| (c.resource, c.mode, c.permits));
-            let claims = Claims::parse(claims, many)?;
+            let claims = Arc::new(Claims::parse(claims, many)?);
             let ttl = MS.duration("ttl", ttl)?;
             let (guard, fenced) = match retry {
                 None => claims.attempt(&redlock, ttl, fence).await?,
-                Some(retry) => policy(&retry)?.retry(|| claims.attempt(&redlock, ttl, fence)).await?,
+                Some(retry) => {
+                    policy(&retry)?
+                        .retry(|| {
+                            let (redlock, claims) = (redlock.clone(), claims.clone());
+                            let task =
+                                tokio::spawn(async move { claims.attempt(&redlock, ttl, fence).await });
+                            async move {
+                                task.await.unwrap_or_else(|e| {
+                                    Err(Error::InvalidArgument(format!("the acquire attempt failed: {e}")))
+                                })
+                            }
+                        })
+                        .await?
+                }
             };
             // Always there: this runs as a task of the runtime.
             let runtime =
                 Handle::try_current().map_err(|e| Error::InvalidArgument(format!("no runtime: {e}")))?;
             Ok(Held::new(HeldLock::new(guard, fenced, runtime)))
         };
-        outcome(taken.await)
+        let Some(id) = abort else { return outcome(taken.await) };
+        let aborted = self.aborts.get(id);
+        let result = tokio::select! {
+            taken = taken => outcome(taken),
+            () = aborted.fired() => Either::B(Failure::aborted()),
+        };
+        self.aborts.forget(id);
+        result
+    }
+
+    /// Stops the wait of the acquire given `id` (its signal fired); one
+    /// that has not started yet stops at once.
+    #[napi]
+    pub fn abort(&self, id: u32) {
+        self.aborts.get(id).fire();
     }
 
     /// Releases by token: one resource (`many` false, in `mode`) or a set;

@@ -42,6 +42,21 @@ impl Failure {
 }
 
 impl Failure {
+    /// An acquire whose signal fired while it waited (JavaScript rejects
+    /// with the signal's reason).
+    pub fn aborted() -> Failure {
+        let info = FailureInfo {
+            kind: "aborted".into(),
+            message: "the acquire was aborted".into(),
+            resource: None,
+            phase: None,
+            tally: None,
+            reason: None,
+            cause: None,
+        };
+        Failure { info }
+    }
+
     pub fn of(error: &Error) -> Failure {
         let cause = match error {
             Error::Lost { reason: Lost::RenewalFailed(inner), .. } => Some(CauseInfo::of(inner)),
@@ -69,8 +84,8 @@ impl Failure {
 #[napi(object)]
 #[derive(Clone)]
 pub struct FailureInfo {
-    /// "held", "no_quorum", "expired_before_use", "lost" or
-    /// "invalid_argument".
+    /// "held", "no_quorum", "expired_before_use", "lost",
+    /// "invalid_argument" or "aborted".
     pub kind: String,
     /// The client's own message, with the counts.
     pub message: String,
@@ -105,6 +120,11 @@ impl CauseInfo {
             Error::ExpiredBeforeUse { resource, .. } => ("expired_before_use", Some(resource), None, None),
             Error::Lost { resource, .. } => ("lost", Some(resource), None, None),
             Error::InvalidArgument(_) => ("invalid_argument", None, None, None),
+            // The nodes refused the request itself: a caller mistake too,
+            // with the round's counts.
+            Error::Refused { resource, phase, tally, .. } => {
+                ("invalid_argument", Some(resource), Some(phase.name()), Some(&**tally))
+            }
         };
         CauseInfo {
             kind: kind.to_string(),

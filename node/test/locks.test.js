@@ -262,3 +262,43 @@ test("a lock garbage-collected while held is released", T, async (t) => {
   assert.equal(run.status, 0, run.stderr);
   assert.deepEqual(await cluster.lockInfos(resource), [null, null, null, null, null]);
 });
+
+test("an AbortSignal stops an acquire's wait", T, async (t) => {
+  const resource = resourceName(t);
+  const acquireCalls = async () => {
+    let total = 0;
+    for (const server of cluster.servers) total += await server.commandCalls("lock.acquire");
+    return total;
+  };
+  const holder = await locks.acquire(resource, { ttl: 20_000 });
+  // Aborted already: nothing reaches the nodes.
+  let before = await acquireCalls();
+  await assert.rejects(locks.acquire(resource, { ttl: 5_000, signal: AbortSignal.abort() }), { name: "AbortError" });
+  assert.equal(await acquireCalls(), before);
+  // Aborted while it waits: it rejects with the signal's reason, long
+  // before its wait, and tries no more.
+  const controller = new AbortController();
+  const started = performance.now();
+  const waiting = locks.acquire(resource, { ttl: 5_000, wait: 20_000, retryDelay: [10, 20], signal: controller.signal });
+  const failed = waiting.catch((e) => e);
+  before = await acquireCalls();
+  while ((await acquireCalls()) < before + 10) await new Promise((resolve) => setTimeout(resolve, 10));
+  controller.abort();
+  const error = await failed;
+  assert.equal(error, controller.signal.reason);
+  assert.equal(error.name, "AbortError");
+  assert.ok(performance.now() - started < 10_000, "stopped within its wait");
+  await locks.settle();
+  const after = await acquireCalls();
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  assert.equal(await acquireCalls(), after, "no attempt after the abort");
+  // using: the routine never runs; a timeout's signal works the same.
+  await assert.rejects(
+    locks.using(resource, { ttl: 5_000, wait: 20_000, signal: AbortSignal.timeout(50) }, async () => assert.fail("ran")),
+    { name: "TimeoutError" },
+  );
+  await holder.release();
+  await locks.settle();
+  assert.deepEqual(await cluster.lockInfos(resource), [null, null, null, null, null], "the waiters took nothing");
+  await assert.rejects(locks.acquire(resource, { ttl: 5_000, signal: "soon" }), InvalidArgumentError);
+});

@@ -81,18 +81,52 @@ test("bad arguments are refused with a clear error before any round", T, async (
   for (const [call, pattern] of cases) await refused(call(), pattern);
   assert.equal(await lockCalls(), before, "a refused call sent nothing to the nodes");
   assert.throws(() => locks.quorum("permit"), InvalidArgumentError);
-  // A TTL above the nodes' lock.max-ttl-ms is theirs to refuse: every node
-  // says so, and the error names their answer.
-  const error = await locks.tryAcquire(r, { ttl: 1e9 }).catch((e) => e);
-  assert.equal(error.name, "NoQuorumError");
+});
+
+test("a request the nodes refuse ends at once, whatever the wait", T, async (t) => {
+  // A TTL above the nodes' lock.max-ttl-ms (30 s), or a key that is not a
+  // lock, is refused by every node: one attempt, and a non-retryable
+  // InvalidArgumentError that names a node and its reply.
+  const r = resourceName(t);
+  const acquireCalls = async () => {
+    let total = 0;
+    for (const server of cluster.servers) total += await server.commandCalls("lock.acquire");
+    return total;
+  };
+  let before = await acquireCalls();
+  const started = performance.now();
+  const error = await locks.acquire(r, { ttl: 60_000, wait: 10_000 }).catch((e) => e);
+  const took = performance.now() - started;
+  assert.ok(error instanceof InvalidArgumentError, `${error && error.stack}`);
+  assert.equal(error.retryable, false);
+  assert.match(
+    error.message,
+    /^the nodes refuse the request for '.*' \(5 of 5 nodes; a retry would be refused again\): member 1 \(redis:\/\/[^)]+\): ERR lock.acquire: ttl-ms 60000 is out of range, must be 1..30000/,
+  );
+  assert.equal(error.resource, r);
+  assert.equal(error.phase, "acquire");
   assert.equal(error.tally.failed, 5);
-  assert.match(error.message, /5 other errors \(first: ERR lock.acquire: ttl-ms 1000000000 is out of range/);
+  assert.equal((await acquireCalls()) - before, 5, "one attempt");
+  assert.ok(took < 5_000, `took ${took} ms of a 10 s wait`);
+
+  const key = `${r}:string`;
+  for (const server of cluster.servers) await server.call("SET", key, "x");
+  before = await acquireCalls();
+  await refused(locks.acquire(key, { ttl: 5000, wait: 10_000 }), /\(5 of 5 nodes; a retry would be refused again\): .*WRONGTYPE/);
+  assert.equal((await acquireCalls()) - before, 5, "one attempt");
+  // using() too: the routine never runs.
+  await refused(locks.using(key, { ttl: 5000, wait: 10_000 }, async () => assert.fail("ran")), /WRONGTYPE/);
 });
 
 test("bad node lists and connect options", T, async () => {
   await refused(Redlock.connect("redis://127.0.0.1:6379"), /nodes must be an array of node URLs/);
   await refused(Redlock.connect([]), /no members given/);
   await refused(Redlock.connect(["http://127.0.0.1:6379"]), /redis:\/\//);
+  // Host and port without a scheme: the example given parses.
+  await refused(
+    Redlock.connect(["localhost 6379"]),
+    /not a URL: write it as redis:\/\/\[\[user\]:password@\]host:port\[\/db\], e\.g\. redis:\/\/localhost:6379$/,
+  );
   await refused(Redlock.connect(["redis://127.0.0.1:notaport"]), /./);
   await refused(Redlock.connect([6379]), /a node URL must be a string, not 6379/);
   await refused(Redlock.connect(cluster.urls, { timeout: 5 }), /unknown option "timeout" of the connect options/);

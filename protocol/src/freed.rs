@@ -15,6 +15,8 @@
 //!   (its tag would end early, or be empty): it is announced the classic
 //!   way on `__lock@<db>__:<key>`, to every node, as on a single master.
 
+use crate::slot::hash_tag;
+
 /// How an announcement is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Announce {
@@ -59,15 +61,6 @@ pub fn channel(db: i32, key: &[u8], cluster: bool) -> (Vec<u8>, Announce) {
     (out, how)
 }
 
-/// The key's hash tag as Redis Cluster reads it: the bytes between the
-/// first `{` and the first `}` after it, when there are any.
-fn hash_tag(key: &[u8]) -> Option<&[u8]> {
-    let open = key.iter().position(|&b| b == b'{')?;
-    let after = key.get(open + 1..)?;
-    let close = after.iter().position(|&b| b == b'}')?;
-    after.get(..close).filter(|tag| !tag.is_empty())
-}
-
 /// `n` in decimal, without the formatting machinery (on every release).
 fn push_decimal(out: &mut Vec<u8>, n: i32) {
     if n < 0 {
@@ -91,27 +84,7 @@ fn push_decimal(out: &mut Vec<u8>, n: i32) {
 mod tests {
     use super::*;
 
-    /// The hash slot Redis Cluster gives a name (CRC16/XMODEM of its tag,
-    /// or of the whole name): written here from the specification, apart
-    /// from the rule under test.
-    fn slot(name: &[u8]) -> u16 {
-        let hashed = match name.iter().position(|&b| b == b'{') {
-            Some(open) => match name[open + 1..].iter().position(|&b| b == b'}') {
-                Some(0) | None => name,
-                Some(close) => &name[open + 1..open + 1 + close],
-            },
-            None => name,
-        };
-        crc16::State::<crc16::XMODEM>::calculate(hashed) % 16_384
-    }
-
-    #[test]
-    fn the_tests_slots_are_the_servers() {
-        // As `CLUSTER KEYSLOT` answers them.
-        for (key, expected) in [("foo", 12_182), ("bar", 5_061), ("123456789", 12_739), ("{foo}x", 12_182)] {
-            assert_eq!(slot(key.as_bytes()), expected, "{key}");
-        }
-    }
+    use crate::slot::key_slot as slot;
 
     fn text(db: i32, key: &str, cluster: bool) -> (String, Announce) {
         let (name, how) = channel(db, key.as_bytes(), cluster);

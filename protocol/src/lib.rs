@@ -1,12 +1,14 @@
 //! What the `lock` module and its clients agree on, defined once: the
 //! commands' names, the error codes a client acts on, the limits both
-//! sides check, and the channel a freed lock is announced on (`freed`).
-//! No dependencies: the module's pure core, the quorum client and the
-//! Python package all use it.
+//! sides check, the channel a freed lock is announced on (`freed`), and a
+//! key's hash slot (`slot`). One dependency, `crc16` (the slot's hash):
+//! the module's pure core, the quorum client and the Python package all
+//! use it.
 
 use std::ffi::CStr;
 
 pub mod freed;
+pub mod slot;
 
 /// Tokens and owners are non-empty byte strings of at most this many bytes
 /// (the module refuses longer ones; the client checks before sending). A

@@ -9,7 +9,7 @@
     │   └── NodesUnreachableError  ... because nodes did not answer (also a ConnectionError)
     ├── ExpiredBeforeUseError  granted, but the rounds ate the whole TTL (retryable)
     ├── LockLostError          the lock is lost (.reason; a failed renewal is the __cause__)
-    └── InvalidArgumentError   a caller mistake (also a ValueError)
+    └── InvalidArgumentError   a caller mistake (also a ValueError), or a request the nodes refuse
 
 The messages are the Rust client's own, with the per-node counts, e.g.
 ``no quorum for 'orders:42': 2 of 5 granted (need 3); 3 unreachable``.
@@ -107,7 +107,10 @@ class LockLostError(RedlockError):
 
 class InvalidArgumentError(RedlockError, ValueError):
     """A caller mistake: an empty resource, a bad TTL or mode, a bad node
-    URL, a lock used after its release, ..."""
+    URL, a lock used after its release, ...; or a request so many nodes
+    refuse that no quorum can grant it (a TTL above their lock.max-ttl-ms,
+    a key that is not a lock, the module not loaded): raised at the first
+    attempt, whatever the wait, with ``resource``, ``phase`` and ``tally``."""
 
 
 _KINDS = {

@@ -126,6 +126,11 @@ fn exception<'py>(py: Python<'py>, error: &Error) -> PyResult<Bound<'py, PyAny>>
             ("lost", Some(resource.as_str()), none(), None, Some(reason.name()), cause)
         }
         Error::InvalidArgument(_) => ("invalid_argument", None, none(), None, none(), None),
+        // The nodes refused the request itself: a caller mistake too, with
+        // the round's counts.
+        Error::Refused { resource, phase, tally, .. } => {
+            ("invalid_argument", Some(resource.as_str()), Some(phase.name()), Some(&**tally), none(), None)
+        }
     };
     factory(py)?.call1((kind, message, resource, phase, tally.map(tally_out), reason, cause))
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import time
 
 import pytest
 from nodes import Cluster, run_python
@@ -48,6 +49,48 @@ def test_bad_arguments_are_refused_before_any_round(
         asyncio.run(AsyncRedlock(cluster.urls).try_acquire(resource, **kwargs))
     after = sum(s.command_calls("lock.acquire") + s.command_calls("lock.semaphore") for s in cluster.servers)
     assert after == before, "a refused call reached the nodes"
+
+
+def test_a_request_the_nodes_refuse_ends_at_once(cluster: Cluster, locks: Redlock, resource: str) -> None:
+    """A TTL above the nodes' lock.max-ttl-ms (30 s), or a key that is not a
+    lock, is refused by every node: the acquire ends at its first attempt,
+    whatever its wait, with a non-retryable InvalidArgumentError that names
+    a node and its reply (and the round's counts)."""
+
+    def acquire_calls() -> int:
+        return sum(s.command_calls("lock.acquire") for s in cluster.servers)
+
+    says = (
+        rf"the nodes refuse the request for '{re.escape(resource)}' \(5 of 5 nodes; a retry would be refused "
+        r"again\): member 1 \(redis://[^)]+\): ERR lock.acquire: ttl-ms 60000 is out of range, must be 1..30000"
+    )
+    before = acquire_calls()
+    started = time.monotonic()
+    with pytest.raises(InvalidArgumentError, match=says) as raised:
+        locks.acquire(resource, ttl=60.0, wait=10.0)
+    took = time.monotonic() - started
+    error = raised.value
+    assert isinstance(error, ValueError) and not error.retryable
+    assert (error.resource, error.phase) == (resource, "acquire")
+    assert error.tally is not None and (error.tally.nodes, error.tally.failed) == (5, 5)
+    assert acquire_calls() - before == 5, "one attempt"
+    assert took < 5.0, f"took {took:.1f} s of a 10 s wait"
+
+    async def in_asyncio() -> None:
+        with pytest.raises(InvalidArgumentError, match=says):
+            await AsyncRedlock(cluster.urls).acquire(resource, ttl=60.0, wait=10.0)
+
+    before = acquire_calls()
+    asyncio.run(in_asyncio())
+    assert acquire_calls() - before == 5, "one attempt"
+
+    key = f"{resource}:string"
+    for server in cluster.servers:
+        server.call("SET", key, "x")
+    before = acquire_calls()
+    with pytest.raises(InvalidArgumentError, match=r"\(5 of 5 nodes; a retry would be refused again\): .*WRONGTYPE"):
+        locks.acquire(key, ttl=5.0, wait=10.0)
+    assert acquire_calls() - before == 5, "one attempt"
 
 
 def test_the_mode_exclusive_is_refused_as_ambiguous(cluster: Cluster, locks: Redlock, resource: str) -> None:

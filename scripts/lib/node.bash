@@ -3,8 +3,10 @@
 #
 #   node_tools DIR PACKAGE@VERSION...   installs the pinned npm PACKAGEs
 #                                       into DIR/node_modules (npm install
-#                                       --prefix), only what is missing or at
-#                                       another version
+#                                       --prefix), all of them together when
+#                                       one is missing or at another version
+#                                       (npm removes, as extraneous, what a
+#                                       --no-save install does not name)
 #   node_install_package DIR            makes DIR a project of its own (a
 #                                       package.json) and installs node/ into
 #                                       it with the README's own command,
@@ -27,12 +29,14 @@ node_tools() {
     name=${wanted%@*}
     version=${wanted##*@}
     have=$(node -p "try { require('$dir/node_modules/$name/package.json').version } catch { '' }" 2>/dev/null || true)
-    [ "$have" = "$version" ] || missing+=("$wanted")
+    # Some packages publish their version with a leading v (redlock's
+    # 5.0.0-beta.2 says "v5.0.0-beta.2").
+    [ "${have#v}" = "$version" ] || missing+=("$wanted")
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    echo "node: installing ${missing[*]} into $dir" >&2
+    echo "node: installing $* into $dir (${missing[*]} missing)" >&2
     mkdir -p "$dir"
-    timeout 600 npm install --silent --no-audit --no-fund --no-save --prefix "$dir" "${missing[@]}" >&2
+    timeout 600 npm install --silent --no-audit --no-fund --no-save --prefix "$dir" "$@" >&2
   fi
 }
 

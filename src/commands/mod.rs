@@ -237,6 +237,10 @@ impl<'a> Cx<'a> {
     pub fn after_write(&self, written: Written) {
         if written.found_expired {
             self.node.stats.expiries.bump();
+        } else if written.freed {
+            // Released by its holder: a lock that arrived by a migration
+            // was not behind its holder's lease.
+            self.node.lock_released(self.call.db(), self.call.key_name());
         }
         let handed_off = wait::serve_key(self.call, self.node, self.now_ms);
         let publish = self.node.settings.publish_freed.load(std::sync::atomic::Ordering::Relaxed);

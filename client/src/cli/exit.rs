@@ -81,11 +81,6 @@ impl Cause {
     }
 }
 
-/// Error codes with which a node refuses the call itself (the module's
-/// `ERR` is "a bad call": an argument out of range, a bad token; the
-/// others refuse the URL's credentials), so that no retry helps.
-const REFUSALS: [&str; 4] = [lock_protocol::code::ERR, "WRONGPASS", "NOAUTH", "NOPERM"];
-
 /// The cause of a round that fell short of its quorum, from its counts;
 /// `no` is what a node's "no" means in that round.
 ///
@@ -93,11 +88,13 @@ const REFUSALS: [&str; 4] = [lock_protocol::code::ERR, "WRONGPASS", "NOAUTH", "N
 /// out of reach (more of them than `nodes - need`: had every other node
 /// said yes, the round would still fail). Failing that, the causes were
 /// mixed: no quorum. Only with a semaphore's larger quorum can two kinds
-/// both qualify; the first in this order wins: the call refused, "no",
+/// both qualify; the first in this order wins: the call refused (the
+/// nodes' refusals of the request: `ERR`, `WRONGTYPE`, the module not
+/// loaded, the credentials; see `quorum::refuses_request`), "no",
 /// quarantine, unreachable.
 pub fn cause_of(tally: &Tally, no: Cause) -> Cause {
     let spare = tally.nodes.saturating_sub(tally.need());
-    if tally.failed > spare && refused(tally) {
+    if tally.refused_outright() {
         Cause::Usage
     } else if tally.no > spare {
         no
@@ -108,12 +105,6 @@ pub fn cause_of(tally: &Tally, no: Cause) -> Cause {
     } else {
         Cause::NoQuorum
     }
-}
-
-/// The nodes' errors refuse the call itself (judged by the first one).
-fn refused(tally: &Tally) -> bool {
-    let code = tally.first_failure.as_deref().and_then(|text| text.split(' ').next());
-    code.is_some_and(|code| REFUSALS.contains(&code))
 }
 
 /// The cause of a library error.
@@ -132,7 +123,7 @@ pub fn cause(error: &Error) -> Cause {
         }
         Error::ExpiredBeforeUse { .. } => Cause::NoQuorum,
         Error::Lost { .. } => Cause::Lost,
-        Error::InvalidArgument(_) => Cause::Usage,
+        Error::InvalidArgument(_) | Error::Refused { .. } => Cause::Usage,
     }
 }
 
@@ -174,8 +165,8 @@ pub fn message(error: &Error) -> String {
 
 /// The nodes refused the call (a usage error), in their words.
 pub fn refusal(tally: &Tally) -> String {
-    let why = tally.first_failure.as_deref().unwrap_or("an error");
-    format!("the nodes refuse the call ({} of {} nodes): {why}", tally.failed, tally.nodes)
+    let why = tally.first_refusal.as_ref().map_or("an error", |(_, why)| why);
+    format!("the nodes refuse the call ({} of {} nodes): {why}", tally.refused, tally.nodes)
 }
 
 /// `status`'s code: 0 when a majority can grant and the nodes agree, with
@@ -236,14 +227,24 @@ mod tests {
         Failed(text.into())
     }
 
+    fn refused(text: &str) -> Answer {
+        Refused(text.into())
+    }
+
     #[test]
     fn a_kind_of_answer_is_the_cause_when_it_alone_rules_the_quorum_out() {
         let no = Cause::NotHeld;
         let range = "ERR lock.acquire: ttl-ms 99999999 is out of range";
-        assert_eq!(cause_of(&tally(&[err(range), err(range), err(range)]), no), Cause::Usage);
-        assert_eq!(cause_of(&tally(&[Yes(1), err(range), err(range)]), no), Cause::Usage);
-        assert_eq!(cause_of(&tally(&[Yes(1), err("WRONGPASS x"), err("ERR y")]), no), Cause::Usage);
-        assert_eq!(cause_of(&tally(&[Yes(1), err("WRONGTYPE x"), err("ERR y")]), no), Cause::NoQuorum);
+        assert_eq!(cause_of(&tally(&[refused(range), refused(range), refused(range)]), no), Cause::Usage);
+        assert_eq!(cause_of(&tally(&[Yes(1), refused(range), refused(range)]), no), Cause::Usage);
+        assert_eq!(
+            cause_of(&tally(&[Yes(1), refused("NOPERM x"), refused("WRONGTYPE y")]), no),
+            Cause::Usage
+        );
+        assert_eq!(
+            cause_of(&tally(&[Yes(1), refused("WRONGTYPE x"), err("LOADING y")]), no),
+            Cause::NoQuorum
+        );
         assert_eq!(cause_of(&tally(&[No, No, No]), no), Cause::NotHeld, "a double release");
         assert_eq!(cause_of(&tally(&[No, No, Yes(1), unreachable(), unreachable()]), no), Cause::NoQuorum);
         assert_eq!(cause_of(&tally(&[No, No, No, unreachable(), unreachable()]), Cause::Held), Cause::Held);
@@ -300,12 +301,16 @@ mod tests {
             ),
             "exit 68 does not say 'no quorum', which is 69's"
         );
-        let refused = tally(&[err("ERR bad ttl"), err("ERR bad ttl"), err("ERR bad ttl")]);
-        let acquire = Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: refused.into() };
+        let bad = tally(&[refused("ERR bad ttl"), refused("ERR bad ttl"), refused("ERR bad ttl")]);
+        let acquire =
+            Error::NoQuorum { resource: "r".into(), phase: Phase::Acquire, tally: bad.clone().into() };
         assert_eq!(
             (code(&acquire), message(&acquire)),
             (USAGE, "the nodes refuse the call (3 of 3 nodes): ERR bad ttl".into())
         );
+        let node = "member 1 (redis://h:1)".to_string();
+        let acquire = Error::Refused { resource: "r".into(), phase: Phase::Acquire, node, tally: bad.into() };
+        assert_eq!((code(&acquire), message(&acquire)), (USAGE, acquire.to_string()));
     }
 
     #[test]

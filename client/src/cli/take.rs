@@ -5,8 +5,6 @@ use std::time::Duration;
 
 use redlock_client::{Error, Guard, Mode, Redlock, RetryPolicy};
 
-use super::exit::{self, Cause};
-
 /// `--wait`: one attempt for 0, else retries for up to that long.
 pub fn retry_policy(wait: Duration) -> RetryPolicy {
     if wait.is_zero() {
@@ -34,8 +32,9 @@ pub fn label(resources: &[(String, Mode)]) -> String {
 /// failed (as when the fencing round was part of every acquire). A fencing
 /// round that ends past the validity counts as the rounds taking too long
 /// (`ExpiredBeforeUse`, retried), as it did then. An attempt that the nodes
-/// refuse as a bad call (`ERR ... out of range`) is not retried: it ends as
-/// the invalid argument it is.
+/// refuse as a bad call (`ERR ... out of range`, `WRONGTYPE`, the module
+/// not loaded) is not retried: the library's `Error::Refused` is not
+/// retryable.
 pub async fn take(
     redlock: &Redlock,
     resources: &[(String, Mode)],
@@ -43,17 +42,7 @@ pub async fn take(
     policy: &RetryPolicy,
     fenced: bool,
 ) -> Result<(Guard, Option<u64>), Error> {
-    policy
-        .retry(|| async {
-            let taken = attempt(redlock, resources, ttl, fenced).await;
-            if let Err(Error::NoQuorum { tally, .. }) = &taken {
-                if exit::cause_of(tally, Cause::Held) == Cause::Usage {
-                    return Err(Error::InvalidArgument(exit::refusal(tally)));
-                }
-            }
-            taken
-        })
-        .await
+    policy.retry(|| attempt(redlock, resources, ttl, fenced)).await
 }
 
 async fn attempt(

@@ -57,7 +57,6 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use super::gate::{Follow, Gate, Outcome, Ticket};
 use super::redirect::{Addr, Redirect};
-use super::slot::{key_slot, SLOTS};
 use super::spelling::ClusterSpelling;
 use super::throttle::{Start, Throttle};
 use super::topology::{self, SlotMap, MASTERS_MAX};
@@ -65,6 +64,7 @@ use super::NodeAnswers;
 use crate::node::{as_raw, as_value, Limits, Node, OnReply, Replies, Request};
 use crate::quorum::Raw;
 use crate::resp::Reply;
+use lock_protocol::slot::{key_slot, SLOTS};
 
 /// Redirects (`MOVED` and `ASK`) one call follows at most.
 pub(crate) const REDIRECTS_MAX: u32 = 5;

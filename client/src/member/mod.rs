@@ -6,7 +6,8 @@
 //!
 //! - `spelling`: how a member is written (`redis://...` or
 //!   `redis+cluster://host:port?addr=host:port...`).
-//! - `slot`: a key's hash slot. `topology`: the slot map, read from
+//! - a key's hash slot: `lock_protocol::slot` (shared with the freed
+//!   channel's rule). `topology`: the slot map, read from
 //!   `CLUSTER SHARDS` / `CLUSTER SLOTS`. `redirect`: `MOVED`, `ASK`,
 //!   `TRYAGAIN`, `CLUSTERDOWN` read from error replies. `throttle`: how
 //!   often the topology is fetched. `gate`: the ordering gate and why a
@@ -17,7 +18,6 @@
 mod cluster;
 mod gate;
 mod redirect;
-mod slot;
 mod spelling;
 mod throttle;
 mod topology;
@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use crate::node::{as_value, Inbox, Limits, Node, Request};
 use crate::quorum::Raw;
 use cluster::Cluster;
-pub(crate) use slot::key_slot;
+pub(crate) use lock_protocol::slot::key_slot;
 pub(crate) use spelling::is_cluster;
 
 /// Each node's address with its answer (see [`Member::query_every_node`]).

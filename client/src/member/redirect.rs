@@ -63,7 +63,7 @@ impl Redirect {
     pub fn of(code: &str, detail: &str, host: &str) -> Option<Redirect> {
         let slot_and_addr = || {
             let (slot, addr) = detail.trim().split_once(' ')?;
-            let slot: u16 = slot.parse().ok().filter(|&slot| slot < super::slot::SLOTS)?;
+            let slot: u16 = slot.parse().ok().filter(|&slot| slot < lock_protocol::slot::SLOTS)?;
             Some((slot, Addr::parse(addr.trim(), host)?))
         };
         match code {

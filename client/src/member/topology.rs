@@ -5,7 +5,7 @@
 use redis::Value;
 
 use super::redirect::Addr;
-use super::slot::SLOTS;
+use lock_protocol::slot::SLOTS;
 
 /// The most masters one cluster member keeps addresses (and connections)
 /// for. A reply naming more is refused.

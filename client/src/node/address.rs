@@ -12,7 +12,10 @@ const URL_FORM: &str = "redis://[[user]:password@]host:port[/db]";
 /// most mistakes).
 pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
     let Some((scheme, _)) = url.split_once("://") else {
-        return Err(format!("not a URL: write it as {URL_FORM}, e.g. redis://{url}"));
+        return Err(match suggestion(url) {
+            Some(example) => format!("not a URL: write it as {URL_FORM}, e.g. {example}"),
+            None => format!("not a URL: write it as {URL_FORM}"),
+        });
     };
     match scheme {
         "redis" => {}
@@ -47,6 +50,15 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
     Ok(info)
 }
 
+/// What to write instead of an address without a scheme: `redis://`
+/// before its words joined by `:` (`localhost 6379` becomes
+/// `redis://localhost:6379`), when that parses; else nothing.
+fn suggestion(url: &str) -> Option<String> {
+    let joined = url.split_whitespace().collect::<Vec<_>>().join(":");
+    let example = format!("redis://{joined}");
+    (!joined.is_empty() && parse_url(&example).is_ok()).then_some(example)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,7 +73,9 @@ mod tests {
         let form = "write it as redis://[[user]:password@]host:port[/db]";
         for (url, says) in [
             ("localhost:6379", "not a URL: write it as redis://[[user]:password@]host:port[/db], e.g. redis://localhost:6379"),
-            ("10.0.0.1:6379", "not a URL"),
+            ("10.0.0.1:6379", "not a URL: write it as redis://[[user]:password@]host:port[/db], e.g. redis://10.0.0.1:6379"),
+            ("localhost 6379", "not a URL: write it as redis://[[user]:password@]host:port[/db], e.g. redis://localhost:6379"),
+            ("localhost\t 6379 ", "e.g. redis://localhost:6379"),
             ("http://10.0.0.1:6379", "the scheme is http://, not redis://"),
             ("rediss://10.0.0.1:6379", "TLS (rediss://) is not supported"),
             ("unix:///tmp/redis.sock", "Unix sockets are not supported"),
@@ -79,6 +93,9 @@ mod tests {
                 assert!(why.contains(form), "{url}: {why}");
             }
         }
+        // No example when none would parse.
+        let why = refused("localhost 6379 extra");
+        assert!(why.starts_with("not a URL: write it as") && !why.contains("e.g."), "{why}");
         for url in ["redis://10.0.0.1:6379", "redis://h", "redis://u:p@h:1/3", "redis://:p@[::1]:6379/"] {
             assert!(parse_url(url).is_ok(), "{url}");
         }

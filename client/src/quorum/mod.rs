@@ -32,7 +32,7 @@ pub use arithmetic::{
 };
 pub use replies::{
     classify_every_flag, classify_exit, classify_flag, classify_grant, error_text, quarantine_left_ms,
-    Answer, Raw,
+    refuses_request, Answer, Raw,
 };
 pub use retry::{retry_delay, RetryPolicy};
 pub use tally::{fence_floor, holds_left, verdict, Progress, Tally, Verdict};

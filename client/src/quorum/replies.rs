@@ -41,7 +41,11 @@ pub enum Answer {
     Unreachable(String),
     /// A cluster member could not route the call: why, naming the member.
     ClusterUnavailable(String),
-    /// An error reply or an unexpected reply.
+    /// An error reply that refuses the request itself (see
+    /// [`refuses_request`]): the node would answer the same request the
+    /// same way again, however long the caller waited.
+    Refused(String),
+    /// Any other error reply, or an unexpected reply.
     Failed(String),
 }
 
@@ -99,6 +103,9 @@ fn classify_failure(raw: &Raw) -> Answer {
         Raw::ServerError { code, detail } if code == lock_protocol::code::QUARANTINE => {
             Answer::Quarantined(quarantine_left_ms(detail))
         }
+        Raw::ServerError { code, detail } if refuses_request(code, detail) => {
+            Answer::Refused(error_text(code, detail))
+        }
         Raw::ServerError { code, detail } => Answer::Failed(error_text(code, detail)),
         Raw::TimedOut => Answer::TimedOut,
         Raw::Unreachable(why) => Answer::Unreachable(why.clone()),
@@ -108,6 +115,35 @@ fn classify_failure(raw: &Raw) -> Answer {
         Raw::Other(what) => Answer::Failed(format!("unexpected reply {what}")),
         Raw::Array(items) => Answer::Failed(format!("unexpected array of {} replies", items.len())),
     }
+}
+
+/// Error codes that refuse the request itself: the module's `ERR` (a bad
+/// call: an argument out of range, such as a TTL above
+/// `lock.max-ttl-ms`; a bad option; a semaphore's permit count other than
+/// its holders'; a mode this token does not hold), Redis's own `ERR` for a
+/// command it does not know (the module is not loaded), `WRONGTYPE` (the
+/// key is not a lock, or a lock of another kind), `CROSSSLOT`, and the
+/// refusals of the URL's credentials or of the user's rights (`NOAUTH`,
+/// `WRONGPASS`, `NOPERM`).
+const REQUEST_REFUSALS: [&str; 6] =
+    [lock_protocol::code::ERR, lock_protocol::code::WRONGTYPE, "CROSSSLOT", "NOAUTH", "WRONGPASS", "NOPERM"];
+
+/// `ERR` lines about the node's state, not the request: the node may
+/// accept the same request later (Redis' limit on clients; the module's
+/// caught panic and failed key write, in `src/errors.rs`).
+const NODE_STATE_ERRORS: [&str; 3] =
+    ["max number of clients reached", "internal error of the lock module", "the key could not be written"];
+
+/// Whether an error reply refuses the request itself, so that the node
+/// would answer it the same way whenever it is sent again: `ERR` (but
+/// for the few lines about the node's state), `WRONGTYPE`, `CROSSSLOT`,
+/// `NOAUTH`, `WRONGPASS`, `NOPERM`. Every other code is about the node
+/// now and may pass: `QUARANTINE`, `EVICTION`, `MAXWAITERS`, `TRYAGAIN`,
+/// `MOVED` / `ASK` (a cluster member follows them), `LOADING`, `BUSY`,
+/// `READONLY`, `MASTERDOWN`, `OOM`, `MISCONF`, ...
+pub fn refuses_request(code: &str, detail: &str) -> bool {
+    REQUEST_REFUSALS.contains(&code)
+        && !(code == lock_protocol::code::ERR && NODE_STATE_ERRORS.iter().any(|line| detail.contains(line)))
 }
 
 /// A node's error reply as a message: its code and text, and for a server
@@ -149,7 +185,7 @@ mod tests {
         );
         assert_eq!(
             classify_grant(&Raw::ServerError { code: "WRONGTYPE".into(), detail: "Operation".into() }),
-            Answer::Failed("WRONGTYPE Operation".into())
+            Answer::Refused("WRONGTYPE Operation".into())
         );
         assert_eq!(classify_grant(&Raw::TimedOut), Answer::TimedOut);
         let down = "member 2 (redis+cluster://h:1): CLUSTERDOWN The cluster is down";
@@ -171,7 +207,7 @@ mod tests {
             code: "ERR".into(),
             detail: "unknown command 'lock.acquire', with args beginning with: 'deploy' ".into(),
         };
-        let Answer::Failed(text) = classify_grant(&raw) else { panic!("a failure") };
+        let Answer::Refused(text) = classify_grant(&raw) else { panic!("a refusal") };
         assert!(text.starts_with("ERR unknown command 'lock.acquire', with args"), "{text}");
         assert!(text.ends_with("the lock module is not loaded on that node: add `loadmodule /path/to/libredis_lock.so` to its redis.conf and restart it, or MODULE LOAD it)"), "{text}");
         assert_eq!(error_text("ERR", "unknown command 'get2'"), "ERR unknown command 'get2'");
@@ -203,7 +239,7 @@ mod tests {
             Raw::ServerError { code: "WRONGTYPE".into(), detail: "x".into() },
             Raw::ServerError { code: "ERR".into(), detail: "y".into() },
         ]);
-        assert_eq!(classify_every_flag(&mixed), Answer::Failed("WRONGTYPE x".into()));
+        assert_eq!(classify_every_flag(&mixed), Answer::Refused("WRONGTYPE x".into()));
         assert!(matches!(classify_every_flag(&flags(&[1, 2])), Answer::Failed(_)), "2 is no flag");
         assert!(matches!(classify_every_flag(&Raw::Array(vec![])), Answer::Failed(_)));
         // The whole command failing (WRONGTYPE, QUARANTINE, a timeout).
@@ -214,6 +250,44 @@ mod tests {
         );
         assert!(matches!(classify_every_flag(&Raw::Int(1)), Answer::Failed(_)), "not an array");
         assert!(matches!(classify_flag(&flags(&[1])), Answer::Failed(_)), "an array is no single flag");
+    }
+
+    #[test]
+    fn refusals_of_the_request_are_told_from_the_nodes_state() {
+        let error = |code: &str, detail: &str| Raw::ServerError { code: code.into(), detail: detail.into() };
+        for (code, detail) in [
+            ("ERR", "lock.acquire: ttl-ms 60000 is out of range, must be 1..30000 (lock.max-ttl-ms)"),
+            ("ERR", "wrong number of arguments for 'lock.acquire' command"),
+            ("ERR", "unknown command 'lock.acquire', with args beginning with: 'k' "),
+            ("ERR", "lock.semaphore: this semaphore has 3 permits, not 2 (the count is fixed while it has holders)"),
+            ("WRONGTYPE", "Operation against a key holding the wrong kind of value (not a lock)"),
+            ("CROSSSLOT", "Keys in request don't hash to the same slot"),
+            ("NOAUTH", "Authentication required."),
+            ("NOPERM", "User u has no permissions to run the 'lock.acquire' command"),
+        ] {
+            assert!(refuses_request(code, detail), "{code} {detail}");
+            assert!(matches!(classify_grant(&error(code, detail)), Answer::Refused(_)), "{code} {detail}");
+            assert!(matches!(classify_flag(&error(code, detail)), Answer::Refused(_)), "{code} {detail}");
+        }
+        for (code, detail) in [
+            ("ERR", "max number of clients reached"),
+            ("ERR", "lock.acquire: internal error of the lock module (see the server log)"),
+            ("ERR", "lock.acquire: the key could not be written"),
+            ("EVICTION", "maxmemory-policy allkeys-lru can evict lock keys"),
+            ("MAXWAITERS", "too many clients waiting for this lock"),
+            ("TRYAGAIN", "the lock's hash slot moved"),
+            ("MOVED", "3999 127.0.0.1:6381"),
+            ("ASK", "3999 127.0.0.1:6381"),
+            ("LOADING", "Redis is loading the dataset in memory"),
+            ("READONLY", "You can't write against a read only replica."),
+            ("OOM", "command not allowed when used memory > 'maxmemory'."),
+            ("BUSY", "Redis is busy running a script."),
+        ] {
+            assert!(!refuses_request(code, detail), "{code} {detail}");
+            assert!(matches!(classify_grant(&error(code, detail)), Answer::Failed(_)), "{code} {detail}");
+        }
+        let quarantine = error("QUARANTINE", "node restarted, refusing new locks for 5 ms");
+        assert_eq!(classify_grant(&quarantine), Answer::Quarantined(Some(5)));
     }
 
     #[test]

@@ -37,11 +37,20 @@ pub struct Tally {
     /// Why, for the first of them (it names the member).
     pub first_cluster_unavailable: Option<Box<str>>,
     pub timed_out: usize,
+    /// Error replies (and unexpected replies), refusals of the request
+    /// included.
     pub failed: usize,
     /// The first error text, to show what "other errors" were. A boxed
     /// `str` (16 bytes, not a `String`'s 24) keeps the errors that carry a
     /// tally small, now that it also carries its quorum.
     pub first_failure: Option<Box<str>>,
+    /// Of the `failed`, the nodes that refused the request itself (an
+    /// argument out of their range, `WRONGTYPE`, the module not loaded:
+    /// [`super::replies::refuses_request`]): they would refuse it again.
+    pub refused: usize,
+    /// The first of them: its place among the answers (the node's index in
+    /// member order when every node was asked) and its reply.
+    pub first_refusal: Option<(usize, Box<str>)>,
 }
 
 impl Tally {
@@ -53,7 +62,7 @@ impl Tally {
     /// (`None`: still pending).
     pub fn of_partial<'a>(answers: impl IntoIterator<Item = Option<&'a Answer>>) -> Tally {
         let mut tally = Tally::default();
-        for answer in answers {
+        for (node, answer) in answers.into_iter().enumerate() {
             tally.nodes += 1;
             let Some(answer) = answer else { continue };
             match answer {
@@ -72,6 +81,12 @@ impl Tally {
                 Answer::Failed(why) => {
                     tally.failed += 1;
                     tally.first_failure.get_or_insert_with(|| why.as_str().into());
+                }
+                Answer::Refused(why) => {
+                    tally.failed += 1;
+                    tally.first_failure.get_or_insert_with(|| why.as_str().into());
+                    tally.refused += 1;
+                    tally.first_refusal.get_or_insert_with(|| (node, why.as_str().into()));
                 }
             }
         }
@@ -105,6 +120,14 @@ impl Tally {
 
     pub fn has_quorum(&self) -> bool {
         self.yes >= self.need()
+    }
+
+    /// The refusals of the request alone put the quorum out of reach: had
+    /// every other node said yes, the round would still have failed. The
+    /// same request can then never succeed on these nodes (see
+    /// [`crate::Error::Refused`]).
+    pub fn refused_outright(&self) -> bool {
+        self.refused > 0 && self.refused > self.nodes.saturating_sub(self.need())
     }
 
     /// `"2 of 5 granted (need 3); 3 quarantined (up to 1995 ms left)"`, with
@@ -379,6 +402,26 @@ mod tests {
         // the grants short: contention (3 + 3 of 6, need 4).
         assert_eq!(verdict(&tally(&[Yes(1), Yes(2), Yes(3), No, No, No])), Verdict::Contended);
         assert_eq!(verdict(&Tally::default()), Verdict::NoQuorum, "no answer is no contention");
+    }
+
+    #[test]
+    fn refusals_of_the_request_rule_the_quorum_out_when_they_alone_do() {
+        use Answer::*;
+        let range = || Refused("ERR lock.acquire: ttl-ms 60000 is out of range".into());
+        let t = tally(&[Yes(1), range(), Failed("LOADING".into()), range(), range()]);
+        assert_eq!((t.failed, t.refused), (4, 3));
+        assert_eq!(t.first_failure.as_deref(), Some("ERR lock.acquire: ttl-ms 60000 is out of range"));
+        assert_eq!(t.first_refusal, Some((1, "ERR lock.acquire: ttl-ms 60000 is out of range".into())));
+        assert!(t.refused_outright(), "3 of 5: a majority is out of reach");
+        // One node without the module, or with a smaller limit: the others
+        // may still grant.
+        assert!(!tally(&[range(), No, No, TimedOut, Yes(1)]).refused_outright());
+        assert!(!tally(&[range(), range(), No, No, No]).refused_outright());
+        assert!(!tally(&vec![Failed("LOADING".into()); 5]).refused_outright(), "not a refusal");
+        // A 2-permit semaphore on 5 nodes needs 4: two refusals suffice.
+        let t = tally(&[range(), range(), Yes(1), Yes(2), Yes(3)]).with_quorum(Quorum::Permits(2));
+        assert!(t.refused_outright());
+        assert!(tally(&[range()]).refused_outright(), "a single node");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::claim::Claim;
-use crate::error::{Error, Phase, Result};
+use crate::error::{Phase, Result};
 use crate::quorum;
 use crate::rounds::fanout::Members;
 use crate::rounds::lease::{expired, Lease};
@@ -22,12 +22,7 @@ pub(crate) async fn extend(members: &Members, claim: &Claim, token: &str, ttl: D
     let timeout = members.config().command_timeout.min(ttl);
     let round = members.every_node_round(claim.extend(token, ttl), claim.quorum(), timeout).await;
     if round.decided() != Some(true) {
-        let tally = round.tally();
-        return Err(Error::NoQuorum {
-            resource: claim.label().to_string(),
-            phase: Phase::Extend,
-            tally: tally.into(),
-        });
+        return Err(members.shortfall(claim.label(), Phase::Extend, round.tally()));
     }
     let elapsed = start.elapsed();
     if quorum::validity(ttl, elapsed).is_none() {

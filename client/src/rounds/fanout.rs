@@ -46,10 +46,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::claim::Classify;
-use crate::error::{Error, Result};
+use crate::error::{Error, Phase, Result};
 use crate::member::Member;
 use crate::node::{Limits, Request};
-use crate::quorum::{self, Answer, Progress, Quorum};
+use crate::quorum::{self, Answer, Progress, Quorum, Tally};
 use crate::rounds::flight::Flight;
 
 /// Timeouts. Every network call is bounded by one of them; nothing is
@@ -164,6 +164,22 @@ impl Members {
     /// Every member, in the order given.
     pub(crate) fn list(&self) -> &[Member] {
         &self.inner.members
+    }
+
+    /// The error of a round on `resource` that fell short of its quorum:
+    /// [`Error::Refused`], naming the first member that refused, when the
+    /// nodes' refusals of the request alone rule the quorum out (the same
+    /// request would be refused again: no retry), else `NoQuorum`.
+    pub(crate) fn shortfall(&self, resource: &str, phase: Phase, tally: Tally) -> Error {
+        let resource = resource.to_string();
+        match &tally.first_refusal {
+            Some((node, _)) if tally.refused_outright() => {
+                let text = self.inner.members.get(*node).map_or("?", |m| m.text.as_str());
+                let node = format!("member {} ({text})", node + 1);
+                Error::Refused { resource, phase, node, tally: tally.into() }
+            }
+            _ => Error::NoQuorum { resource, phase, tally: tally.into() },
+        }
     }
 
     /// Whether any member is a cluster.

@@ -63,7 +63,7 @@
 use tokio::time::Instant;
 
 use crate::claim::Claim;
-use crate::error::{Error, Phase, Result};
+use crate::error::{Phase, Result};
 use crate::quorum::{self, Answer, Progress};
 use crate::rounds::fanout::Members;
 
@@ -90,6 +90,5 @@ pub(crate) async fn fence(
     if round.decided() == Some(true) {
         return Ok(());
     }
-    let tally = round.tally();
-    Err(Error::NoQuorum { resource: claim.label().to_string(), phase: Phase::Fence, tally: tally.into() })
+    Err(members.shortfall(claim.label(), Phase::Fence, round.tally()))
 }

@@ -130,13 +130,16 @@ pub(crate) async fn grant(
             drive(&mut flight, &mut rounds, |_| false).await;
             let tally = rounds[GRANT].tally();
             let resource = kind.label();
+            // Refusals of the request itself that alone rule the quorum
+            // out come first: another holder or a node down would not
+            // matter, the request would be refused again.
             let error = match quorum::verdict(&tally) {
-                Verdict::Contended => Error::Contended { resource, tally: tally.into() },
+                Verdict::Contended if !tally.refused_outright() => {
+                    Error::Contended { resource, tally: tally.into() }
+                }
                 // A quorum cannot have no highest token; if it ever did,
                 // it fails like any other round short of a majority.
-                Verdict::Quorum | Verdict::NoQuorum => {
-                    Error::NoQuorum { resource, phase, tally: tally.into() }
-                }
+                _ => members.shortfall(&resource, phase, tally),
             };
             undo(members, kind, token, rounds[GRANT].answers()).await;
             return Err(error);
@@ -163,8 +166,7 @@ pub(crate) async fn grant(
             let error = if fenced {
                 expired(&kind.label(), ttl, elapsed)
             } else {
-                let tally = rounds[FENCE].tally();
-                Error::NoQuorum { resource: kind.label(), phase: Phase::Fence, tally: tally.into() }
+                members.shortfall(&kind.label(), Phase::Fence, rounds[FENCE].tally())
             };
             undo(members, kind, token, rounds[GRANT].answers()).await;
             return Err(error);

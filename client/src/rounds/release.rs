@@ -4,7 +4,7 @@
 //! reply was late takes that grant back.
 
 use crate::claim::Claim;
-use crate::error::{Error, Phase, Result};
+use crate::error::{Phase, Result};
 use crate::quorum::Tally;
 use crate::rounds::fanout::Members;
 
@@ -14,14 +14,14 @@ use crate::rounds::fanout::Members;
 pub(crate) async fn release_quorum(members: &Members, claim: &Claim, token: &str) -> Result<Tally> {
     let request = claim.release(token);
     let round = members.every_node_round(request, claim.quorum(), members.config().command_timeout).await;
-    released(claim.label(), round.tally())
+    released(members, claim.label(), round.tally())
 }
 
 /// A release by token (for tools): waits for every answer (or its
 /// timeout), for exact counts; `Ok` when the claim's quorum released.
 pub(crate) async fn release_by_token(members: &Members, claim: &Claim, token: &str) -> Result<Tally> {
     let tally = release_all(members, claim, token).await.with_quorum(claim.quorum());
-    released(claim.label(), tally)
+    released(members, claim.label(), tally)
 }
 
 /// The release round on every node, waiting for every answer (also the
@@ -32,10 +32,10 @@ pub(crate) async fn release_all(members: &Members, claim: &Claim, token: &str) -
     Tally::of(&answers)
 }
 
-fn released(resource: &str, tally: Tally) -> Result<Tally> {
+fn released(members: &Members, resource: &str, tally: Tally) -> Result<Tally> {
     if tally.has_quorum() {
         Ok(tally)
     } else {
-        Err(Error::NoQuorum { resource: resource.to_string(), phase: Phase::Release, tally: tally.into() })
+        Err(members.shortfall(resource, Phase::Release, tally))
     }
 }

@@ -5,7 +5,7 @@
 //!   lock-model [--attempts A,B] [--horizon TICKS] [--delays N] [--faults LIST]
 //!              [--restarts N] [--states-max N] [--no-symmetry] [NAME...]
 //!
-//! LIST: restart-lost,restart-kept,kept-in-quarantine,clock-step,loss,pause
+//! LIST: restart-lost,restart-kept,clock-step,loss,pause
 //! (comma-separated).
 //!
 //! All scenarios when none is named; the options change every scenario's
@@ -73,7 +73,6 @@ fn main() {
                 restart_kept: has("restart-kept"),
                 restarts: scenario.config.faults.restarts,
                 same_node_twice: scenario.config.faults.same_node_twice,
-                kept_in_quarantine: has("kept-in-quarantine"),
                 clock_step: has("clock-step"),
                 message_loss: has("loss"),
                 pause: has("pause"),
