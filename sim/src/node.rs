@@ -27,7 +27,9 @@ use crate::waits::{self, Look, Waits};
 const EPOCH_MS: i64 = 1_700_000_000_000;
 
 /// The nodes' `lock.clock-jump-tolerance-ms` (the module's default is a
-/// minute; a second keeps simulated histories short).
+/// minute; a second keeps simulated histories short): the restart grace,
+/// and how much longer a removal quarantine restored at a start lasts
+/// (src/node.rs `restore_written_quarantine`).
 pub const CLOCK_TOLERANCE_MS: i64 = 1000;
 
 /// What a restart finds of the locks granted before.
@@ -249,10 +251,13 @@ impl Node {
         // this start's own does (one carried on by the ledger does not).
         let own_quarantine = self.quarantine_since_ms == Some(now);
         self.grace_since_ms = (self.rules == Rules::Module && kept && !own_quarantine).then_some(now);
-        // The removal quarantines in force come back with the ledger and
-        // the `LOCK.FORGOTTEN` records; the previous release wrote neither.
+        // The removal quarantines come back with the ledger and the
+        // `LOCK.FORGOTTEN` records, each the clock-jump tolerance longer
+        // (src/node.rs `restore_written_quarantine`: a forward step before
+        // the start must not shorten them); the previous release wrote
+        // neither.
         self.forgotten = if always && self.rules == Rules::Module && !self.legacy_start {
-            self.forgotten.restarted_from_always(now, self.ttl_max_ms)
+            self.forgotten.restarted_from_always(now, self.ttl_max_ms, CLOCK_TOLERANCE_MS)
         } else {
             Forgotten::started(loaded, now, self.ttl_max_ms)
         };
