@@ -314,12 +314,24 @@ impl Node {
             self.with_fencer(|f| f.raise_to(ledger.issued));
         }
         for entry in ledger.quarantines {
-            self.restore_quarantine(entry, now_ms);
+            self.restore_written_quarantine(entry, now_ms);
         }
     }
 
-    /// A removal quarantine read back (the ledger) or replayed (the AOF, a
-    /// master's stream) as it started.
+    /// A removal quarantine read back from a file or a full sync (the
+    /// ledger), or replayed from the AOF: its end was written on the module
+    /// clock of the process that wrote it, which a wall-clock step before
+    /// this start may put behind this one's (the module clock takes the
+    /// wall clock at load). As the restart grace does for restored locks,
+    /// it lasts `lock.clock-jump-tolerance-ms` longer, so that such a step
+    /// (within the tolerance) cannot shorten it.
+    pub fn restore_written_quarantine(&self, mut entry: Entry, now_ms: i64) {
+        entry.until_ms = entry.until_ms.saturating_add(self.settings.clock_jump_tolerance_ms.get());
+        self.restore_quarantine(entry, now_ms);
+    }
+
+    /// A removal quarantine as it started: replicated from a master now, or
+    /// decided on this node's own clock.
     pub fn restore_quarantine(&self, entry: Entry, now_ms: i64) {
         let found = self.with_forgetting(|f| f.restore(entry, now_ms));
         self.quarantined(found.as_slice());

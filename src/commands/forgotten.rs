@@ -47,7 +47,13 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
         until_ms: request.until_ms,
         cause: Cause::of_event(request.event),
     };
-    cx.node.restore_quarantine(entry, cx.now_ms);
+    if call.is_loading() {
+        // Replayed from the AOF at a start: written on another process's
+        // module clock.
+        cx.node.restore_written_quarantine(entry, cx.now_ms);
+    } else {
+        cx.node.restore_quarantine(entry, cx.now_ms);
+    }
     // Passed on to this node's own AOF and sub-replicas.
     call.replicate_verbatim();
     Reply::Int(1)
