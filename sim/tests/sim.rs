@@ -270,3 +270,42 @@ fn issue_41_a_node_without_persistence_stays_above_a_raise_from_an_always_node()
     };
     assert!(after > raise, "the restarted node issued {after}, below the raise {raise} it took");
 }
+
+/// A removal quarantine restored at a start from an `always` AOF (the
+/// ledger, the replayed `LOCK.FORGOTTEN`) lasts the clock-jump tolerance
+/// longer, as the module's (src/node.rs `restore_written_quarantine`): a
+/// forward wall-clock step before the crash put its end, written on the
+/// clock before, behind the new process's clock, and it ended early (seeds
+/// 8100012154, 8100022746, 8100038100 and 8100059203: a key lost on a
+/// majority, the step, the crash and restart of one of them).
+#[test]
+fn a_wall_clock_step_before_an_always_restart_does_not_shorten_a_removal_quarantine() {
+    // At one node: a lock deleted behind the module's back, a step of
+    // 900 ms (within the tolerance), a restart from `always`.
+    use lock_sim::forget::Loss;
+    use lock_sim::node::{Node, Persistence};
+    use lock_sim::resp::Reply;
+    let mut node = Node::new(Rules::Module, Persistence::Always, 600, 0);
+    node.may_lose_keys = true;
+    assert!(matches!(node.call(&words("LOCK.ACQUIRE res a 500"), 0), Reply::Int(_)));
+    let lost = node.lose(Loss::Deleted, b"res", 10);
+    assert!(lost.starts_with("quarantined"), "{lost}");
+    node.step_clock(900);
+    node.crash();
+    node.restart(20);
+    let refused = node.call(&words("LOCK.ACQUIRE res b 500"), 30);
+    assert!(matches!(refused, Reply::Error("QUARANTINE", _)), "a's lease may still run: {refused:?}");
+
+    // The seeds that found it pass, and still have their faults.
+    for seed in [8_100_012_154, 8_100_022_746, 8_100_038_100, 8_100_059_203] {
+        let outcome = history(seed, &Setup::module());
+        assert!(outcome.violations.is_empty(), "seed {seed}: {:?}\n{}", outcome.violations, outcome.history);
+        for fault in ["'s wall clock steps +", "crashes (Always)", "loses res"] {
+            assert!(
+                outcome.history.contains(fault),
+                "seed {seed} no longer has `{fault}`:\n{}",
+                outcome.history
+            );
+        }
+    }
+}
