@@ -277,7 +277,8 @@ fn issue_41_a_node_without_persistence_stays_above_a_raise_from_an_always_node()
 /// forward wall-clock step before the crash put its end, written on the
 /// clock before, behind the new process's clock, and it ended early (seeds
 /// 8100012154, 8100022746, 8100038100 and 8100059203: a key lost on a
-/// majority, the step, the crash and restart of one of them).
+/// majority, the step, the crash and restart of one of them; without the
+/// tolerance, all but 8100038100 still fail).
 #[test]
 fn a_wall_clock_step_before_an_always_restart_does_not_shorten_a_removal_quarantine() {
     // At one node: a lock deleted behind the module's back, a step of
