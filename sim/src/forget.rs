@@ -65,12 +65,18 @@ impl Forgotten {
         Forgotten { rules }
     }
 
-    /// After a start from an `always` AOF: the removal quarantines in
-    /// force come back (the ledger in the AOF's RDB preamble, the
-    /// `LOCK.FORGOTTEN` records after it), on top of a start's rules.
-    pub fn restarted_from_always(&self, now_ms: i64, ttl_max_ms: i64) -> Forgotten {
+    /// After a start from an `always` AOF: the removal quarantines come
+    /// back (the ledger in the AOF's RDB preamble, the `LOCK.FORGOTTEN`
+    /// records after it), on top of a start's rules. Their ends were
+    /// written on the module clock of the process before, which a forward
+    /// step of the wall clock before this start puts behind this one's, so
+    /// each lasts `tolerance_ms` (`lock.clock-jump-tolerance-ms`) longer, as
+    /// the module's `restore_written_quarantine` (src/node.rs) makes them:
+    /// those that end by now even so are over.
+    pub fn restarted_from_always(&self, now_ms: i64, ttl_max_ms: i64, tolerance_ms: i64) -> Forgotten {
         let mut next = Forgotten::started(true, now_ms, ttl_max_ms);
-        for entry in self.rules.quarantines_in_force(now_ms) {
+        for mut entry in self.rules.quarantines_in_force(now_ms.saturating_sub(tolerance_ms)) {
+            entry.until_ms = entry.until_ms.saturating_add(tolerance_ms);
             next.rules.restore(entry, now_ms);
         }
         next

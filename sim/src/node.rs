@@ -27,7 +27,9 @@ use crate::waits::{self, Look, Waits};
 const EPOCH_MS: i64 = 1_700_000_000_000;
 
 /// The nodes' `lock.clock-jump-tolerance-ms` (the module's default is a
-/// minute; a second keeps simulated histories short).
+/// minute; a second keeps simulated histories short): the restart grace,
+/// and how much longer a removal quarantine restored at a start lasts
+/// (src/node.rs `restore_written_quarantine`).
 pub const CLOCK_TOLERANCE_MS: i64 = 1000;
 
 /// What a restart finds of the locks granted before.
@@ -83,9 +85,13 @@ pub struct Node {
     /// How fast the node's clocks run, in thousandths off true time (a
     /// clock 0.8% fast: 8); the client budgets 1% of drift.
     pub rate_per_mille: i64,
-    /// The AOF was rewritten since the last `LOCK.FENCE` raises: a restart
-    /// does not replay them.
+    /// The AOF is rewritten during every process's life (before its
+    /// crash): the previous release's AOF loses its `LOCK.FENCE` raises,
+    /// this release's gets the node's ledger in its RDB preamble.
     pub aof_rewritten: bool,
+    /// The AOF holds the node's ledger: not after a start from the
+    /// previous release's files, until this release rewrites it.
+    aof_ledger: bool,
     pub up: bool,
     /// Bumped by every crash: a connection of an older epoch is dead.
     pub epoch: u64,
@@ -136,6 +142,7 @@ impl Node {
             grace_since_ms: None,
             rate_per_mille: 0,
             aof_rewritten: false,
+            aof_ledger: true,
             up: true,
             epoch: 0,
             waits: Waits::default(),
@@ -200,34 +207,57 @@ impl Node {
         // its RDB preamble (a rewrite keeps it) and the `LOCK.FENCE` raises
         // after it (the module's `keep_counter` writes one for every grant
         // above what is kept); an `everysec` AOF has it as of its last
-        // fsync, and no persistence nothing.
+        // fsync, and no persistence nothing. The previous release's AOF
+        // (an upgrade) has its `LOCK.FENCE` raises unless it rewrote them
+        // away, and no ledger.
         let always = self.persistence == Persistence::Always;
         let loaded = self.persistence != Persistence::None;
         let kept = match self.persistence {
+            Persistence::Always if self.legacy_start && self.aof_rewritten => 0,
+            Persistence::Always if self.legacy_start => self.fencer.last(),
             Persistence::Always => self.fencer.kept(),
             Persistence::EverySec => self.on_disk_counter,
             Persistence::None => 0,
         };
         self.fencer = Fencer::new(kept);
         self.grants = 0;
-        // A start from an `always` AOF skips the quarantine, unless the
-        // AOF was written by the previous release (an upgrade): no ledger
-        // in it, so the module quarantines.
-        let upgraded = self.legacy_start;
+        // A start from an `always` AOF skips the quarantine if the AOF
+        // holds the node's ledger (src/node.rs `on_loaded_from_disk`): not
+        // the previous release's AOF (an upgrade), nor this release's
+        // after such a start until a rewrite wrote the ledger; the module
+        // quarantines then (`StartCause::NoLedger`). A ledger written
+        // during a quarantine carries its end, and the start goes on with
+        // it (`restore_ledger`, `continue_quarantine`).
+        if always && (self.legacy_start || self.aof_rewritten) {
+            self.aof_ledger = !self.legacy_start;
+        }
+        let no_ledger = always && !self.aof_ledger;
+        let in_force_until =
+            self.quarantine_since_ms.map(|since_ms| since_ms.saturating_add(self.quarantine_ms));
         self.quarantine_since_ms = match self.rules {
             Rules::Module
-                if upgraded
+                if no_ledger
                     || quarantine::needed_at_start(loaded, if always { "always" } else { "everysec" }) =>
             {
                 Some(now)
             }
-            _ => None,
+            Rules::Module => in_force_until
+                .filter(|&until_ms| until_ms > now)
+                .map(|until_ms| until_ms - self.quarantine_ms),
+            Rules::Classic => None,
         };
         let kept = loaded && !self.keys.is_empty();
-        self.grace_since_ms =
-            (self.rules == Rules::Module && kept && self.quarantine_since_ms.is_none()).then_some(now);
-        self.forgotten = if always && self.rules == Rules::Module {
-            self.forgotten.restarted_from_always(now, self.ttl_max_ms)
+        // The restart grace covers restored locks unless a quarantine of
+        // this start's own does (one carried on by the ledger does not).
+        let own_quarantine = self.quarantine_since_ms == Some(now);
+        self.grace_since_ms = (self.rules == Rules::Module && kept && !own_quarantine).then_some(now);
+        // The removal quarantines come back with the ledger and the
+        // `LOCK.FORGOTTEN` records, each the clock-jump tolerance longer
+        // (src/node.rs `restore_written_quarantine`: a forward step before
+        // the start must not shorten them); the previous release wrote
+        // neither.
+        self.forgotten = if always && self.rules == Rules::Module && !self.legacy_start {
+            self.forgotten.restarted_from_always(now, self.ttl_max_ms, CLOCK_TOLERANCE_MS)
         } else {
             Forgotten::started(loaded, now, self.ttl_max_ms)
         };
@@ -556,6 +586,7 @@ impl Node {
             quarantine_since_ms: (self.rules == Rules::Module).then(|| self.now_ms(virtual_ms)),
             grace_since_ms: None,
             aof_rewritten: false,
+            aof_ledger: true,
             up: true,
             epoch: 0,
             waits: Waits::default(),

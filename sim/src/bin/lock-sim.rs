@@ -2,7 +2,7 @@
 //! prints a summary, and for the first failing seed its shortest history.
 //!
 //!   lock-sim [--seeds FIRST..END] [--threads N] [--rules module|classic]
-//!            [--scenario all|gc-pause|clock-jump|restart|upgrade-unsafe]
+//!            [--scenario all|gc-pause|clock-jump|restart|upgrade]
 //!            [--print SEED]
 //!            [--until-failure]
 //!
@@ -64,7 +64,9 @@ fn main() {
         "gc-pause" => Setup::gc_pause(rules),
         "clock-jump" => Setup::clock_jump(rules),
         "restart" => Setup::restart(rules),
-        "upgrade-unsafe" => Setup { rules, ..Setup::upgrade_unsafe() },
+        // `upgrade-unsafe`: its name when the CI run kept its rewrites and
+        // key losses out (docs/evidence.md cites it).
+        "upgrade" | "upgrade-unsafe" => Setup { rules, ..Setup::upgrade() },
         other => {
             eprintln!("lock-sim: unknown scenario {other}");
             std::process::exit(2);
