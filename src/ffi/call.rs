@@ -347,22 +347,7 @@ impl<'a> Call<'a> {
     /// counter raise alone.
     pub fn replicate_raise(&self, owner: &[u8], fence: u64) {
         let mut digits = itoa::Buffer::new();
-        let fence = digits.format(fence);
-        // SAFETY: ctx is the live context of a command call or event; the
-        // format "sbb" matches the key name and two buffers with their
-        // lengths (copied by Redis).
-        unsafe {
-            api(raw::RedisModule_Replicate)(
-                self.ctx,
-                c"LOCK.FENCE".as_ptr(),
-                c"sbb".as_ptr(),
-                self.key,
-                owner.as_ptr().cast::<c_char>(),
-                owner.len(),
-                fence.as_ptr().cast::<c_char>(),
-                fence.len(),
-            );
-        }
+        self.replicate_on_key(c"LOCK.FENCE", owner, digits.format(fence).as_bytes());
     }
 
     /// Replicates `LOCK.FORGOTTEN <key> <until_ms> <event>` for the call's
@@ -371,20 +356,24 @@ impl<'a> Call<'a> {
     /// hold the removal quarantine with the removal.
     pub fn replicate_forgotten(&self, until_ms: i64, event: &[u8]) {
         let mut digits = itoa::Buffer::new();
-        let until = digits.format(until_ms);
-        // SAFETY: ctx is the live context of a notification; the format "sbb"
-        // matches the key name and two buffers with their lengths (copied by
-        // Redis).
+        self.replicate_on_key(c"LOCK.FORGOTTEN", digits.format(until_ms).as_bytes(), event);
+    }
+
+    /// Replicates `<command> <the call's key> <first> <second>`.
+    fn replicate_on_key(&self, command: &std::ffi::CStr, first: &[u8], second: &[u8]) {
+        // SAFETY: ctx is the live context of a command call, a notification
+        // or a timer; the format "sbb" matches the key name and two buffers
+        // with their lengths (copied by Redis).
         unsafe {
             api(raw::RedisModule_Replicate)(
                 self.ctx,
-                c"LOCK.FORGOTTEN".as_ptr(),
+                command.as_ptr(),
                 c"sbb".as_ptr(),
                 self.key,
-                until.as_ptr().cast::<c_char>(),
-                until.len(),
-                event.as_ptr().cast::<c_char>(),
-                event.len(),
+                first.as_ptr().cast::<c_char>(),
+                first.len(),
+                second.as_ptr().cast::<c_char>(),
+                second.len(),
             );
         }
     }
