@@ -327,14 +327,15 @@ impl Node {
     /// (within the tolerance) cannot shorten it.
     pub fn restore_written_quarantine(&self, mut entry: Entry, now_ms: i64) {
         entry.until_ms = entry.until_ms.saturating_add(self.settings.clock_jump_tolerance_ms.get());
-        self.restore_quarantine(entry, now_ms);
+        let _ = self.restore_quarantine(entry, now_ms);
     }
 
     /// A removal quarantine as it started: replicated from a master now, or
-    /// decided on this node's own clock.
-    pub fn restore_quarantine(&self, entry: Entry, now_ms: i64) {
+    /// decided on this node's own clock. Returns the quarantine in force.
+    pub fn restore_quarantine(&self, entry: Entry, now_ms: i64) -> Option<Quarantined> {
         let found = self.with_forgetting(|f| f.restore(entry, now_ms));
         self.quarantined(found.as_slice());
+        found
     }
 
     /// The node's own AOF or RDB file was loaded at start: the locks in it
@@ -352,7 +353,7 @@ impl Node {
         if self.removal_quarantine_on() {
             let until = self.imported_locks_bound(now_ms).saturating_add(self.cool_down_ms(now_ms));
             for db in flushed {
-                self.restore_quarantine(
+                let _ = self.restore_quarantine(
                     Entry { db, key: None, until_ms: until, cause: Cause::Flushed },
                     now_ms,
                 );
@@ -621,9 +622,7 @@ impl Node {
             until_ms: now_ms.saturating_add(length),
             cause: Cause::Imported,
         };
-        let found = self.with_forgetting(|f| f.restore(entry, now_ms));
-        self.quarantined(found.as_slice());
-        found
+        self.restore_quarantine(entry, now_ms)
     }
 
     /// The key's lock was released by its holder: its arrival's quarantine

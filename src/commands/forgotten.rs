@@ -52,7 +52,7 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
         // module clock.
         cx.node.restore_written_quarantine(entry, cx.now_ms);
     } else {
-        cx.node.restore_quarantine(entry, cx.now_ms);
+        let _ = cx.node.restore_quarantine(entry, cx.now_ms);
     }
     // Passed on to this node's own AOF and sub-replicas.
     call.replicate_verbatim();
