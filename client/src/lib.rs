@@ -3,7 +3,8 @@
 //! It runs the Redlock majority protocol over N independent members that
 //! load the module, each one master (`redis://host:port`) or one Redis /
 //! Valkey Cluster (`redis+cluster://host:port?addr=host:port`, one vote
-//! whatever its shards), and adds what plain Redlock lacks: a fencing token that
+//! whatever its shards), each over TLS when written `rediss://` /
+//! `rediss+cluster://` (settings: [`Tls`], in [`Config::tls`]), and adds what plain Redlock lacks: a fencing token that
 //! strictly increases across holders without relying on clocks, release
 //! that never leaves a lock behind, and a watchdog that says at once when a
 //! lock is lost.
@@ -76,6 +77,8 @@
 //! - `node`: one node's address, its queue of calls (in the order they were
 //!   made) and the one connection its writer task writes them on, with the
 //!   connect and per-command timeouts; `resp`: the RESP2 reply reader.
+//! - `tls`: the TLS settings ([`Tls`]), the rustls client they make, the
+//!   handshake and each TLS failure in words.
 //! - `sim`: where a connection and a random number come from (a TCP
 //!   socket, `rand`), replaced on its thread by the deterministic
 //!   simulator only with the cargo feature `sim`.
@@ -137,6 +140,7 @@ pub mod sim;
 #[cfg(not(feature = "sim"))]
 mod sim;
 mod status;
+mod tls;
 
 pub use error::{Error, Lost, Phase, Result};
 pub use guard::{Detached, Guard};
@@ -151,6 +155,7 @@ pub use quorum::{Mode, Quorum, RetryPolicy, Tally};
 pub use redlock::{Entered, Redlock};
 pub use rounds::fanout::Config;
 pub use rounds::lease::Lease;
+pub use tls::Tls;
 pub use status::{
     Blocker, Difference, MemberStatus, NodeHealth, NodeQuarantine, NodeStatus, QuorumStatus, Readiness,
 };

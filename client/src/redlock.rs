@@ -114,7 +114,7 @@ impl Redlock {
     }
 
     pub fn config(&self) -> Config {
-        self.members.config()
+        self.members.config().clone()
     }
 
     /// Waits until the work that earlier calls left running in the

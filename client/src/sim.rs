@@ -18,6 +18,9 @@ use rand::distributions::{Distribution, Standard};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use crate::tls::TlsTarget;
 
 #[cfg(feature = "sim")]
 pub use seams::{seed, set_connector, Connect, Connector};
@@ -35,25 +38,41 @@ where
     rand::random()
 }
 
-/// Opens a connection to `host:port`: the simulator's in-memory stream when
-/// it set a connector on this thread, a TCP socket otherwise.
-pub(crate) async fn connect(host: &str, port: u16) -> std::io::Result<(ReadHalf, WriteHalf)> {
+/// Opens a connection to `host:port`, over TLS when `tls` says how (its
+/// handshake's failure in words, see `tls.rs`): the simulator's in-memory
+/// stream when it set a connector on this thread (plain only), a TCP
+/// socket otherwise.
+pub(crate) async fn connect(
+    host: &str,
+    port: u16,
+    tls: Option<&TlsTarget>,
+) -> Result<(ReadHalf, WriteHalf), String> {
     #[cfg(feature = "sim")]
     if let Some(connector) = seams::connector() {
-        let (read, write) = tokio::io::split(connector(host, port).await?);
+        if tls.is_some() {
+            return Err("the simulator does not speak TLS".into());
+        }
+        let stream = connector(host, port).await.map_err(|e| format!("connect failed: {e}"))?;
+        let (read, write) = tokio::io::split(stream);
         return Ok((ReadHalf::Sim(read), WriteHalf::Sim(write)));
     }
-    let stream = TcpStream::connect((host, port)).await?;
+    let failed = |e: std::io::Error| format!("connect failed: {e}");
+    let stream = TcpStream::connect((host, port)).await.map_err(failed)?;
     // Lock commands are small and latency-bound.
-    stream.set_nodelay(true)?;
-    let (read, write) = stream.into_split();
-    Ok((ReadHalf::Tcp(read), WriteHalf::Tcp(write)))
+    stream.set_nodelay(true).map_err(failed)?;
+    let Some(tls) = tls else {
+        let (read, write) = stream.into_split();
+        return Ok((ReadHalf::Tcp(read), WriteHalf::Tcp(write)));
+    };
+    let stream = tls.handshake(stream, &format!("{host}:{port}")).await?;
+    let (read, write) = tokio::io::split(stream);
+    Ok((ReadHalf::Tls(read), WriteHalf::Tls(write)))
 }
 
-/// The read half of a connection. Without the feature it has one variant,
-/// and every call goes straight to the socket.
+/// The read half of a connection: a TCP socket's, or a TLS stream's.
 pub(crate) enum ReadHalf {
     Tcp(OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<TlsStream<TcpStream>>),
     #[cfg(feature = "sim")]
     Sim(tokio::io::ReadHalf<tokio::io::DuplexStream>),
 }
@@ -61,8 +80,15 @@ pub(crate) enum ReadHalf {
 /// The write half of a connection (see [`ReadHalf`]).
 pub(crate) enum WriteHalf {
     Tcp(OwnedWriteHalf),
+    Tls(tokio::io::WriteHalf<TlsStream<TcpStream>>),
     #[cfg(feature = "sim")]
     Sim(tokio::io::WriteHalf<tokio::io::DuplexStream>),
+}
+
+impl ReadHalf {
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self, ReadHalf::Tls(_))
+    }
 }
 
 impl AsyncRead for ReadHalf {
@@ -73,6 +99,7 @@ impl AsyncRead for ReadHalf {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             ReadHalf::Tcp(read) => Pin::new(read).poll_read(cx, buf),
+            ReadHalf::Tls(read) => Pin::new(read).poll_read(cx, buf),
             #[cfg(feature = "sim")]
             ReadHalf::Sim(read) => Pin::new(read).poll_read(cx, buf),
         }
@@ -83,6 +110,7 @@ impl AsyncWrite for WriteHalf {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, bytes: &[u8]) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             WriteHalf::Tcp(write) => Pin::new(write).poll_write(cx, bytes),
+            WriteHalf::Tls(write) => Pin::new(write).poll_write(cx, bytes),
             #[cfg(feature = "sim")]
             WriteHalf::Sim(write) => Pin::new(write).poll_write(cx, bytes),
         }
@@ -91,6 +119,7 @@ impl AsyncWrite for WriteHalf {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             WriteHalf::Tcp(write) => Pin::new(write).poll_flush(cx),
+            WriteHalf::Tls(write) => Pin::new(write).poll_flush(cx),
             #[cfg(feature = "sim")]
             WriteHalf::Sim(write) => Pin::new(write).poll_flush(cx),
         }
@@ -99,6 +128,7 @@ impl AsyncWrite for WriteHalf {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             WriteHalf::Tcp(write) => Pin::new(write).poll_shutdown(cx),
+            WriteHalf::Tls(write) => Pin::new(write).poll_shutdown(cx),
             #[cfg(feature = "sim")]
             WriteHalf::Sim(write) => Pin::new(write).poll_shutdown(cx),
         }

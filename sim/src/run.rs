@@ -884,6 +884,7 @@ async fn client(
         connect_timeout: Duration::from_millis(100),
         command_timeout: Duration::from_millis(60),
         reconnect_backoff: Duration::from_millis(50),
+        ..Config::default()
     };
     let urls = cluster_faults::urls(&world, c, setup.nodes);
     let redlock = match Redlock::connect(urls, config).await {

@@ -42,6 +42,7 @@ pub async fn watch(world: Shared, members: usize, until_ms: u64) -> Vec<String> 
         connect_timeout: Duration::from_millis(100),
         command_timeout: Duration::from_millis(60),
         reconnect_backoff: Duration::from_millis(50),
+        ..Config::default()
     };
     let need = members / 2 + 1;
     let urls = cluster_faults::urls(&world, AS_CLIENT, members);

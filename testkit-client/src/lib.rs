@@ -13,6 +13,7 @@ pub fn test_config() -> Config {
         connect_timeout: Duration::from_millis(300),
         command_timeout: Duration::from_millis(200),
         reconnect_backoff: Duration::from_millis(50),
+        ..Config::default()
     }
 }
 

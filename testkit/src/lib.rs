@@ -29,6 +29,7 @@ mod ports;
 mod rediscluster;
 mod replies;
 mod server;
+mod tls;
 mod wait;
 
 pub use built::{clock_shim_path, module_path, repo_dir, target_dir};
@@ -51,4 +52,5 @@ pub use replies::{
 pub use server::{
     fast_sync, replicate, rewrite_aof, server_bin, server_clock_ms, server_name, server_version, Opts, Server,
 };
+pub use tls::{certs, tls_or_skip, tls_support, Certs, TlsPort};
 pub use wait::wait_until;

@@ -13,6 +13,7 @@ use redis::{cmd, Connection};
 use crate::built::{clock_shim_path, module_path};
 use crate::dirs::fresh_dir;
 use crate::ports::{free_port, give_back};
+use crate::tls::TlsPort;
 use crate::wait::wait_until;
 
 /// How long a server may take to answer PING after it is spawned.
@@ -96,6 +97,8 @@ pub struct Opts {
     /// Run in this directory (made by the test, such as a small tmpfs)
     /// instead of a fresh temporary one.
     pub dir: Option<PathBuf>,
+    /// Open a TLS port too ([`Server::tls_port`]), as this says.
+    pub tls: Option<TlsPort>,
 }
 
 impl Opts {
@@ -121,11 +124,17 @@ impl Opts {
         self.dir = Some(path.to_path_buf());
         self
     }
+    pub fn tls(mut self, port: TlsPort) -> Opts {
+        self.tls = Some(port);
+        self
+    }
 }
 
 /// A running redis-server. Killed (SIGKILL, by PID) when dropped.
 pub struct Server {
     pub port: u16,
+    /// The TLS port, when [`Opts::tls`] asked for one.
+    pub tls_port: Option<u16>,
     pub dir: PathBuf,
     pub opts: Opts,
     child: Option<Child>,
@@ -145,7 +154,8 @@ impl Server {
         let mut failures = Vec::new();
         for _ in 0..5 {
             let dir = opts.dir.clone().unwrap_or_else(|| fresh_dir("test"));
-            let mut server = Server { port: free_port(), dir, opts: opts.clone(), child: None };
+            let tls_port = opts.tls.as_ref().map(|_| free_port());
+            let mut server = Server { port: free_port(), tls_port, dir, opts: opts.clone(), child: None };
             if server.spawn() {
                 return server;
             }
@@ -166,6 +176,9 @@ impl Server {
             .arg(&self.dir)
             .arg("--logfile")
             .arg(self.dir.join("redis.log"));
+        if let (Some(tls), Some(port)) = (&self.opts.tls, self.tls_port) {
+            command.args(tls.args(port));
+        }
         for (name, value) in &self.opts.config {
             command.arg(format!("--{name}")).arg(value);
         }
@@ -228,6 +241,12 @@ impl Server {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// `rediss://HOST:TLS_PORT/` (the host: `localhost` or `127.0.0.1`,
+    /// both in the test certificates).
+    pub fn tls_url(&self, host: &str) -> String {
+        format!("rediss://{host}:{}/", self.tls_port.expect("a server started with a TLS port"))
     }
 
     fn try_connect(&self) -> redis::RedisResult<Connection> {
@@ -305,6 +324,9 @@ impl Drop for Server {
             eprintln!("server {} kept its dir for inspection: {}", self.port, self.dir.display());
         }
         give_back(self.port);
+        if let Some(port) = self.tls_port {
+            give_back(port);
+        }
     }
 }
 

@@ -6,11 +6,12 @@
 //! command, with its examples and the whole exit-code table.
 
 use std::ffi::{OsStr, OsString};
+use std::path::PathBuf;
 
 use clap::builder::{EnumValueParser, PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use redlock_client::Mode;
+use redlock_client::{Mode, Tls};
 
 /// The exit-code table, as every long help ends (kept in step with
 /// `exit.rs` and client/README.md; a test compares them).
@@ -197,7 +198,8 @@ Example:
 #[command(name = "redlock", version, after_help = SHORT_HELP, disable_help_subcommand = true)]
 pub struct Cli {
     /// The quorum's members, each one master (redis://host:port[/db]) or one
-    /// cluster (redis+cluster://host:port[?addr=host:port&addr=host:port])
+    /// cluster (redis+cluster://host:port[?addr=host:port&addr=host:port]);
+    /// rediss:// and rediss+cluster:// for TLS
     #[arg(long, env = "REDLOCK_NODES", value_name = "URL,...", value_delimiter = ',', required = true)]
     pub nodes: Vec<String>,
 
@@ -209,8 +211,56 @@ pub struct Cli {
     #[arg(long, value_name = "MS", default_value_t = 250)]
     pub timeout: u64,
 
+    #[command(flatten)]
+    pub tls: TlsArgs,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How the rediss:// members are spoken to: the settings of the client's
+/// `Tls` (client/README.md, "TLS"), each also from its REDLOCK_* variable.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "TLS (for rediss:// members)")]
+pub struct TlsArgs {
+    /// Trust the CA certificates in this PEM file (instead of the system's)
+    #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "FILE")]
+    pub tls_ca_file: Option<PathBuf>,
+
+    /// Trust the CA certificates in this directory's *.pem and *.crt files
+    #[arg(long, env = "REDLOCK_TLS_CA_DIR", value_name = "DIR")]
+    pub tls_ca_dir: Option<PathBuf>,
+
+    /// This client's certificate (PEM), for nodes that require one (mutual TLS)
+    #[arg(long, env = "REDLOCK_TLS_CERT_FILE", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The private key of --tls-cert-file (PEM)
+    #[arg(long, env = "REDLOCK_TLS_KEY_FILE", value_name = "FILE")]
+    pub tls_key_file: Option<PathBuf>,
+
+    /// The name every node's certificate must hold, instead of the URL's host
+    #[arg(long, env = "REDLOCK_TLS_SERVER_NAME", value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+
+    /// INSECURE: accept any certificate, for any name (encrypted, but anyone
+    /// on the path can pose as a node); for tests only
+    #[arg(long, env = "REDLOCK_TLS_INSECURE_SKIP_VERIFY")]
+    pub tls_insecure_skip_verify: bool,
+}
+
+impl TlsArgs {
+    /// The client's settings.
+    pub fn settings(&self) -> Tls {
+        Tls {
+            ca_file: self.tls_ca_file.clone(),
+            ca_dir: self.tls_ca_dir.clone(),
+            cert_file: self.tls_cert_file.clone(),
+            key_file: self.tls_key_file.clone(),
+            server_name: self.tls_server_name.clone(),
+            insecure_skip_verify: self.tls_insecure_skip_verify,
+        }
+    }
 }
 
 /// The `--mode` values.

@@ -295,7 +295,7 @@ mod tests {
             (code(&acquire), message(&acquire)),
             (
                 UNREACHABLE,
-                "too few nodes reachable for 'r': 0 of 3 granted (need 2); 3 unreachable; are the nodes up, \
+                "too few nodes reachable for 'r': 0 of 3 granted (need 2); 3 unreachable (first: down); are the nodes up, \
                  and is --nodes (or REDLOCK_NODES) right?"
                     .into()
             ),

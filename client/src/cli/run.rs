@@ -15,6 +15,7 @@ pub async fn run(cli: Cli) -> u8 {
     let config = Config {
         connect_timeout: Duration::from_millis(cli.connect_timeout),
         command_timeout: Duration::from_millis(cli.timeout),
+        tls: cli.tls.settings(),
         ..Config::default()
     };
     let nodes: Vec<&str> = cli.nodes.iter().map(|n| n.trim()).filter(|n| !n.is_empty()).collect();

@@ -64,6 +64,7 @@ use super::NodeAnswers;
 use crate::node::{as_raw, as_value, Limits, Node, OnReply, Replies, Request};
 use crate::quorum::Raw;
 use crate::resp::Reply;
+use crate::tls::TlsClient;
 use lock_protocol::slot::{key_slot, SLOTS};
 
 /// Redirects (`MOVED` and `ASK`) one call follows at most.
@@ -80,6 +81,8 @@ struct Shared {
     /// `member 3 (redis+cluster://...)`, for the causes it reports.
     label: String,
     spelling: ClusterSpelling,
+    /// How to speak TLS to its nodes (a `rediss+cluster://` member).
+    tls: Option<Arc<TlsClient>>,
     limits: Limits,
     /// Each attempt of a topology fetch waits this long for its reply.
     command_timeout: Duration,
@@ -139,12 +142,14 @@ impl Cluster {
     pub fn new(
         label: String,
         spelling: ClusterSpelling,
+        tls: Option<Arc<TlsClient>>,
         limits: Limits,
         command_timeout: Duration,
     ) -> Cluster {
         let shared = Shared {
             label,
             spelling,
+            tls,
             limits,
             command_timeout,
             state: Mutex::new(State::default()),
@@ -303,7 +308,12 @@ impl Shared {
             if state.nodes.len() >= MASTERS_MAX + super::spelling::SEEDS_MAX {
                 return Err(format!("more than {} nodes named by the cluster", state.nodes.len()));
             }
-            let node = Node::with_info(self.spelling.connection(addr), self.limits)?;
+            let tls = match (&self.tls, self.spelling.tls) {
+                (Some(tls), true) => Some(tls.target(&addr.host)?),
+                (None, true) => return Err("a rediss+cluster:// member needs the client's TLS settings".into()),
+                (_, false) => None,
+            };
+            let node = Node::with_info(self.spelling.connection(addr), tls, self.limits)?;
             state.nodes.insert(addr.clone(), node);
         }
         state.nodes.get(addr).ok_or_else(|| "the node vanished".to_string())
@@ -613,7 +623,7 @@ async fn ask_topology(shared: &Arc<Shared>, addr: &Addr) -> Result<SlotMap, Stri
         Ok::<_, String>(node.query(&cmd, shared.command_timeout))
     };
     match query("SHARDS")?.await {
-        Ok(reply) => topology::from_shards(&reply, &addr.host),
+        Ok(reply) => topology::from_shards(&reply, &addr.host, shared.spelling.tls),
         Err(Raw::ServerError { code, detail })
             if code == "ERR" && detail.to_lowercase().contains("unknown") =>
         {
@@ -750,9 +760,10 @@ mod tests {
             seeds: seeds.iter().map(|&p| addr(p)).collect(),
             username: None,
             password: None,
+            tls: false,
         };
         let limits = Limits { connect_timeout: LONG, reconnect_backoff: Duration::from_millis(10) };
-        let cluster = Cluster::new("member 1 (test)".into(), spelling, limits, LONG);
+        let cluster = Cluster::new("member 1 (test)".into(), spelling, None, limits, LONG);
         cluster.warm_up().await;
         cluster
     }

@@ -5,7 +5,7 @@
 //! `check` work unchanged for either kind: a cluster is one vote.
 //!
 //! - `spelling`: how a member is written (`redis://...` or
-//!   `redis+cluster://host:port?addr=host:port...`).
+//!   `redis+cluster://host:port?addr=host:port...`, each `rediss` for TLS).
 //! - a key's hash slot: `lock_protocol::slot` (shared with the freed
 //!   channel's rule). `topology`: the slot map, read from
 //!   `CLUSTER SHARDS` / `CLUSTER SLOTS`. `redirect`: `MOVED`, `ASK`,
@@ -33,9 +33,17 @@ use tokio::time::Instant;
 
 use crate::node::{as_value, Inbox, Limits, Node, Request};
 use crate::quorum::Raw;
+use crate::tls::TlsClient;
 use cluster::Cluster;
 pub(crate) use lock_protocol::slot::key_slot;
 pub(crate) use spelling::is_cluster;
+use spelling::MemberKind;
+
+/// Whether the member written `text` speaks TLS (`rediss://`,
+/// `rediss+cluster://`).
+pub(crate) fn uses_tls(text: &str) -> bool {
+    spelling::scheme(text).is_some_and(|(_, tls)| tls)
+}
 
 /// Each node's address with its answer (see [`Member::query_every_node`]).
 pub(crate) type NodeAnswers = Vec<(String, Result<Value, Raw>)>;
@@ -65,23 +73,25 @@ pub(crate) enum Issued {
 impl Member {
     /// Member number `number` (from 1, for messages) as written in `text`;
     /// starts its connection tasks (so: inside a Tokio runtime), connects on
-    /// first use.
+    /// first use; a TLS member (`rediss://`, `rediss+cluster://`) as `tls`
+    /// says.
     pub fn new(
         number: usize,
         text: &str,
         limits: Limits,
         command_timeout: Duration,
+        tls: Option<&Arc<TlsClient>>,
     ) -> Result<Member, String> {
-        let kind = if spelling::is_cluster(text) {
-            let spelling = spelling::parse_cluster(text)?;
-            Kind::Cluster(Cluster::new(
+        let kind = match spelling::scheme(text) {
+            Some((MemberKind::Cluster, _)) => Kind::Cluster(Cluster::new(
                 format!("member {number} ({text})"),
-                spelling,
+                spelling::parse_cluster(text)?,
+                tls.cloned(),
                 limits,
                 command_timeout,
-            ))
-        } else {
-            Kind::Master(Node::new(text, limits)?)
+            )),
+            // A master, or a scheme nobody knows: refused in words there.
+            Some((MemberKind::Master, _)) | None => Kind::Master(Node::new(text, limits, tls.map(|t| &**t))?),
         };
         Ok(Member { text: text.to_string(), kind })
     }

@@ -1,4 +1,6 @@
-//! How a quorum member is written: one master, `redis://...` (see
+//! How a quorum member is written: its kind by its URL's scheme (one
+//! table, [`SCHEMES`]: each kind plain or over TLS, the TLS scheme with
+//! the `rediss` of `rediss://`): one master, `redis://...` (see
 //! `node/address.rs`), or one cluster,
 //! `redis+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]`:
 //! the host in the authority and every `addr=` are seed nodes (the
@@ -12,10 +14,32 @@ use super::redirect::Addr;
 
 /// The form of a cluster member, for messages.
 pub(crate) const CLUSTER_FORM: &str =
-    "redis+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]";
+    "redis[s]+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]";
 
-/// The scheme of a cluster member.
-pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster";
+/// What a member is, by its scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MemberKind {
+    /// One master: `redis://`, `rediss://`.
+    Master,
+    /// One Redis / Valkey Cluster: `redis+cluster://`, `rediss+cluster://`.
+    Cluster,
+}
+
+/// Every member scheme, with its kind and whether it speaks TLS. A new
+/// kind of member adds its plain and its TLS scheme here.
+pub(crate) const SCHEMES: [(&str, MemberKind, bool); 4] = [
+    ("redis", MemberKind::Master, false),
+    ("rediss", MemberKind::Master, true),
+    ("redis+cluster", MemberKind::Cluster, false),
+    ("rediss+cluster", MemberKind::Cluster, true),
+];
+
+/// The kind of member `text` names and whether it speaks TLS, by its
+/// scheme (any case); `None` for a scheme not in [`SCHEMES`] or no scheme.
+pub(crate) fn scheme(text: &str) -> Option<(MemberKind, bool)> {
+    let (written, _) = text.split_once("://")?;
+    SCHEMES.iter().find(|(name, _, _)| name.eq_ignore_ascii_case(written)).map(|&(_, kind, tls)| (kind, tls))
+}
 
 /// Seed nodes given in one member; more are refused.
 pub(crate) const SEEDS_MAX: usize = 64;
@@ -27,6 +51,9 @@ pub(crate) struct ClusterSpelling {
     pub seeds: Vec<Addr>,
     pub username: Option<String>,
     pub password: Option<String>,
+    /// Every node over TLS (`rediss+cluster://`), at the `tls-port` the
+    /// cluster announces.
+    pub tls: bool,
 }
 
 impl ClusterSpelling {
@@ -44,13 +71,14 @@ impl ClusterSpelling {
     }
 }
 
-/// Whether `text` names a cluster (its scheme is `redis+cluster`).
+/// Whether `text` names a cluster (`redis+cluster://`, `rediss+cluster://`).
 pub(crate) fn is_cluster(text: &str) -> bool {
-    text.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case(CLUSTER_SCHEME))
+    scheme(text).is_some_and(|(kind, _)| kind == MemberKind::Cluster)
 }
 
-/// `text` (`redis+cluster://...`) as a cluster member, or why not.
+/// `text` (`redis[s]+cluster://...`) as a cluster member, or why not.
 pub(crate) fn parse_cluster(text: &str) -> Result<ClusterSpelling, String> {
+    let tls = scheme(text).is_some_and(|(_, tls)| tls);
     let form = |what: String| format!("{what}: write it as {CLUSTER_FORM}");
     let parsed = url::Url::parse(text).map_err(|e| form(e.to_string()))?;
     let host = parsed.host_str().unwrap_or_default();
@@ -93,7 +121,7 @@ pub(crate) fn parse_cluster(text: &str) -> Result<ClusterSpelling, String> {
     if seeds.len() > SEEDS_MAX {
         return Err(form(format!("{} seeds given, at most {SEEDS_MAX}", seeds.len())));
     }
-    Ok(ClusterSpelling { seeds, username, password })
+    Ok(ClusterSpelling { seeds, username, password, tls })
 }
 
 /// `%xx` escapes decoded (the URL's user and password as written).
@@ -127,8 +155,10 @@ mod tests {
         let one = parse_cluster("redis+cluster://10.0.0.1:7000").unwrap();
         assert_eq!(
             one,
-            ClusterSpelling { seeds: vec![addr("10.0.0.1", 7000)], username: None, password: None }
+            ClusterSpelling { seeds: vec![addr("10.0.0.1", 7000)], username: None, password: None, tls: false }
         );
+        let tls = parse_cluster("rediss+cluster://10.0.0.1:7000?addr=10.0.0.2:7000").unwrap();
+        assert!(tls.tls && tls.seeds.len() == 2);
         let many =
             parse_cluster("redis+cluster://app:s%40cret@h1:7000/?addr=h2:7001&addr=[::1]:7002").unwrap();
         assert_eq!(many.seeds, [addr("h1", 7000), addr("h2", 7001), addr("::1", 7002)]);
@@ -142,7 +172,12 @@ mod tests {
         assert_eq!(password_only.seeds, [addr("h", 6379)]);
         assert_eq!(parse_cluster("redis+cluster://[::1]:7000").unwrap().seeds, [addr("::1", 7000)]);
         assert!(is_cluster("redis+cluster://h:1") && is_cluster("REDIS+CLUSTER://h:1"));
-        assert!(!is_cluster("redis://h:1") && !is_cluster("h:1"));
+        assert!(is_cluster("rediss+cluster://h:1"));
+        assert!(!is_cluster("redis://h:1") && !is_cluster("rediss://h:1") && !is_cluster("h:1"));
+        assert_eq!(scheme("rediss://h:1"), Some((MemberKind::Master, true)));
+        assert_eq!(scheme("Redis://h:1"), Some((MemberKind::Master, false)));
+        assert_eq!(scheme("rediss+cluster://h:1"), Some((MemberKind::Cluster, true)));
+        assert_eq!(scheme("http://h:1"), None);
     }
 
     /// A bad spelling says what is wrong and what to write instead.

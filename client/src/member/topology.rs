@@ -122,8 +122,9 @@ impl SlotMap {
 /// The slot map of a `CLUSTER SHARDS` reply from the node at `host`: per
 /// shard, its slot ranges and its nodes; a shard's slots go to its node
 /// with `role master` and `health online` (none: the slots are not served
-/// now, e.g. while a replica is being promoted).
-pub(crate) fn from_shards(reply: &Value, host: &str) -> Result<SlotMap, String> {
+/// now, e.g. while a replica is being promoted), at its `tls-port` when
+/// the member speaks TLS (`tls`), else its `port`.
+pub(crate) fn from_shards(reply: &Value, host: &str, tls: bool) -> Result<SlotMap, String> {
     let mut ranges = Vec::new();
     for shard in array(reply, "CLUSTER SHARDS reply")? {
         let fields = pairs(shard, "shard")?;
@@ -135,7 +136,7 @@ pub(crate) fn from_shards(reply: &Value, host: &str) -> Result<SlotMap, String> 
             let role = text(field(&node, "role")?)?;
             let health = text(field(&node, "health")?)?;
             if role == "master" && health == "online" {
-                master = node_addr(&node, host)?;
+                master = node_addr(&node, host, tls)?;
             }
         }
         let Some(master) = master else { continue };
@@ -168,10 +169,18 @@ pub(crate) fn from_slots(reply: &Value, host: &str) -> Result<SlotMap, String> {
 }
 
 /// A node's address in a `CLUSTER SHARDS` entry: its `endpoint` (the one
-/// the cluster tells clients to use), else its `ip`; `None` when the
-/// cluster does not know it (`?`).
-fn node_addr(node: &[(String, &Value)], host: &str) -> Result<Option<Addr>, String> {
-    let port = number(field(node, "port")?)?;
+/// the cluster tells clients to use), else its `ip`, with its `tls-port`
+/// or its `port`; `None` when the cluster does not know it (`?`).
+fn node_addr(node: &[(String, &Value)], host: &str, tls: bool) -> Result<Option<Addr>, String> {
+    let port = match (tls, field(node, "tls-port")) {
+        (true, Ok(port)) => number(port)?,
+        (true, Err(_)) => {
+            return Err("a master without a tls-port (does the cluster run with tls-port set and \
+                        tls-cluster yes? else write the member as redis+cluster://)"
+                .into())
+        }
+        (false, _) => number(field(node, "port")?)?,
+    };
     let endpoint = match field(node, "endpoint") {
         Ok(endpoint) => text(endpoint)?,
         Err(_) => text(field(node, "ip")?)?,
@@ -250,6 +259,36 @@ mod tests {
         ])
     }
 
+    /// A node entry of a cluster with TLS ports (`tls-port`; `port` only
+    /// when a plain port is open too).
+    fn tls_node(ip: &str, port: Option<i64>, tls_port: i64) -> Value {
+        let mut fields = vec![bulk("id"), bulk("0dcedcb08735caaed7f287b2079dc6a34c0be25d")];
+        if let Some(port) = port {
+            fields.extend([bulk("port"), Value::Int(port)]);
+        }
+        fields.extend([bulk("tls-port"), Value::Int(tls_port), bulk("ip"), bulk(ip)]);
+        fields.extend([bulk("endpoint"), bulk(ip), bulk("role"), bulk("master")]);
+        fields.extend([bulk("replication-offset"), Value::Int(0), bulk("health"), bulk("online")]);
+        Value::Array(fields)
+    }
+
+    /// A TLS member goes to each master's `tls-port`, a plain one to its
+    /// `port`; a TLS member of a cluster that announces no TLS port is
+    /// told what to check.
+    #[test]
+    fn tls_members_use_the_tls_ports() {
+        let reply = Value::Array(vec![
+            shard(&[0, 8000], vec![tls_node("10.0.0.1", Some(7000), 8000)]),
+            shard(&[8001, 16383], vec![tls_node("10.0.0.2", None, 8001)]),
+        ]);
+        let map = from_shards(&reply, "h", true).unwrap();
+        assert_eq!(map.masters(), [&addr("10.0.0.1", 8000), &addr("10.0.0.2", 8001)]);
+        assert_eq!(from_shards(&reply, "h", false).unwrap_err(), "no port field");
+        let plain = Value::Array(vec![shard(&[0, 16383], vec![node("10.0.0.1", "10.0.0.1", 7000, "master", "online")])]);
+        let why = from_shards(&plain, "h", true).unwrap_err();
+        assert!(why.starts_with("a master without a tls-port (does the cluster run"), "{why}");
+    }
+
     fn shard(slots: &[i64], nodes: Vec<Value>) -> Value {
         Value::Array(vec![
             bulk("slots"),
@@ -276,7 +315,7 @@ mod tests {
             // No slots (a new, empty shard).
             shard(&[], vec![node("10.0.0.4", "10.0.0.4", 7003, "master", "online")]),
         ]);
-        let map = from_shards(&reply, "10.0.0.1").unwrap();
+        let map = from_shards(&reply, "10.0.0.1", false).unwrap();
         assert_eq!(map.owner(0), Some(&addr("10.0.0.1", 7000)));
         assert_eq!(map.owner(5460), Some(&addr("10.0.0.1", 7000)));
         assert_eq!(map.owner(5461), Some(&addr("db2.example", 7001)), "the endpoint, not the ip");
@@ -287,10 +326,10 @@ mod tests {
         assert_eq!(map.masters(), [&addr("10.0.0.1", 7000), &addr("db2.example", 7001)]);
         // An endpoint the cluster does not know: the shard is skipped.
         let unknown = Value::Array(vec![shard(&[0, 1], vec![node("", "?", 7000, "master", "online")])]);
-        assert_eq!(from_shards(&unknown, "h").unwrap().served(), 0);
+        assert_eq!(from_shards(&unknown, "h", false).unwrap().served(), 0);
         // An empty ip means the node that answered.
         let empty = Value::Array(vec![shard(&[0, 1], vec![node("", "", 7000, "master", "online")])]);
-        assert_eq!(from_shards(&empty, "h").unwrap().owner(1), Some(&addr("h", 7000)));
+        assert_eq!(from_shards(&empty, "h", false).unwrap().owner(1), Some(&addr("h", 7000)));
     }
 
     #[test]
@@ -322,7 +361,7 @@ mod tests {
             Value::Array(vec![shard(&[0, 10], master()), shard(&[10, 20], master())]),
             Value::Array(vec![Value::Array(vec![bulk("slots"), Value::Array(vec![])])]),
         ] {
-            assert!(from_shards(&reply, "h").is_err(), "{reply:?}");
+            assert!(from_shards(&reply, "h", false).is_err(), "{reply:?}");
         }
         assert!(from_slots(&Value::Array(vec![Value::Array(vec![Value::Int(0)])]), "h").is_err());
     }

@@ -1,36 +1,42 @@
-//! A node's address: `redis://[[user]:password@]host:port[/db]`, parsed
-//! into what a connection needs, or refused in words that say what to
-//! write instead.
+//! A node's address: `redis://[[user]:password@]host:port[/db]`, or
+//! `rediss://...` for TLS, parsed into what a connection needs, or refused
+//! in words that say what to write instead.
 
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, ProtocolVersion};
 
 /// The form of a node's address, for messages.
-const URL_FORM: &str = "redis://[[user]:password@]host:port[/db]";
+const URL_FORM: &str = "redis[s]://[[user]:password@]host:port[/db]";
 
-/// `url` as a node's address, or why not, in words that say what to write
-/// instead (the redis crate's own error says "Redis URL did not parse" for
-/// most mistakes).
-pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
+/// `url` as a node's address and whether it speaks TLS (`rediss://`), or
+/// why not, in words that say what to write instead (the redis crate's own
+/// error says "Redis URL did not parse" for most mistakes).
+pub(crate) fn parse_url(url: &str) -> Result<(ConnectionInfo, bool), String> {
     let Some((scheme, _)) = url.split_once("://") else {
         return Err(match suggestion(url) {
             Some(example) => format!("not a URL: write it as {URL_FORM}, e.g. {example}"),
             None => format!("not a URL: write it as {URL_FORM}"),
         });
     };
-    match scheme {
-        "redis" => {}
-        "rediss" => return Err(format!("TLS (rediss://) is not supported: write it as {URL_FORM}")),
+    let tls = match scheme {
+        "redis" => false,
+        "rediss" => true,
         "unix" | "redis+unix" => {
             return Err(format!("Unix sockets are not supported: write it as {URL_FORM}"))
         }
         other => {
             return Err(format!(
-                "the scheme is {other}://, not redis:// (one master) or redis+cluster:// (a cluster): \
-                 write it as {URL_FORM}"
+                "the scheme is {other}://, not redis:// (one master), redis+cluster:// (a cluster), or \
+                 rediss:// / rediss+cluster:// for TLS: write it as {URL_FORM}"
             ))
         }
-    }
+    };
     let parsed = url::Url::parse(url).map_err(|e| format!("{e}: write it as {URL_FORM}"))?;
+    if parsed.fragment().is_some() {
+        return Err(format!(
+            "a #fragment (TLS settings are tls_ca_file, tls_insecure_skip_verify, ...: see the client's \
+             README): write it as {URL_FORM}"
+        ));
+    }
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(format!("no host: write it as {URL_FORM}"));
     }
@@ -38,7 +44,10 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
     if !db.is_empty() && db.parse::<u32>().is_err() {
         return Err(format!("the database is {db:?}, not a number: write it as {URL_FORM}"));
     }
-    let info = url.into_connection_info().map_err(|e| {
+    // The redis crate parses the rest; TLS is ours (its own needs a feature
+    // this crate does not enable), so it reads the URL as redis://.
+    let plain = if tls { format!("redis{}", &url[scheme.len()..]) } else { url.to_string() };
+    let info = plain.as_str().into_connection_info().map_err(|e| {
         format!("{}: write it as {URL_FORM}", e.to_string().trim_end_matches("- InvalidClientConfig"))
     })?;
     if !matches!(info.addr, ConnectionAddr::Tcp(..)) {
@@ -47,7 +56,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
     if info.redis.protocol != ProtocolVersion::RESP2 {
         return Err("only the RESP2 protocol is supported".into());
     }
-    Ok(info)
+    Ok((info, tls))
 }
 
 /// What to write instead of an address without a scheme: `redis://`
@@ -70,14 +79,15 @@ mod tests {
             Err(why) => why,
             Ok(info) => panic!("{url} parsed as {info:?}"),
         };
-        let form = "write it as redis://[[user]:password@]host:port[/db]";
+        let form = "write it as redis[s]://[[user]:password@]host:port[/db]";
         for (url, says) in [
-            ("localhost:6379", "not a URL: write it as redis://[[user]:password@]host:port[/db], e.g. redis://localhost:6379"),
-            ("10.0.0.1:6379", "not a URL: write it as redis://[[user]:password@]host:port[/db], e.g. redis://10.0.0.1:6379"),
-            ("localhost 6379", "not a URL: write it as redis://[[user]:password@]host:port[/db], e.g. redis://localhost:6379"),
+            ("localhost:6379", "not a URL: write it as redis[s]://[[user]:password@]host:port[/db], e.g. redis://localhost:6379"),
+            ("10.0.0.1:6379", "not a URL: write it as redis[s]://[[user]:password@]host:port[/db], e.g. redis://10.0.0.1:6379"),
+            ("localhost 6379", "not a URL: write it as redis[s]://[[user]:password@]host:port[/db], e.g. redis://localhost:6379"),
             ("localhost\t 6379 ", "e.g. redis://localhost:6379"),
             ("http://10.0.0.1:6379", "the scheme is http://, not redis://"),
-            ("rediss://10.0.0.1:6379", "TLS (rediss://) is not supported"),
+            ("rediss://10.0.0.1:6379#insecure", "a #fragment (TLS settings are tls_ca_file"),
+            ("rediss://", "no host"),
             ("unix:///tmp/redis.sock", "Unix sockets are not supported"),
             ("redis://", "no host"),
             ("redis://:6379", "empty host"),
@@ -97,7 +107,12 @@ mod tests {
         let why = refused("localhost 6379 extra");
         assert!(why.starts_with("not a URL: write it as") && !why.contains("e.g."), "{why}");
         for url in ["redis://10.0.0.1:6379", "redis://h", "redis://u:p@h:1/3", "redis://:p@[::1]:6379/"] {
-            assert!(parse_url(url).is_ok(), "{url}");
+            assert!(matches!(parse_url(url), Ok((_, false))), "{url}");
         }
+        let (info, tls) = parse_url("rediss://u:p@lock1.example:6380/2").unwrap();
+        assert!(tls);
+        assert_eq!(info.addr, ConnectionAddr::Tcp("lock1.example".into(), 6380));
+        assert_eq!((info.redis.username.as_deref(), info.redis.password.as_deref()), (Some("u"), Some("p")));
+        assert_eq!(info.redis.db, 2);
     }
 }

@@ -5,7 +5,6 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use redis::{Cmd, ConnectionAddr, ConnectionInfo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,6 +16,7 @@ use super::inbox::ReplyTo;
 use crate::quorum::Raw;
 use crate::resp::{self, Reply};
 use crate::sim::{self, ReadHalf, WriteHalf};
+use crate::tls::{self, TlsTarget};
 
 /// Calls written on one connection and not yet answered (a node that
 /// stopped answering but keeps its connection open); more fail at once.
@@ -82,23 +82,38 @@ struct Written {
 }
 
 impl Link {
-    /// Connects, starts the reader, and runs the handshake the URL asks
-    /// for (AUTH, SELECT), each checked.
-    pub(super) async fn open(info: &ConnectionInfo) -> Result<Link, Raw> {
-        let unreachable = |e: std::io::Error| Raw::Unreachable(format!("connect failed: {e}"));
+    /// Connects (over TLS when `tls` says how), starts the reader, and runs
+    /// the handshake the URL asks for (AUTH, SELECT), each checked; the
+    /// TCP connect and the TLS handshake by `deadline`.
+    pub(super) async fn open(
+        info: &ConnectionInfo,
+        tls: Option<&TlsTarget>,
+        deadline: Instant,
+    ) -> Result<Link, Raw> {
         let ConnectionAddr::Tcp(host, port) = &info.addr else {
             return Err(Raw::Unreachable("not a TCP address".into()));
         };
-        let (read, write) = sim::connect(host, *port).await.map_err(unreachable)?;
+        let (read, write) = match timeout_at(deadline, sim::connect(host, *port, tls)).await {
+            Ok(connected) => connected.map_err(Raw::Unreachable)?,
+            // A plain Redis port reads a TLS client's hello as the start of
+            // an inline command and waits for its end: no answer at all.
+            Err(_) if tls.is_some() => {
+                return Err(Raw::Unreachable(format!(
+                    "TLS handshake with {host}:{port} failed: no TLS answer by the connect timeout \
+                     (a plain port? use redis://)"
+                )))
+            }
+            Err(_) => return Err(Raw::Unreachable("connect timed out".into())),
+        };
         let waiting = Arc::new(Mutex::new(Waiting::default()));
-        let reader = tokio::spawn(read_replies(read, waiting.clone()));
+        let reader = tokio::spawn(read_replies(read, waiting.clone(), format!("{host}:{port}")));
         let mut link = Link { write, waiting, reader, out: Vec::new() };
         for (what, cmd) in handshake(info) {
             let (done, answer) = oneshot::channel();
             let job = Job {
                 bytes: cmd.get_packed_command().into(),
                 replies: 1,
-                deadline: far_future(),
+                deadline,
                 done: ReplyTo::Caller(done),
                 on_reply: None,
             };
@@ -210,37 +225,49 @@ fn handshake(info: &ConnectionInfo) -> Vec<(&'static str, Cmd)> {
     commands
 }
 
-/// Far enough to never matter, near enough not to overflow an Instant.
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(86_400)
-}
-
 /// The connection's reader task: parses replies as they arrive and hands
 /// each to the oldest call waiting for it. On EOF, an I/O error or a
-/// malformed reply, the connection is closed and every waiting call fails.
-async fn read_replies(mut read: ReadHalf, waiting: Arc<Mutex<Waiting>>) {
+/// malformed reply, the connection is closed and every waiting call fails,
+/// with why (a TLS failure explained, naming `peer`, `host:port`).
+async fn read_replies(mut read: ReadHalf, waiting: Arc<Mutex<Waiting>>, peer: String) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut chunk = vec![0u8; 16 * 1024];
+    let mut answered = false;
     let why = 'read: loop {
         let mut used = 0;
         loop {
             match resp::parse(&buf[used..]) {
                 Ok(Some((reply, len))) => {
                     used += len;
+                    answered = true;
                     if let Err(why) = deliver(&waiting, reply) {
                         break 'read why;
                     }
                 }
                 Ok(None) => break,
+                // A TLS record (a handshake or an alert) where a reply was
+                // expected.
+                Err(_) if !answered && !read.is_tls() && matches!(buf.first(), Some(0x15 | 0x16)) => {
+                    break 'read format!("{peer} answered in TLS: a TLS port, use rediss://");
+                }
                 Err(why) => break 'read format!("malformed reply: {why}"),
             }
         }
         buf.drain(..used);
-        match read.read(&mut chunk).await {
-            Ok(0) => break "connection closed by the node".to_string(),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) => break format!("connection lost: {e}"),
+        let why = match read.read(&mut chunk).await {
+            Ok(0) => "connection closed by the node".to_string(),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                continue;
+            }
+            Err(e) if read.is_tls() => format!("connection to {peer} lost: {}", tls::explain(&e, None)),
+            Err(e) => format!("connection lost: {e}"),
+        };
+        // A TLS port drops a plain client at its first command, unanswered.
+        if !answered && !read.is_tls() && buf.is_empty() {
+            break format!("{why} before its first reply (if {peer} is a TLS port, use rediss://)");
         }
+        break why;
     };
     close(&waiting, &why);
 }

@@ -49,10 +49,11 @@ use std::time::Duration;
 
 use redis::{Cmd, ConnectionInfo, Pipeline, Value};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::{timeout, timeout_at, Instant};
+use tokio::time::{timeout_at, Instant};
 
 use crate::quorum::Raw;
 use crate::resp::Reply;
+use crate::tls::{TlsClient, TlsTarget};
 use address::parse_url;
 use inbox::ReplyTo;
 pub(crate) use inbox::{Inbox, Replies};
@@ -92,20 +93,30 @@ struct State {
 }
 
 impl Node {
-    /// Parses `url` (`redis://[[user]:password@]host:port[/db]`) and starts
-    /// the node's writer task (so: inside a Tokio runtime). Connects on
-    /// the first call.
-    pub fn new(url: &str, limits: Limits) -> Result<Node, String> {
-        Node::with_info(parse_url(url)?, limits)
+    /// Parses `url` (`redis[s]://[[user]:password@]host:port[/db]`) and
+    /// starts the node's writer task (so: inside a Tokio runtime). Connects
+    /// on the first call; a `rediss://` node over TLS as `tls` says.
+    pub fn new(url: &str, limits: Limits, tls: Option<&TlsClient>) -> Result<Node, String> {
+        let (info, over_tls) = parse_url(url)?;
+        let target = match (over_tls, tls) {
+            (false, _) => None,
+            (true, Some(tls)) => match &info.addr {
+                redis::ConnectionAddr::Tcp(host, _) => Some(tls.target(host)?),
+                _ => return Err("not a TCP address".into()),
+            },
+            (true, None) => return Err("a rediss:// node needs the client's TLS settings".into()),
+        };
+        Node::with_info(info, target, limits)
     }
 
-    /// A node at an address already parsed (a cluster's node).
-    pub fn with_info(info: ConnectionInfo, limits: Limits) -> Result<Node, String> {
+    /// A node at an address already parsed (a cluster's node), over TLS
+    /// when `tls` says how.
+    pub fn with_info(info: ConnectionInfo, tls: Option<TlsTarget>, limits: Limits) -> Result<Node, String> {
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|_| "a node must be created inside a Tokio runtime".to_string())?;
         let (queue, jobs) = mpsc::unbounded_channel();
         let state = Arc::new(State::default());
-        runtime.spawn(write_in_order(info, limits, jobs, state.clone()));
+        runtime.spawn(write_in_order(info, tls, limits, jobs, state.clone()));
         Ok(Node { limits, queue, state })
     }
 
@@ -259,6 +270,7 @@ impl Node {
 /// queued together). Ends when the node is dropped.
 async fn write_in_order(
     info: ConnectionInfo,
+    tls: Option<TlsTarget>,
     limits: Limits,
     mut jobs: mpsc::UnboundedReceiver<Job>,
     state: Arc<State>,
@@ -287,7 +299,7 @@ async fn write_in_order(
         }
         let open = match link.as_mut() {
             Some(open) => open,
-            None => match connect(&info, limits, &mut last_failure).await {
+            None => match connect(&info, tls.as_ref(), limits, &mut last_failure).await {
                 Ok(opened) => {
                     state.connected.store(true, Ordering::Release);
                     link.insert(opened)
@@ -311,6 +323,7 @@ async fn write_in_order(
 /// that refusal to every call, as the error reply it is.
 async fn connect(
     info: &ConnectionInfo,
+    tls: Option<&TlsTarget>,
     limits: Limits,
     last_failure: &mut Option<(Instant, Raw)>,
 ) -> Result<Link, Raw> {
@@ -324,7 +337,8 @@ async fn connect(
             });
         }
     }
-    let failure = match timeout(limits.connect_timeout, Link::open(info)).await {
+    let deadline = Instant::now() + limits.connect_timeout;
+    let failure = match timeout_at(deadline, Link::open(info, tls, deadline)).await {
         Ok(Ok(link)) => {
             *last_failure = None;
             return Ok(link);
@@ -469,7 +483,7 @@ mod tests {
     #[tokio::test]
     async fn calls_are_written_in_the_order_they_are_made_even_if_polled_later() {
         let (url, seen) = recorder().await;
-        let node = Node::new(&url, limits()).unwrap();
+        let node = Node::new(&url, limits(), None).unwrap();
         let acquire = node.call(&request("ACQUIRE"), LONG);
         let release = node.call(&request("RELEASE"), LONG);
         assert_eq!(release.await, Raw::Int(2), "the release is the second command the node read");
@@ -482,7 +496,7 @@ mod tests {
     #[tokio::test]
     async fn pipelines_and_error_replies() {
         let (url, _) = recorder().await;
-        let node = Node::new(&url, limits()).unwrap();
+        let node = Node::new(&url, limits(), None).unwrap();
         let fences = Request::each([redis::cmd("FENCE"), redis::cmd("FAIL"), redis::cmd("FENCE")], "k");
         let error = || Raw::ServerError { code: "WRONGTYPE".into(), detail: "not a lock".into() };
         assert_eq!(node.call(&fences, LONG).await, Raw::Array(vec![Raw::Int(1), error(), Raw::Int(3)]));
@@ -496,7 +510,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_connection_fails_its_calls_and_the_next_call_reconnects() {
         let (url, seen) = recorder().await;
-        let node = Node::new(&url, limits()).unwrap();
+        let node = Node::new(&url, limits(), None).unwrap();
         let closing = node.call(&request("CLOSE"), LONG);
         assert!(matches!(closing.await, Raw::Unreachable(why) if why.contains("closed")));
         // The writer notices the closed connection at the next call.
@@ -509,7 +523,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_call_given_up_before_it_was_written_is_not_written() {
         let (url, seen) = recorder().await;
-        let node = Node::new(&url, limits()).unwrap();
+        let node = Node::new(&url, limits(), None).unwrap();
         node.warm_up().await;
         // On one thread the writer cannot run between these three calls.
         let first = node.call(&request("FIRST"), LONG);
@@ -525,7 +539,7 @@ mod tests {
     async fn an_unreachable_node_says_why() {
         let port = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().port();
         let limits = Limits { reconnect_backoff: LONG, ..limits() };
-        let node = Node::new(&format!("redis://127.0.0.1:{port}/"), limits).unwrap();
+        let node = Node::new(&format!("redis://127.0.0.1:{port}/"), limits, None).unwrap();
         assert!(
             matches!(node.call(&request("PING"), LONG).await, Raw::Unreachable(why) if why.starts_with("connect failed: "))
         );

@@ -31,6 +31,9 @@ pub struct Tally {
     /// The longest quarantine left among the quarantined nodes.
     pub quarantine_left_ms: Option<u64>,
     pub unreachable: usize,
+    /// Why, for the first of them (a refused connection, a TLS failure
+    /// naming the node and its cause, ...).
+    pub first_unreachable: Option<Box<str>>,
     /// Cluster members that could not route the call (`CLUSTERDOWN`, no
     /// master for the key's slot, too many redirects, no seed answered).
     pub cluster_unavailable: usize,
@@ -73,7 +76,10 @@ impl Tally {
                     tally.quarantine_left_ms = tally.quarantine_left_ms.max(*left);
                 }
                 Answer::TimedOut => tally.timed_out += 1,
-                Answer::Unreachable(_) => tally.unreachable += 1,
+                Answer::Unreachable(why) => {
+                    tally.unreachable += 1;
+                    tally.first_unreachable.get_or_insert_with(|| why.as_str().into());
+                }
                 Answer::ClusterUnavailable(why) => {
                     tally.cluster_unavailable += 1;
                     tally.first_cluster_unavailable.get_or_insert_with(|| why.as_str().into());
@@ -154,7 +160,14 @@ impl Tally {
                 None => "quarantined".to_string(),
             },
         );
-        part(self.unreachable, "unreachable".to_string());
+        part(
+            self.unreachable,
+            match &self.first_unreachable {
+                Some(why) if self.unreachable == 1 => format!("unreachable ({why})"),
+                Some(why) => format!("unreachable (first: {why})"),
+                None => "unreachable".to_string(),
+            },
+        );
         part(
             self.cluster_unavailable,
             match &self.first_cluster_unavailable {
@@ -331,7 +344,7 @@ mod tests {
         assert_eq!(verdict(&t), Verdict::NoQuorum);
         assert_eq!(
             t.describe("granted", "held by another owner"),
-            "3 of 5 granted (need 4 for a 2-permit semaphore); 2 unreachable"
+            "3 of 5 granted (need 4 for a 2-permit semaphore); 2 unreachable (first: down)"
         );
         // Out of reach as soon as two nodes cannot grant.
         let mut p = Progress::with_quorum(5, permits);
@@ -435,7 +448,7 @@ mod tests {
         let t = tally(&[Yes(1), No, Unreachable("x".into()), TimedOut, Failed("ERR boom".into())]);
         assert_eq!(
             t.describe("granted", "held by another owner"),
-            "1 of 5 granted (need 3); 1 held by another owner; 1 unreachable; 1 timed out; 1 other error (ERR boom)"
+            "1 of 5 granted (need 3); 1 held by another owner; 1 unreachable (x); 1 timed out; 1 other error (ERR boom)"
         );
         let t = tally(&[Failed("ERR a".into()), Failed("ERR b".into()), Yes(3)]);
         assert_eq!(

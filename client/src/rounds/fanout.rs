@@ -47,15 +47,17 @@ use tokio::time::Instant;
 
 use crate::claim::Classify;
 use crate::error::{Error, Phase, Result};
-use crate::member::Member;
+use crate::member::{self, Member};
+use crate::tls::Tls;
 use crate::node::{Limits, Request};
 use crate::quorum::{self, Answer, Progress, Quorum, Tally};
 use crate::rounds::flight::Flight;
 
-/// Timeouts. Every network call is bounded by one of them; nothing is
-/// retried behind the caller's back (retries are [`crate::Redlock::acquire`]'s
-/// [`crate::RetryPolicy`], and the watchdog's renewals).
-#[derive(Clone, Copy, Debug)]
+/// Timeouts, and TLS. Every network call is bounded by one of the
+/// timeouts; nothing is retried behind the caller's back (retries are
+/// [`crate::Redlock::acquire`]'s [`crate::RetryPolicy`], and the
+/// watchdog's renewals).
+#[derive(Clone, Debug)]
 pub struct Config {
     /// Opening a connection to one node (also at `connect`).
     pub connect_timeout: Duration,
@@ -65,6 +67,11 @@ pub struct Config {
     /// After a node failed to connect, calls within this time count it as
     /// unreachable at once instead of paying a connect timeout again.
     pub reconnect_backoff: Duration,
+    /// How the `rediss://` members are spoken to (TLS, mutual TLS); the
+    /// default: the system's CAs, no client certificate. Settings given
+    /// with no `rediss` member are refused (a plain connection where TLS
+    /// was meant).
+    pub tls: Tls,
 }
 
 impl Default for Config {
@@ -73,6 +80,7 @@ impl Default for Config {
             connect_timeout: Duration::from_millis(500),
             command_timeout: Duration::from_millis(250),
             reconnect_backoff: Duration::from_millis(250),
+            tls: Tls::default(),
         }
     }
 }
@@ -134,14 +142,24 @@ impl Members {
         if config.command_timeout.is_zero() || config.connect_timeout.is_zero() {
             return Err(Error::InvalidArgument("timeouts must be above zero".into()));
         }
+        let texts: Vec<String> = urls.into_iter().map(|text| text.as_ref().trim().to_string()).collect();
+        let tls = if texts.iter().any(|text| member::uses_tls(text)) {
+            Some(Arc::new(config.tls.client().map_err(Error::InvalidArgument)?))
+        } else if let Some(setting) = config.tls.named().first() {
+            return Err(Error::InvalidArgument(format!(
+                "{setting} is given but no member is rediss://: write the members that speak TLS as \
+                 rediss://host:port (or rediss+cluster://...), or drop the TLS settings"
+            )));
+        } else {
+            None
+        };
         let mut parsed: Vec<Member> = Vec::new();
-        for text in urls {
-            let text = text.as_ref().trim();
-            if parsed.iter().any(|m| m.text == text) {
+        for text in &texts {
+            if parsed.iter().any(|m| &m.text == text) {
                 return Err(Error::InvalidArgument(format!("member {text} is listed twice")));
             }
             let number = parsed.len() + 1;
-            let member = Member::new(number, text, limits, config.command_timeout)
+            let member = Member::new(number, text, limits, config.command_timeout, tls.as_ref())
                 .map_err(|e| Error::InvalidArgument(format!("member {text:?}: {e}")))?;
             parsed.push(member);
         }
@@ -192,8 +210,8 @@ impl Members {
         self.inner.members.len()
     }
 
-    pub(crate) fn config(&self) -> Config {
-        self.inner.config
+    pub(crate) fn config(&self) -> &Config {
+        &self.inner.config
     }
 
     /// Waits until the work that earlier calls left running in the
@@ -205,7 +223,7 @@ impl Members {
     /// another call is opening, opening one, the command), and a dropped
     /// guard's release may first wait for an extension in flight.
     pub(crate) async fn settle(&self) {
-        let config = self.inner.config;
+        let config = &self.inner.config;
         let one_call = config.connect_timeout.saturating_mul(2).saturating_add(config.command_timeout);
         let deadline = Instant::now() + one_call.saturating_mul(2);
         loop {

@@ -193,7 +193,7 @@ mod tests {
     async fn node() -> (Member, Arc<Mutex<Vec<String>>>) {
         let (url, seen) = recorder().await;
         let limits = Limits { connect_timeout: LONG, reconnect_backoff: Duration::from_millis(10) };
-        let member = Member::new(1, &url, limits, LONG).unwrap();
+        let member = Member::new(1, &url, limits, LONG, None).unwrap();
         member.warm_up().await;
         (member, seen)
     }
