@@ -390,10 +390,10 @@ fn bad_node_urls_say_what_to_write() {
     for (url, says) in [
         (
             "localhost:6379",
-            "not a URL: write it as redis://[[user]:password@]host:port[/db], e.g. redis://localhost:6379",
+            "not a URL: write it as redis[s]://[[user]:password@]host:port[/db], e.g. redis://localhost:6379",
         ),
         ("http://10.0.0.1:6379", "the scheme is http://, not redis://"),
-        ("rediss://10.0.0.1:6379", "TLS (rediss://) is not supported"),
+        ("rediss://10.0.0.1:6379#insecure", "a #fragment (TLS settings are tls_ca_file"),
         ("redis://10.0.0.1:port", "invalid port number"),
         ("redis://10.0.0.1:6379/zero", "not a number"),
         ("redis+cluster://10.0.0.1:7000/1", "a cluster has database 0 only"),
@@ -830,4 +830,68 @@ fn exec_holds_three_resources_as_one_set() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The TLS settings as flags and as REDLOCK_* variables: a lock taken,
+/// extended and released over mutual TLS; an unknown CA exits 68
+/// (unreachable) naming the node and the cause; TLS settings with no
+/// rediss:// member are a usage error. Skipped (and said) on a server
+/// built without TLS (see client/tests/tls.rs).
+#[test]
+fn tls_settings_as_flags_and_environment() {
+    if !tls_or_skip("tls_settings_as_flags_and_environment") {
+        return;
+    }
+    let servers = start_all((0..3).map(|_| Opts::new().tls(TlsPort::new("server", true))).collect());
+    let certs = certs();
+    let nodes: Vec<String> = servers.iter().map(|s| s.tls_url("localhost")).collect();
+    let tls = |words: &[&str]| {
+        let mut cmd = Command::new(BIN);
+        cmd.env("REDLOCK_NODES", nodes.join(",")).args(["--timeout", "500", "--connect-timeout", "1000"]);
+        cmd.env_remove("REDLOCK_TOKEN");
+        // The CA as a flag, the client's identity from the environment.
+        cmd.arg("--tls-ca-file").arg(certs.crt("ca"));
+        cmd.env("REDLOCK_TLS_CERT_FILE", certs.crt("client")).env("REDLOCK_TLS_KEY_FILE", certs.key("client"));
+        cmd.args(words);
+        run_bounded(cmd, Duration::from_secs(10))
+    };
+    let out = tls(&["acquire", "deploy", "--ttl", "5000"]);
+    assert_eq!(out.status.code(), Some(0), "acquire over mutual TLS: {}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let token = field(&stdout, "REDLOCK_TOKEN");
+    assert!(field(&stdout, "REDLOCK_FENCING_TOKEN").parse::<u64>().unwrap() > 0);
+    for server in &servers {
+        assert_eq!(holder(server, "deploy").as_deref(), Some(token.as_str()));
+    }
+    let out = tls(&["extend", "deploy", "--ttl", "20000", "--token", &token]);
+    assert_eq!(out.status.code(), Some(0), "extend: {}", text(&out.stderr));
+    let out = tls(&["release", "deploy", "--token", &token]);
+    assert_eq!(out.status.code(), Some(0), "release: {}", text(&out.stderr));
+    assert_free(&all(&servers), "deploy");
+
+    // A CA that signed none of the nodes' certificates (the flag wins over
+    // the variable).
+    let mut cmd = Command::new(BIN);
+    cmd.env("REDLOCK_NODES", nodes.join(",")).env("REDLOCK_TLS_CA_FILE", certs.crt("ca"));
+    cmd.arg("--tls-ca-file").arg(certs.crt("other-ca")).args(["acquire", "deploy"]);
+    let out = run_bounded(cmd, Duration::from_secs(10));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(UNREACHABLE), "{stderr}");
+    assert!(
+        stderr.contains("3 unreachable (first: TLS handshake with ") && stderr.contains("failed: unknown CA"),
+        "{stderr}"
+    );
+    assert!(
+        servers.iter().any(|s| stderr.contains(&format!("localhost:{}", s.tls_port.unwrap()))),
+        "no node named: {stderr}"
+    );
+
+    // TLS settings, but every member plain.
+    let plain = servers[0].url();
+    let mut cmd = Command::new(BIN);
+    cmd.env("REDLOCK_NODES", &plain).env("REDLOCK_TLS_INSECURE_SKIP_VERIFY", "true").args(["acquire", "x"]);
+    let out = run_bounded(cmd, Duration::from_secs(10));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(USAGE), "{stderr}");
+    assert!(stderr.contains("tls_insecure_skip_verify is given but no member is rediss://"), "{stderr}");
 }
