@@ -15,6 +15,29 @@ export interface ConnectOptions {
   commandTimeout?: number;
   /** After a failed connect, ms during which the node counts as unreachable at once (250). */
   reconnectBackoff?: number;
+  /** How the rediss:// members are spoken to (TLS, mutual TLS): the client's TLS settings. */
+  tls?: TlsOptions;
+}
+
+/**
+ * The TLS settings of the Rust client (client/README.md, "TLS"), for the
+ * `rediss://` and `rediss+cluster://` members. The default: the system's
+ * trusted CAs, no client certificate, each node's certificate checked for
+ * the host its URL names.
+ */
+export interface TlsOptions {
+  /** A PEM file of CA certificates to trust, instead of the system's. */
+  caFile?: string;
+  /** A directory whose *.pem and *.crt files hold CA certificates to trust. */
+  caDir?: string;
+  /** This client's certificate (PEM), for nodes that require one (mutual TLS). */
+  certFile?: string;
+  /** The private key of `certFile` (PEM). */
+  keyFile?: string;
+  /** The name every node's certificate must hold, instead of the host in its URL. */
+  serverName?: string;
+  /** INSECURE: accept any certificate for any name (anyone on the path can pose as a node); tests only. */
+  insecureSkipVerify?: boolean;
 }
 
 export interface AcquireOptions {

@@ -65,6 +65,21 @@ function options(value, what, allowed) {
   return value;
 }
 
+/** The TLS settings (`tls` of the connect options), checked; undefined for none. */
+function tlsOptions(value) {
+  if (value === undefined) return undefined;
+  const tls = options(value, "tls", TLS_FIELDS);
+  const out = {};
+  for (const field of TLS_FIELDS) {
+    if (tls[field] === undefined) continue;
+    out[field] = field === "insecureSkipVerify" ? flag(tls[field], `tls.${field}`) : text(tls[field], `tls.${field}`);
+  }
+  return out;
+}
+
+/** The client's TLS settings (client/README.md, "TLS"), in camelCase. */
+const TLS_FIELDS = ["caFile", "caDir", "certFile", "keyFile", "serverName", "insecureSkipVerify"];
+
 function millis(value, what) {
   if (typeof value !== "number" || !Number.isFinite(value) || value < 0) {
     throw invalid(`${what} must be a finite number of milliseconds, at least 0; got ${describe(value)}`);
@@ -404,13 +419,19 @@ class Redlock {
       throw invalid(`nodes must be an array of node URLs (redis://host:port), not ${describe(nodes)}`);
     }
     const urls = nodes.map((n) => text(n, "a node URL"));
-    const opts = options(connectOptions, "the connect options", ["connectTimeout", "commandTimeout", "reconnectBackoff"]);
+    const opts = options(connectOptions, "the connect options", [
+      "connectTimeout",
+      "commandTimeout",
+      "reconnectBackoff",
+      "tls",
+    ]);
     const client = unwrap(
       await native.connect(
         urls,
         opts.connectTimeout === undefined ? 500 : millis(opts.connectTimeout, "connectTimeout"),
         opts.commandTimeout === undefined ? 250 : millis(opts.commandTimeout, "commandTimeout"),
         opts.reconnectBackoff === undefined ? 250 : millis(opts.reconnectBackoff, "reconnectBackoff"),
+        tlsOptions(opts.tls),
       ),
     );
     return new Redlock(client);

@@ -186,3 +186,32 @@ async fn a_failing_node_is_one_no_and_bad_settings_are_refused() {
     let error = Redlock::connect(&urls, config(missing)).await.unwrap_err();
     assert_says(&refused(error), &["tls_ca_file /nonexistent/ca.crt: "]);
 }
+
+/// A node's new certificate (`CONFIG SET tls-cert-file ... tls-key-file
+/// ...`) applies to new connections only: an open connection keeps
+/// granting, a new client meets the new certificate (here an expired one,
+/// and is refused), as docs/operations.md ("Certificate rotation") says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_or_expired_certificate_applies_to_new_connections_only() {
+    if !tls_or_skip("a_rotated_or_expired_certificate_applies_to_new_connections_only") {
+        return;
+    }
+    let servers = tls_servers(1, "server", false);
+    let url = servers[0].tls_url("localhost");
+    let open = Redlock::connect([&url], config(trusting_the_test_ca(false))).await.unwrap();
+    open.try_acquire("tls:rotation", Mode::Plain, TTL).await.expect("before").release().await.unwrap();
+    let certs = certs();
+    let reply: String = cmd("CONFIG")
+        .arg("SET")
+        .arg("tls-cert-file")
+        .arg(certs.crt("expired").display().to_string())
+        .arg("tls-key-file")
+        .arg(certs.key("expired").display().to_string())
+        .query(&mut servers[0].conn())
+        .expect("CONFIG SET tls-cert-file");
+    assert_eq!(reply, "OK");
+    let guard = open.try_acquire("tls:rotation", Mode::Plain, TTL).await.expect("the open connection goes on");
+    guard.release().await.unwrap();
+    let error = failure(&url, trusting_the_test_ca(false)).await;
+    assert_says(&error, &["failed: expired certificate"]);
+}

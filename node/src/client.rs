@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use napi::bindgen_prelude::{BigInt, Either};
 use napi_derive::napi;
 use redlock_client::bindings::{self, mode, Claims, HeldLock, Unit};
-use redlock_client::{Config, Error, Redlock};
+use redlock_client::{Config, Error, Redlock, Tls};
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
@@ -30,6 +30,31 @@ pub struct ClaimArg {
     pub permits: Option<u32>,
 }
 
+/// The TLS settings (`ConnectOptions.tls`), checked by index.js: the
+/// client's `Tls`, its fields in camelCase.
+#[napi(object)]
+pub struct TlsArg {
+    pub ca_file: Option<String>,
+    pub ca_dir: Option<String>,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    pub server_name: Option<String>,
+    pub insecure_skip_verify: Option<bool>,
+}
+
+impl From<TlsArg> for Tls {
+    fn from(arg: TlsArg) -> Tls {
+        Tls {
+            ca_file: arg.ca_file.map(Into::into),
+            ca_dir: arg.ca_dir.map(Into::into),
+            cert_file: arg.cert_file.map(Into::into),
+            key_file: arg.key_file.map(Into::into),
+            server_name: arg.server_name,
+            insecure_skip_verify: arg.insecure_skip_verify.unwrap_or(false),
+        }
+    }
+}
+
 /// Connects to every node, in parallel, each within `connect_timeout` ms.
 /// Unreachable nodes are no error: later calls try them again.
 #[napi]
@@ -38,12 +63,14 @@ pub async fn connect(
     connect_timeout: f64,
     command_timeout: f64,
     reconnect_backoff: f64,
+    tls: Option<TlsArg>,
 ) -> Outcome<Client> {
     let connected = async {
         let config = Config {
             connect_timeout: MS.duration("connectTimeout", connect_timeout)?,
             command_timeout: MS.duration("commandTimeout", command_timeout)?,
             reconnect_backoff: MS.duration("reconnectBackoff", reconnect_backoff)?,
+            tls: tls.map(Tls::from).unwrap_or_default(),
         };
         Ok(Client { redlock: Redlock::connect(nodes, config).await?, aborts: Arc::default() })
     };

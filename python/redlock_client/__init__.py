@@ -36,6 +36,7 @@ from ._types import (
     NodeStatus,
     QuorumStatus,
     Tally,
+    Tls,
     Watchdog,
 )
 from ._types import name as _name

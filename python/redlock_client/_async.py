@@ -42,6 +42,7 @@ from ._types import (
     Seconds,
     SetMember,
     Tally,
+    Tls,
     Watchdog,
     mode_name,
     name,
@@ -118,8 +119,9 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
         connect_timeout: Seconds = 0.5,
         command_timeout: Seconds = 0.25,
         reconnect_backoff: Seconds = 0.25,
+        tls: Optional[Tls] = None,
     ) -> None:
-        self._core = _native.Client(*connect_args(nodes, connect_timeout, command_timeout, reconnect_backoff))
+        self._core = _native.Client(*connect_args(nodes, connect_timeout, command_timeout, reconnect_backoff, tls))
 
     @classmethod
     async def connect(
@@ -129,10 +131,11 @@ class AsyncRedlock(ClientBase["AsyncLockContext"]):
         connect_timeout: Seconds = 0.5,
         command_timeout: Seconds = 0.25,
         reconnect_backoff: Seconds = 0.25,
+        tls: Optional[Tls] = None,
     ) -> "AsyncRedlock":
         """Connects without blocking the event loop (the connect runs in the
         loop's default executor)."""
-        args = connect_args(nodes, connect_timeout, command_timeout, reconnect_backoff)
+        args = connect_args(nodes, connect_timeout, command_timeout, reconnect_backoff, tls)
         self = cls.__new__(cls)
         self._core = await asyncio.get_running_loop().run_in_executor(None, lambda: _native.Client(*args))
         return self

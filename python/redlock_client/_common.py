@@ -3,12 +3,14 @@ and of a client, and the loss event's bookkeeping."""
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from typing import Any, Callable, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 from . import _native
 from ._types import (
+    Tls,
     ModeLike,
     Seconds,
     SetMember,
@@ -100,7 +102,9 @@ class ClientBase(Generic[ContextT]):
         return self._context(args, watchdog_args(watchdog), on_lost)
 
 
-def connect_args(nodes: Any, connect_timeout: Seconds, command_timeout: Seconds, reconnect_backoff: Seconds) -> tuple:
+def connect_args(
+    nodes: Any, connect_timeout: Seconds, command_timeout: Seconds, reconnect_backoff: Seconds, tls: Any
+) -> tuple:
     if isinstance(nodes, str):
         raise TypeError("nodes must be a list of URLs (redis://host:port), not one str")
     return (
@@ -108,6 +112,24 @@ def connect_args(nodes: Any, connect_timeout: Seconds, command_timeout: Seconds,
         seconds(connect_timeout, "connect_timeout"),
         seconds(command_timeout, "command_timeout"),
         seconds(reconnect_backoff, "reconnect_backoff"),
+        tls_args(tls),
+    )
+
+
+def tls_args(tls: Any) -> Optional[tuple]:
+    """The settings of a :class:`Tls` as the native client takes them."""
+    if tls is None:
+        return None
+    if not isinstance(tls, Tls):
+        raise TypeError(f"tls must be a redlock_client.Tls, not {type(tls).__name__}")
+    path = lambda p: None if p is None else os.fspath(p)  # noqa: E731
+    return (
+        path(tls.ca_file),
+        path(tls.ca_dir),
+        path(tls.cert_file),
+        path(tls.key_file),
+        tls.server_name,
+        bool(tls.insecure_skip_verify),
     )
 
 

@@ -44,7 +44,14 @@ class Held:
 
 class Client:
     def __init__(
-        self, nodes: List[str], connect_timeout: float, command_timeout: float, reconnect_backoff: float
+        self,
+        nodes: List[str],
+        connect_timeout: float,
+        command_timeout: float,
+        reconnect_backoff: float,
+        tls: Optional[
+            Tuple[Optional[str], Optional[str], Optional[str], Optional[str], Optional[str], bool]
+        ] = None,
     ) -> None: ...
     @property
     def nodes(self) -> List[str]: ...

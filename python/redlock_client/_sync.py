@@ -33,6 +33,7 @@ from ._types import (
     Seconds,
     SetMember,
     Tally,
+    Tls,
     Watchdog,
     mode_name,
     name,
@@ -52,7 +53,9 @@ from .errors import LockLostError, RedlockError
 class Redlock(ClientBase["LockContext"]):
     """A quorum (Redlock) client over N independent members that load the
     lock module, each one master (``redis://host:port``) or one cluster
-    (``redis+cluster://host:port?addr=host:port``: one vote). Connects at
+    (``redis+cluster://host:port?addr=host:port``: one vote), over TLS when
+    written ``rediss://`` / ``rediss+cluster://`` (settings: ``tls=``
+    :class:`Tls`). Connects at
     once (in parallel, bounded by ``connect_timeout``); a node that cannot be
     reached now is no error: it counts as unreachable, and later calls try
     it again.
@@ -81,8 +84,9 @@ class Redlock(ClientBase["LockContext"]):
         connect_timeout: Seconds = 0.5,
         command_timeout: Seconds = 0.25,
         reconnect_backoff: Seconds = 0.25,
+        tls: Optional[Tls] = None,
     ) -> None:
-        self._core = _native.Client(*connect_args(nodes, connect_timeout, command_timeout, reconnect_backoff))
+        self._core = _native.Client(*connect_args(nodes, connect_timeout, command_timeout, reconnect_backoff, tls))
 
     def __enter__(self) -> "Redlock":
         return self

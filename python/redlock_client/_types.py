@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import enum
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -52,6 +53,31 @@ class Watchdog:
 
     renewals_max: int = 10_000
     duration_max: Seconds = 3600.0
+
+
+@dataclass(frozen=True)
+class Tls:
+    """How the ``rediss://`` members (and every node of a
+    ``rediss+cluster://`` member) are spoken to: the settings of the Rust
+    client's ``Tls``, by the same names (the client's README, "TLS").
+    The default: the system's trusted CAs, no client certificate, each
+    node's certificate checked for the host its URL names.
+
+    ``ca_file`` / ``ca_dir``: PEM CA certificates to trust instead of the
+    system's (a file; a directory's ``*.pem`` and ``*.crt`` files).
+    ``cert_file`` and ``key_file``: this client's certificate and key (PEM),
+    for nodes that require one (``tls-auth-clients yes``: mutual TLS).
+    ``server_name``: the name every node's certificate must hold, instead
+    of the host in its URL. ``insecure_skip_verify``: accept any
+    certificate for any name (encrypted, but anyone on the path can pose
+    as a node): for tests only."""
+
+    ca_file: Optional[Union[str, os.PathLike]] = None
+    ca_dir: Optional[Union[str, os.PathLike]] = None
+    cert_file: Optional[Union[str, os.PathLike]] = None
+    key_file: Optional[Union[str, os.PathLike]] = None
+    server_name: Optional[str] = None
+    insecure_skip_verify: bool = False
 
 
 @dataclass(frozen=True)

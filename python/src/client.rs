@@ -1,12 +1,13 @@
 //! `Client`: one `redlock_client::Redlock` (one connection and one ordered
 //! writer per node), shared by every thread and task that uses it.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
 
 use redlock_client::bindings::{self, blocker_text, mode, readiness_out, Claims, Unit};
-use redlock_client::{Config, Error, Guard, NodeHealth, NodeInfo, NodeStatus, QuorumStatus, Redlock};
+use redlock_client::{Config, Error, Guard, NodeHealth, NodeInfo, NodeStatus, QuorumStatus, Redlock, Tls};
 
 use crate::convert::{policy, py_any, tally_out, to_pyerr};
 use crate::held::Held;
@@ -31,6 +32,14 @@ impl Client {
     }
 }
 
+/// `Tls(ca_file, ca_dir, cert_file, key_file, server_name,
+/// insecure_skip_verify)` as Python passes it.
+type TlsArgs = (Option<PathBuf>, Option<PathBuf>, Option<PathBuf>, Option<PathBuf>, Option<String>, bool);
+
+fn tls_settings((ca_file, ca_dir, cert_file, key_file, server_name, insecure_skip_verify): TlsArgs) -> Tls {
+    Tls { ca_file, ca_dir, cert_file, key_file, server_name, insecure_skip_verify }
+}
+
 fn held(py: Python<'_>, (guard, fenced): (Guard, Option<u64>)) -> PyResult<Py<PyAny>> {
     Ok(Py::new(py, Held::new(guard, fenced))?.into_any())
 }
@@ -39,19 +48,23 @@ fn held(py: Python<'_>, (guard, fenced): (Guard, Option<u64>)) -> PyResult<Py<Py
 impl Client {
     /// Connects to every node (in parallel, at most `connect_timeout`), the
     /// GIL released. Unreachable nodes are tried again by later calls.
+    /// `tls`: `redlock_client.Tls`'s fields in order (see `_common.py`).
     #[new]
+    #[pyo3(signature = (nodes, connect_timeout, command_timeout, reconnect_backoff, tls=None))]
     fn new(
         py: Python<'_>,
         nodes: Vec<String>,
         connect_timeout: f64,
         command_timeout: f64,
         reconnect_backoff: f64,
+        tls: Option<TlsArgs>,
     ) -> PyResult<Client> {
         let config = (|| {
             Ok(Config {
                 connect_timeout: SECONDS.duration("connect_timeout", connect_timeout)?,
                 command_timeout: SECONDS.duration("command_timeout", command_timeout)?,
                 reconnect_backoff: SECONDS.duration("reconnect_backoff", reconnect_backoff)?,
+                tls: tls.map(tls_settings).unwrap_or_default(),
             })
         })()
         .map_err(|e: Error| to_pyerr(py, &e))?;

