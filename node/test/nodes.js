@@ -311,7 +311,7 @@ function tlsSupport() {
     { encoding: "utf8", timeout: 30_000 },
   );
   const line = (out.stdout || "").split("\n").find((l) => l.includes("Failed finding TLS support"));
-  return line ? `${serverName()} was built without TLS (${line.trim()})` : null;
+  return line ? `${serverName()} was built without TLS (it says: ${line.split("# ").at(-1).trim()})` : null;
 }
 
 function tlsServerArgs(port, { cert = "server", authClients = false }) {

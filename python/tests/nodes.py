@@ -162,7 +162,7 @@ def tls_support() -> Optional[str]:
     )  # fmt: skip
     for line in out.stdout.splitlines():
         if "Failed finding TLS support" in line:
-            return f"{server_name()} was built without TLS ({line.strip()})"
+            return f"{server_name()} was built without TLS (it says: {line.split('# ')[-1].strip()})"
     return None
 
 

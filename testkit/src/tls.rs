@@ -69,7 +69,11 @@ pub fn tls_support() -> Result<(), String> {
                 .map_err(|e| format!("run {}: {e}", server_name()))?;
             let text = String::from_utf8_lossy(&out.stdout);
             match text.lines().find(|line| line.contains("Failed finding TLS support")) {
-                Some(line) => Err(format!("{} was built without TLS ({})", server_name(), line.trim())),
+                Some(line) => Err(format!(
+                    "{} was built without TLS (it says: {})",
+                    server_name(),
+                    line.rsplit("# ").next().unwrap_or(line).trim()
+                )),
                 None => Ok(()),
             }
         })
