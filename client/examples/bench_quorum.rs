@@ -31,6 +31,12 @@
 //! delays the node-redlock driver uses). tokio current-thread runtime (as
 //! node is one thread).
 //!
+//! `--tls` (own masters only) connects over TLS to each master's TLS port
+//! (test certificates from `scripts/test-certs`, the CA as `tls_ca_file`),
+//! `--tls-mutual` also with a client certificate the masters require; the
+//! JSON then adds the masters' CPU time (user + sys, from /proc) over the
+//! measured cycles, `server_cpu_ms`, for either.
+//!
 //! `--set K` takes K resources per cycle: as one set
 //! (`try_acquire_many`: one LOCK.MACQUIRE round, one LOCK.MRELEASE round),
 //! or with `--separate` as K acquires one after another (in name order,
@@ -40,7 +46,8 @@
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use redlock_client::{Config, Mode, Redlock, RetryPolicy};
+use lock_testkit_client::{certs, start_all, Opts, Server, TlsPort};
+use redlock_client::{Config, Mode, Redlock, RetryPolicy, Tls};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "Acquire+release cycles of the quorum client; prints JSON")]
@@ -97,6 +104,29 @@ struct Args {
     /// With --set: K separate acquires (and releases) instead of one set.
     #[arg(long)]
     separate: bool,
+    /// Own masters with TLS ports, connected over TLS.
+    #[arg(long)]
+    tls: bool,
+    /// As --tls, the masters requiring a client certificate (mutual TLS).
+    #[arg(long)]
+    tls_mutual: bool,
+}
+
+/// The CPU time (user + sys) the processes `pids` used so far, in ms, from
+/// /proc/PID/stat (clock ticks of 10 ms on Linux).
+fn cpu_ms(pids: &[u32]) -> f64 {
+    let ticks_per_s = 100.0;
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .map(|stat| {
+            // The fields after the command name, which is in parentheses.
+            let rest = stat.rsplit(')').next().unwrap_or_default();
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let field = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+            // utime and stime: fields 14 and 15 of stat, 12 and 13 here.
+            (field(11) + field(12)) * 1000.0 / ticks_per_s
+        })
+        .sum()
 }
 
 fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
@@ -252,16 +282,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = Args::parse();
     // Without --ports: N masters with the module, the tests' own (free
     // ports, own directories, killed by PID when the run ends).
+    let tls = args.tls || args.tls_mutual;
     let own = if args.ports.is_empty() && args.members.is_empty() {
-        lock_testkit_client::cluster(args.n)
+        let port = tls.then(|| TlsPort::new("server", args.tls_mutual));
+        start_all((0..args.n).map(|_| Opts { tls: port.clone(), ..Opts::new() }).collect())
+    } else if tls {
+        return Err("--tls runs on masters of its own only (no --ports, no --members)".into());
     } else {
         Vec::new()
     };
-    args.ports.extend(own.iter().map(|server| server.port));
+    args.ports.extend(own.iter().map(|server| server.tls_port.unwrap_or(server.port)));
     if args.set > 1 && (args.shared > 0 || args.fenced) {
         return Err("--set runs uncontended and unfenced cycles only".into());
     }
-    let mut nodes: Vec<String> = args.ports.iter().map(|p| format!("redis://127.0.0.1:{p}/")).collect();
+    let scheme = if tls { "rediss" } else { "redis" };
+    let mut nodes: Vec<String> = args.ports.iter().map(|p| format!("{scheme}://127.0.0.1:{p}/")).collect();
     if !args.members.is_empty() {
         nodes.clone_from(&args.members);
     }
@@ -269,19 +304,31 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err(format!("--n {} must be 1..={} (the members given)", args.n, nodes.len()).into());
     }
     nodes.truncate(args.n);
-    let config =
-        Config { command_timeout: Duration::from_millis(args.command_timeout_ms), ..Config::default() };
+    let certs = tls.then(certs);
+    let config = Config {
+        command_timeout: Duration::from_millis(args.command_timeout_ms),
+        tls: Tls {
+            ca_file: certs.map(|c| c.crt("ca")),
+            cert_file: certs.filter(|_| args.tls_mutual).map(|c| c.crt("client")),
+            key_file: certs.filter(|_| args.tls_mutual).map(|c| c.key("client")),
+            ..Tls::default()
+        },
+        ..Config::default()
+    };
     let redlock = Redlock::connect(&nodes, config).await?;
 
     let (warm, _) = run(&redlock, &args, args.warmup, Duration::from_secs(30)).await;
     if warm.failures > 0 {
         eprintln!("bench_quorum: {} failures in the warm-up", warm.failures);
     }
+    let pids: Vec<u32> = own.iter().map(Server::pid).collect();
+    let server_cpu = cpu_ms(&pids);
     let (mut samples, wall) =
         run(&redlock, &args, args.iterations, Duration::from_secs_f64(args.max_seconds)).await;
     // Rounds return at their majority; let the slower nodes' calls (the
     // last releases) end before the process does (not measured).
     redlock.settle().await;
+    let server_cpu = cpu_ms(&pids) - server_cpu;
     samples.acquire.sort();
     samples.release.sort();
     let done = samples.acquire.len();
@@ -289,7 +336,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "{{\"client\":\"redlock-client\",\"label\":{:?},\"n\":{},\"tasks\":{},\"shared\":{},\"fenced\":{},\
          \"set\":{},\"separate\":{},\
          \"iterations\":{},\"completed\":{},\"failures\":{},\"seconds\":{},\"ops_per_s\":{},\
-         \"acquire_p50_ms\":{},\"acquire_p99_ms\":{},\"release_p50_ms\":{}}}",
+         \"acquire_p50_ms\":{},\"acquire_p99_ms\":{},\"release_p50_ms\":{},\"tls\":{},\"tls_mutual\":{},\
+         \"server_cpu_ms\":{}}}",
         args.label,
         args.n,
         args.tasks,
@@ -305,6 +353,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         json_num(percentile_ms(&samples.acquire, 0.5)),
         json_num(percentile_ms(&samples.acquire, 0.99)),
         json_num(percentile_ms(&samples.release, 0.5)),
+        tls,
+        args.tls_mutual,
+        if own.is_empty() { "null".to_string() } else { json_num(server_cpu) },
     );
     Ok(())
 }

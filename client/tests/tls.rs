@@ -215,3 +215,28 @@ async fn a_rotated_or_expired_certificate_applies_to_new_connections_only() {
     let error = failure(&url, trusting_the_test_ca(false)).await;
     assert_says(&error, &["failed: expired certificate"]);
 }
+
+/// A cluster member over TLS (`rediss+cluster://`, the cluster with
+/// `tls-cluster yes`): the client reads each master's `tls-port` from
+/// `CLUSTER SHARDS` and takes, fences, extends and releases there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_member_over_tls() {
+    if !tls_or_skip("a_cluster_member_over_tls") {
+        return;
+    }
+    let cluster = RedisCluster::start(ClusterSpec::new(3, 0).opts(Opts::new().tls(TlsPort::new("server", true))));
+    let shards: redis::Value = cmd("CLUSTER").arg("SHARDS").query(&mut cluster.nodes[0].conn()).unwrap();
+    assert!(format!("{shards:?}").contains("tls-port"), "CLUSTER SHARDS names no tls-port: {shards:?}");
+    let member = cluster.tls_member("127.0.0.1");
+    let redlock = Redlock::connect([&member], config(trusting_the_test_ca(true))).await.expect("connect");
+    for key in ["tls:a", "tls:b", "tls:c", "tls:d"] {
+        let guard = redlock.try_acquire(key, Mode::Plain, TTL).await.expect("acquire over TLS");
+        assert!(guard.fencing_token().await.expect("fence") > 0);
+        guard.extend(TTL).await.expect("extend");
+        assert_eq!(holder(cluster.master_of(key), key).as_deref(), Some(guard.token()), "{key}");
+        guard.release().await.expect("release");
+    }
+    // A plain member of the same cluster reaches the plain ports, as before.
+    let plain = Redlock::connect([cluster.member()], test_config()).await.expect("connect");
+    plain.try_acquire("tls:plain", Mode::Plain, TTL).await.expect("plain").release().await.unwrap();
+}

@@ -96,9 +96,13 @@ impl RedisCluster {
         let started = Instant::now();
         let per_shard = 1 + spec.replicas;
         let timeout = spec.node_timeout_ms.to_string();
-        let opts = spec
-            .opts
-            .clone()
+        let mut opts = spec.opts.clone();
+        if opts.tls.is_some() {
+            // Nodes with a TLS port (Opts::tls): the bus and the replication
+            // over TLS too, and CLUSTER SHARDS announces each tls-port.
+            opts = opts.config("tls-cluster", "yes").config("tls-replication", "yes");
+        }
+        let opts = opts
             .config("cluster-enabled", "yes")
             .config("cluster-config-file", "nodes.conf")
             .config("cluster-node-timeout", &timeout)
@@ -188,6 +192,18 @@ impl RedisCluster {
     /// The nodes whose process runs.
     pub fn running(&self) -> Vec<&Server> {
         self.nodes.iter().filter(|n| n.is_running()).collect()
+    }
+
+    /// The TLS member string of a cluster started with TLS ports
+    /// (`rediss+cluster://`, the first two running nodes' TLS ports as
+    /// seeds, by `host`).
+    pub fn tls_member(&self, host: &str) -> String {
+        let ports: Vec<u16> = self.running().iter().filter_map(|n| n.tls_port).take(2).collect();
+        match ports[..] {
+            [first, second] => format!("rediss+cluster://{host}:{first}?addr={host}:{second}"),
+            [first] => format!("rediss+cluster://{host}:{first}"),
+            _ => panic!("no running node with a TLS port"),
+        }
     }
 
     /// The member string of this cluster: the first two running nodes as

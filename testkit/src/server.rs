@@ -178,6 +178,12 @@ impl Server {
             .arg(self.dir.join("redis.log"));
         if let (Some(tls), Some(port)) = (&self.opts.tls, self.tls_port) {
             command.args(tls.args(port));
+            // With tls-cluster, the bus port would follow the TLS port
+            // (+10000), which free_port did not check: keep it at the
+            // plain port's (and CLUSTER MEET's default).
+            if self.opts.config.iter().any(|(name, value)| name == "cluster-enabled" && value == "yes") {
+                command.arg("--cluster-port").arg((self.port + 10_000).to_string());
+            }
         }
         for (name, value) in &self.opts.config {
             command.arg(format!("--{name}")).arg(value);
