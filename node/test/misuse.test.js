@@ -125,7 +125,7 @@ test("bad node lists and connect options", T, async () => {
   // Host and port without a scheme: the example given parses.
   await refused(
     Redlock.connect(["localhost 6379"]),
-    /not a URL: write it as redis:\/\/\[\[user\]:password@\]host:port\[\/db\], e\.g\. redis:\/\/localhost:6379$/,
+    /not a URL: write it as redis\[s\]:\/\/\[\[user\]:password@\]host:port\[\/db\], e\.g\. redis:\/\/localhost:6379$/,
   );
   await refused(Redlock.connect(["redis://127.0.0.1:notaport"]), /./);
   await refused(Redlock.connect([6379]), /a node URL must be a string, not 6379/);

@@ -4,6 +4,7 @@
 // be an error, or tsc fails). `await using` is compiled by tsc down to
 // Symbol.asyncDispose calls, so it runs on Node 18.18 and later.
 import {
+  ConnectOptions,
   InvalidArgumentError,
   Lock,
   LockHeldError,
@@ -12,8 +13,16 @@ import {
   RedlockError,
   QuorumStatus,
   Tally,
+  TlsOptions,
   freedChannel,
 } from "redlock-client";
+
+// TLS settings (rediss:// members): the client's, in camelCase.
+const tlsOptions: ConnectOptions = { tls: { caFile: "/etc/redlock/ca.pem", insecureSkipVerify: false } };
+// @ts-expect-error a path is a string
+const badTls: TlsOptions = { caFile: 1 };
+void tlsOptions;
+void badTls;
 
 declare const process: { argv: string[] };
 
