@@ -240,7 +240,10 @@ mod tests {
         let tally =
             Tally::of(&[Answer::Yes(1), Answer::Unreachable("x".into()), Answer::Unreachable("y".into())]);
         let e = Error::NoQuorum { resource: "r".into(), phase: Phase::Extend, tally: tally.into() };
-        assert_eq!(e.to_string(), "no quorum for 'r' to extend: 1 of 3 extended (need 2); 2 unreachable (first: x)");
+        assert_eq!(
+            e.to_string(),
+            "no quorum for 'r' to extend: 1 of 3 extended (need 2); 2 unreachable (first: x)"
+        );
 
         let e = Error::ExpiredBeforeUse {
             resource: "r".into(),

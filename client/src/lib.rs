@@ -155,7 +155,7 @@ pub use quorum::{Mode, Quorum, RetryPolicy, Tally};
 pub use redlock::{Entered, Redlock};
 pub use rounds::fanout::Config;
 pub use rounds::lease::Lease;
-pub use tls::Tls;
 pub use status::{
     Blocker, Difference, MemberStatus, NodeHealth, NodeQuarantine, NodeStatus, QuorumStatus, Readiness,
 };
+pub use tls::Tls;

@@ -85,9 +85,8 @@ impl Tls {
             (None, None) => builder.with_no_client_auth(),
             (Some(cert_file), Some(key_file)) => {
                 let chain = read_certs(cert_file, "tls_cert_file")?;
-                let key = PrivateKeyDer::from_pem_file(key_file).map_err(|e| {
-                    format!("tls_key_file {}: no private key read: {e}", key_file.display())
-                })?;
+                let key = PrivateKeyDer::from_pem_file(key_file)
+                    .map_err(|e| format!("tls_key_file {}: no private key read: {e}", key_file.display()))?;
                 builder.with_client_auth_cert(chain, key).map_err(|e| {
                     format!(
                         "tls_cert_file {} and tls_key_file {} do not make a client identity: {e}",
@@ -128,8 +127,7 @@ impl Tls {
             add_all(&mut roots, read_certs(file, "tls_ca_file")?, file, "tls_ca_file")?;
         }
         if let Some(dir) = &self.ca_dir {
-            let entries =
-                std::fs::read_dir(dir).map_err(|e| format!("tls_ca_dir {}: {e}", dir.display()))?;
+            let entries = std::fs::read_dir(dir).map_err(|e| format!("tls_ca_dir {}: {e}", dir.display()))?;
             let mut files: Vec<PathBuf> = entries
                 .filter_map(|entry| entry.ok().map(|e| e.path()))
                 .filter(|path| {
@@ -206,7 +204,11 @@ pub(crate) struct TlsTarget {
 impl TlsTarget {
     /// The TLS handshake over `stream`, to `addr` (`host:port`, for the
     /// error), or why it failed, in words.
-    pub(crate) async fn handshake(&self, stream: TcpStream, addr: &str) -> Result<TlsStream<TcpStream>, String> {
+    pub(crate) async fn handshake(
+        &self,
+        stream: TcpStream,
+        addr: &str,
+    ) -> Result<TlsStream<TcpStream>, String> {
         self.connector
             .connect(self.name.clone(), stream)
             .await
@@ -224,9 +226,11 @@ pub(crate) fn explain(error: &std::io::Error, name: Option<&ServerName<'_>>) -> 
     use rustls::Error as E;
     use CertificateError as C;
     match tls {
-        E::InvalidCertificate(C::UnknownIssuer) => "unknown CA: the node's certificate is not signed by a CA \
+        E::InvalidCertificate(C::UnknownIssuer) => {
+            "unknown CA: the node's certificate is not signed by a CA \
              this client trusts (give the CA that signed it as tls_ca_file or in tls_ca_dir)"
-            .into(),
+                .into()
+        }
         E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => format!(
             "name mismatch: the node's certificate is not valid for {} (connect by a name it holds, or \
              set tls_server_name to one)",

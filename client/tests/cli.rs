@@ -851,7 +851,8 @@ fn tls_settings_as_flags_and_environment() {
         cmd.env_remove("REDLOCK_TOKEN");
         // The CA as a flag, the client's identity from the environment.
         cmd.arg("--tls-ca-file").arg(certs.crt("ca"));
-        cmd.env("REDLOCK_TLS_CERT_FILE", certs.crt("client")).env("REDLOCK_TLS_KEY_FILE", certs.key("client"));
+        cmd.env("REDLOCK_TLS_CERT_FILE", certs.crt("client"))
+            .env("REDLOCK_TLS_KEY_FILE", certs.key("client"));
         cmd.args(words);
         run_bounded(cmd, Duration::from_secs(10))
     };

@@ -501,7 +501,9 @@ async fn urls_with_a_user_a_password_and_a_database() {
     );
     assert!(text.ends_with(" (on connect, AUTH)"), "{text}");
 
-    for bad in ["rediss://127.0.0.1:1/#insecure", "redis+unix:///tmp/x.sock", "redis://127.0.0.1:1/?protocol=resp3"] {
+    for bad in
+        ["rediss://127.0.0.1:1/#insecure", "redis+unix:///tmp/x.sock", "redis://127.0.0.1:1/?protocol=resp3"]
+    {
         let error = Redlock::connect([bad], test_config()).await.expect_err(bad);
         assert!(matches!(error, Error::InvalidArgument(_)), "{bad}: {error:?}");
     }

@@ -107,12 +107,8 @@ async fn each_tls_failure_names_the_node_and_its_cause() {
         return;
     }
     let opts = |cert: &str, auth: bool| Opts::new().tls(TlsPort::new(cert, auth));
-    let servers = start_all(vec![
-        opts("server", true),
-        opts("expired", false),
-        opts("wrong-name", false),
-        Opts::new(),
-    ]);
+    let servers =
+        start_all(vec![opts("server", true), opts("expired", false), opts("wrong-name", false), Opts::new()]);
     let [mutual, expired, wrong_name, plain] = &servers[..] else { unreachable!() };
     let ca = || trusting_the_test_ca(false);
     let at = |server: &Server| format!("127.0.0.1:{}", server.tls_port.unwrap());
@@ -170,7 +166,8 @@ async fn a_failing_node_is_one_no_and_bad_settings_are_refused() {
     }
     let servers = tls_servers(2, "server", false);
     let odd = tls_servers(1, "wrong-name", false);
-    let urls = [servers[0].tls_url("localhost"), servers[1].tls_url("localhost"), odd[0].tls_url("127.0.0.1")];
+    let urls =
+        [servers[0].tls_url("localhost"), servers[1].tls_url("localhost"), odd[0].tls_url("127.0.0.1")];
     let redlock = Redlock::connect(&urls, config(trusting_the_test_ca(false))).await.unwrap();
     let guard = redlock.try_acquire("tls:majority", Mode::Plain, TTL).await.expect("2 of 3 grant");
     guard.release().await.unwrap();
@@ -210,7 +207,8 @@ async fn a_rotated_or_expired_certificate_applies_to_new_connections_only() {
         .query(&mut servers[0].conn())
         .expect("CONFIG SET tls-cert-file");
     assert_eq!(reply, "OK");
-    let guard = open.try_acquire("tls:rotation", Mode::Plain, TTL).await.expect("the open connection goes on");
+    let guard =
+        open.try_acquire("tls:rotation", Mode::Plain, TTL).await.expect("the open connection goes on");
     guard.release().await.unwrap();
     let error = failure(&url, trusting_the_test_ca(false)).await;
     assert_says(&error, &["failed: expired certificate"]);
@@ -224,7 +222,8 @@ async fn a_cluster_member_over_tls() {
     if !tls_or_skip("a_cluster_member_over_tls") {
         return;
     }
-    let cluster = RedisCluster::start(ClusterSpec::new(3, 0).opts(Opts::new().tls(TlsPort::new("server", true))));
+    let cluster =
+        RedisCluster::start(ClusterSpec::new(3, 0).opts(Opts::new().tls(TlsPort::new("server", true))));
     let shards: redis::Value = cmd("CLUSTER").arg("SHARDS").query(&mut cluster.nodes[0].conn()).unwrap();
     assert!(format!("{shards:?}").contains("tls-port"), "CLUSTER SHARDS names no tls-port: {shards:?}");
     let member = cluster.tls_member("127.0.0.1");

@@ -310,7 +310,9 @@ impl Shared {
             }
             let tls = match (&self.tls, self.spelling.tls) {
                 (Some(tls), true) => Some(tls.target(&addr.host)?),
-                (None, true) => return Err("a rediss+cluster:// member needs the client's TLS settings".into()),
+                (None, true) => {
+                    return Err("a rediss+cluster:// member needs the client's TLS settings".into())
+                }
                 (_, false) => None,
             };
             let node = Node::with_info(self.spelling.connection(addr), tls, self.limits)?;

@@ -155,7 +155,12 @@ mod tests {
         let one = parse_cluster("redis+cluster://10.0.0.1:7000").unwrap();
         assert_eq!(
             one,
-            ClusterSpelling { seeds: vec![addr("10.0.0.1", 7000)], username: None, password: None, tls: false }
+            ClusterSpelling {
+                seeds: vec![addr("10.0.0.1", 7000)],
+                username: None,
+                password: None,
+                tls: false
+            }
         );
         let tls = parse_cluster("rediss+cluster://10.0.0.1:7000?addr=10.0.0.2:7000").unwrap();
         assert!(tls.tls && tls.seeds.len() == 2);

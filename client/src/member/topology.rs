@@ -284,7 +284,10 @@ mod tests {
         let map = from_shards(&reply, "h", true).unwrap();
         assert_eq!(map.masters(), [&addr("10.0.0.1", 8000), &addr("10.0.0.2", 8001)]);
         assert_eq!(from_shards(&reply, "h", false).unwrap_err(), "no port field");
-        let plain = Value::Array(vec![shard(&[0, 16383], vec![node("10.0.0.1", "10.0.0.1", 7000, "master", "online")])]);
+        let plain = Value::Array(vec![shard(
+            &[0, 16383],
+            vec![node("10.0.0.1", "10.0.0.1", 7000, "master", "online")],
+        )]);
         let why = from_shards(&plain, "h", true).unwrap_err();
         assert!(why.starts_with("a master without a tls-port (does the cluster run"), "{why}");
     }

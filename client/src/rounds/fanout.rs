@@ -48,10 +48,10 @@ use tokio::time::Instant;
 use crate::claim::Classify;
 use crate::error::{Error, Phase, Result};
 use crate::member::{self, Member};
-use crate::tls::Tls;
 use crate::node::{Limits, Request};
 use crate::quorum::{self, Answer, Progress, Quorum, Tally};
 use crate::rounds::flight::Flight;
+use crate::tls::Tls;
 
 /// Timeouts, and TLS. Every network call is bounded by one of the
 /// timeouts; nothing is retried behind the caller's back (retries are
