@@ -162,31 +162,31 @@ impl Tally {
         );
         part(
             self.unreachable,
-            match &self.first_unreachable {
-                Some(why) if self.unreachable == 1 => format!("unreachable ({why})"),
-                Some(why) => format!("unreachable (first: {why})"),
-                None => "unreachable".to_string(),
-            },
+            with_first(self.unreachable, "unreachable", "unreachable", &self.first_unreachable),
         );
         part(
             self.cluster_unavailable,
-            match &self.first_cluster_unavailable {
-                Some(why) if self.cluster_unavailable == 1 => format!("cluster unavailable ({why})"),
-                Some(why) => format!("clusters unavailable (first: {why})"),
-                None => "clusters unavailable".to_string(),
-            },
+            with_first(
+                self.cluster_unavailable,
+                "cluster unavailable",
+                "clusters unavailable",
+                &self.first_cluster_unavailable,
+            ),
         );
         part(self.timed_out, "timed out".to_string());
-        part(
-            self.failed,
-            match &self.first_failure {
-                Some(why) if self.failed == 1 => format!("other error ({why})"),
-                Some(why) => format!("other errors (first: {why})"),
-                None => "other errors".to_string(),
-            },
-        );
+        part(self.failed, with_first(self.failed, "other error", "other errors", &self.first_failure));
         part(self.pending(), "still in flight".to_string());
         text
+    }
+}
+
+/// What `count` answers of one kind were, with the first one's reason:
+/// `one (why)`, or `many (first: why)`.
+fn with_first(count: usize, one: &str, many: &str, first: &Option<Box<str>>) -> String {
+    match first {
+        Some(why) if count == 1 => format!("{one} ({why})"),
+        Some(why) => format!("{many} (first: {why})"),
+        None => many.to_string(),
     }
 }
 
