@@ -886,6 +886,21 @@ fn tls_settings_as_flags_and_environment() {
         servers.iter().any(|s| stderr.contains(&format!("localhost:{}", s.tls_port.unwrap()))),
         "no node named: {stderr}"
     );
+    // `status` says it per node.
+    let mut cmd = Command::new(BIN);
+    cmd.env("REDLOCK_NODES", nodes.join(",")).arg("--tls-ca-file").arg(certs.crt("other-ca")).arg("status");
+    let out = run_bounded(cmd, Duration::from_secs(10));
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(UNREACHABLE), "{stdout}{}", text(&out.stderr));
+    for server in &servers {
+        let node = format!("localhost:{}", server.tls_port.unwrap());
+        assert!(
+            stdout.lines().any(|l| l.contains(&node)
+                && l.contains("unreachable: TLS handshake")
+                && l.contains("unknown CA")),
+            "{node}: {stdout}"
+        );
+    }
 
     // TLS settings, but every member plain.
     let plain = servers[0].url();
