@@ -364,7 +364,9 @@ fn help_is_short_and_each_command_has_a_long_one() {
     }
     assert_eq!(help(&["-h"]), short);
     let exec = help(&["exec", "--help"]);
-    for needle in ["cron", "REDLOCK_FENCING_TOKEN", "--mode permit --permits 2", "--no-fence", "Modes"] {
+    for needle in
+        ["cron", "REDLOCK_FENCING_TOKEN", "--mode permit --permits 2", "--no-fence", "Modes", "--tls-ca-file"]
+    {
         assert!(exec.contains(needle), "exec --help lacks {needle}: {exec}");
     }
     for command in ["exec", "acquire", "release", "extend", "check", "info"] {
@@ -871,10 +873,10 @@ fn tls_settings_as_flags_and_environment() {
     assert_free(&all(&servers), "deploy");
 
     // A CA that signed none of the nodes' certificates (the flag wins over
-    // the variable).
+    // the variable; it may follow the command).
     let mut cmd = Command::new(BIN);
     cmd.env("REDLOCK_NODES", nodes.join(",")).env("REDLOCK_TLS_CA_FILE", certs.crt("ca"));
-    cmd.arg("--tls-ca-file").arg(certs.crt("other-ca")).args(["acquire", "deploy"]);
+    cmd.args(["acquire", "deploy", "--tls-ca-file"]).arg(certs.crt("other-ca"));
     let out = run_bounded(cmd, Duration::from_secs(10));
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(UNREACHABLE), "{stderr}");

@@ -42,6 +42,29 @@ Exit codes:
     };
 }
 
+/// The TLS settings, for every command's long help (the flags are hidden
+/// from the option lists, to keep `redlock --help` to one screen; they go
+/// before or after the command, as `REDLOCK_TLS_*` variables too).
+macro_rules! tls_flags {
+    () => {
+        "\
+TLS, for rediss:// and rediss+cluster:// members (each flag also from its
+REDLOCK_TLS_* variable: --tls-ca-file is REDLOCK_TLS_CA_FILE):
+  --tls-ca-file FILE     trust the CA certificates in this PEM file (instead
+                         of the system's)
+  --tls-ca-dir DIR       trust those in this directory's *.pem, *.crt files
+  --tls-cert-file FILE   this client's certificate (PEM), for nodes that
+                         require one (mutual TLS); with --tls-key-file FILE
+  --tls-server-name NAME the name every node's certificate must hold,
+                         instead of the URL's host
+  --tls-insecure-skip-verify
+                         INSECURE: accept any certificate for any name
+                         (anyone on the path can pose as a node); tests only
+
+"
+    };
+}
+
 /// The lock kinds, for the long help of the commands that take `--mode`.
 macro_rules! modes {
     () => {
@@ -107,6 +130,7 @@ Examples:
 
 ",
     modes!(),
+    tls_flags!(),
     exit_codes!()
 );
 
@@ -127,6 +151,7 @@ Examples:
 
 ",
     modes!(),
+    tls_flags!(),
     exit_codes!()
 );
 
@@ -143,6 +168,7 @@ Examples:
   redlock release a b c --token \"$REDLOCK_TOKEN\"     # a set taken together
 
 ",
+    tls_flags!(),
     exit_codes!()
 );
 
@@ -153,6 +179,7 @@ Examples:
   redlock extend a b c --token \"$REDLOCK_TOKEN\" --ttl 20000   # a set
 
 ",
+    tls_flags!(),
     exit_codes!()
 );
 
@@ -162,6 +189,7 @@ Example, in a resource server's shell script:
   if redlock check deploy \"$FENCE\"; then apply-change; else refuse; fi
 
 ",
+    tls_flags!(),
     exit_codes!()
 );
 
@@ -181,6 +209,7 @@ Examples:
   redlock status || alert-on-call     # in a cron job or a probe
 
 ",
+    tls_flags!(),
     exit_codes!()
 );
 
@@ -190,6 +219,7 @@ Example:
   redlock info deploy
 
 ",
+    tls_flags!(),
     exit_codes!()
 );
 
@@ -199,7 +229,7 @@ Example:
 pub struct Cli {
     /// The quorum's members, each one master (redis://host:port[/db]) or one
     /// cluster (redis+cluster://host:port[?addr=host:port&addr=host:port]);
-    /// rediss:// and rediss+cluster:// for TLS
+    /// rediss:// and rediss+cluster:// for TLS (--tls-* flags: redlock COMMAND --help)
     #[arg(long, env = "REDLOCK_NODES", value_name = "URL,...", value_delimiter = ',', required = true)]
     pub nodes: Vec<String>,
 
@@ -221,31 +251,30 @@ pub struct Cli {
 /// How the rediss:// members are spoken to: the settings of the client's
 /// `Tls` (client/README.md, "TLS"), each also from its REDLOCK_* variable.
 #[derive(Args, Debug, Default)]
-#[command(next_help_heading = "TLS (for rediss:// members)")]
 pub struct TlsArgs {
     /// Trust the CA certificates in this PEM file (instead of the system's)
-    #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "FILE")]
+    #[arg(long, env = "REDLOCK_TLS_CA_FILE", value_name = "FILE", global = true, hide = true)]
     pub tls_ca_file: Option<PathBuf>,
 
     /// Trust the CA certificates in this directory's *.pem and *.crt files
-    #[arg(long, env = "REDLOCK_TLS_CA_DIR", value_name = "DIR")]
+    #[arg(long, env = "REDLOCK_TLS_CA_DIR", value_name = "DIR", global = true, hide = true)]
     pub tls_ca_dir: Option<PathBuf>,
 
     /// This client's certificate (PEM), for nodes that require one (mutual TLS)
-    #[arg(long, env = "REDLOCK_TLS_CERT_FILE", value_name = "FILE")]
+    #[arg(long, env = "REDLOCK_TLS_CERT_FILE", value_name = "FILE", global = true, hide = true)]
     pub tls_cert_file: Option<PathBuf>,
 
     /// The private key of --tls-cert-file (PEM)
-    #[arg(long, env = "REDLOCK_TLS_KEY_FILE", value_name = "FILE")]
+    #[arg(long, env = "REDLOCK_TLS_KEY_FILE", value_name = "FILE", global = true, hide = true)]
     pub tls_key_file: Option<PathBuf>,
 
     /// The name every node's certificate must hold, instead of the URL's host
-    #[arg(long, env = "REDLOCK_TLS_SERVER_NAME", value_name = "NAME")]
+    #[arg(long, env = "REDLOCK_TLS_SERVER_NAME", value_name = "NAME", global = true, hide = true)]
     pub tls_server_name: Option<String>,
 
     /// INSECURE: accept any certificate, for any name (encrypted, but anyone
     /// on the path can pose as a node); for tests only
-    #[arg(long, env = "REDLOCK_TLS_INSECURE_SKIP_VERIFY")]
+    #[arg(long, env = "REDLOCK_TLS_INSECURE_SKIP_VERIFY", global = true, hide = true)]
     pub tls_insecure_skip_verify: bool,
 }
 
