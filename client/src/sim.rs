@@ -91,6 +91,12 @@ impl ReadHalf {
     }
 }
 
+impl WriteHalf {
+    pub(crate) fn is_tls(&self) -> bool {
+        matches!(self, WriteHalf::Tls(_))
+    }
+}
+
 impl AsyncRead for ReadHalf {
     fn poll_read(
         self: Pin<&mut Self>,

@@ -64,6 +64,7 @@ __all__ = [
     "Mode",
     "Watchdog",
     "Tally",
+    "Tls",
     "NodeInfo",
     "LockInfo",
     "HolderInfo",

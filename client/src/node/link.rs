@@ -186,7 +186,17 @@ impl Link {
             self.out = bytes;
             return Ok(());
         }
-        let written = timeout_at(write_by, self.write.write_all(&bytes)).await;
+        // A TLS stream may keep part of its records back when the socket
+        // is full; the flush sends them (a socket's flush does nothing).
+        let write = &mut self.write;
+        let written = timeout_at(write_by, async {
+            write.write_all(&bytes).await?;
+            if write.is_tls() {
+                write.flush().await?;
+            }
+            Ok::<(), std::io::Error>(())
+        })
+        .await;
         self.out = bytes;
         let why = match written {
             Ok(Ok(())) => return Ok(()),
