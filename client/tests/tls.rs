@@ -239,3 +239,43 @@ async fn a_cluster_member_over_tls() {
     let plain = Redlock::connect([cluster.member()], test_config()).await.expect("connect");
     plain.try_acquire("tls:plain", Mode::Plain, TTL).await.expect("plain").release().await.unwrap();
 }
+
+/// Many tasks contending for one lock over mutual TLS: one holder at a
+/// time, fencing tokens strictly rising with each new holder (the ordered
+/// connection's argument holds over TLS as over TCP).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contention_over_mutual_tls_one_holder_at_a_time() {
+    if !tls_or_skip("contention_over_mutual_tls_one_holder_at_a_time") {
+        return;
+    }
+    let servers = tls_servers(3, "server", true);
+    let urls: Vec<String> = servers.iter().map(|s| s.tls_url("localhost")).collect();
+    let redlock = Redlock::connect(&urls, config(trusting_the_test_ca(true))).await.unwrap();
+    let holding = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let fences = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (redlock, holding, fences) = (redlock.clone(), holding.clone(), fences.clone());
+            tokio::spawn(async move {
+                let policy = redlock_client::RetryPolicy::within(Duration::from_secs(20))
+                    .with_delays(Duration::from_millis(1), Duration::from_millis(5));
+                for _ in 0..5 {
+                    let guard =
+                        redlock.acquire("tls:contended", Mode::Plain, TTL, &policy).await.expect("acquire");
+                    let fence = guard.fencing_token().await.expect("fence");
+                    assert_eq!(holding.fetch_add(1, std::sync::atomic::Ordering::SeqCst), 0, "two holders");
+                    fences.lock().unwrap().push(fence);
+                    tokio::task::yield_now().await;
+                    holding.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                    guard.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let fences = fences.lock().unwrap().clone();
+    assert_eq!(fences.len(), 80);
+    assert!(fences.windows(2).all(|pair| pair[1] > pair[0]), "tokens not rising: {fences:?}");
+}

@@ -293,6 +293,7 @@ let certDir;
 function certs() {
   if (certDir) return certDir;
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "redlock-node-certs-"));
+  process.on("exit", () => fs.rmSync(dir, { recursive: true, force: true }));
   const made = spawnSync("bash", [path.join(REPO, "scripts", "test-certs"), dir], { encoding: "utf8", timeout: 60_000 });
   if (made.status !== 0) throw new Error(`scripts/test-certs failed: ${made.stderr}`);
   certDir = dir;

@@ -15,6 +15,7 @@ tests.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -145,6 +146,7 @@ def certs() -> Path:
     global _CERTS
     if _CERTS is None:
         where = Path(tempfile.mkdtemp(prefix="redlock-py-certs-"))
+        atexit.register(shutil.rmtree, where, ignore_errors=True)
         subprocess.run(["bash", str(REPO / "scripts" / "test-certs"), str(where)], check=True,
                        capture_output=True, timeout=60)  # fmt: skip
         _CERTS = where

@@ -18,6 +18,7 @@ use crate::server::{server_bin, server_name};
 pub fn certs() -> &'static Certs {
     static CERTS: OnceLock<Certs> = OnceLock::new();
     CERTS.get_or_init(|| {
+        remove_dead_processes_certs();
         let dir = fresh_dir("certs");
         let script = repo_dir().join("scripts").join("test-certs");
         let out = Command::new("bash").arg(&script).arg(&dir).output().expect("run scripts/test-certs");
@@ -28,6 +29,21 @@ pub fn certs() -> &'static Certs {
         );
         Certs { dir }
     })
+}
+
+/// A static outlives its process's end (no drop): the certificates of
+/// test processes that have ended are removed by the next one.
+fn remove_dead_processes_certs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("redis-lock-certs-").and_then(|rest| rest.split('-').next()) else {
+            continue;
+        };
+        if pid.parse::<u32>().is_ok() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// See [`certs`].
