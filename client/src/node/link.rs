@@ -84,7 +84,7 @@ struct Written {
 impl Link {
     /// Connects (over TLS when `tls` says how), starts the reader, and runs
     /// the handshake the URL asks for (AUTH, SELECT), each checked; the
-    /// TCP connect and the TLS handshake by `deadline`.
+    /// TLS handshake and the AUTH / SELECT replies by `deadline`.
     pub(super) async fn open(
         info: &ConnectionInfo,
         tls: Option<&TlsTarget>,
@@ -93,18 +93,21 @@ impl Link {
         let ConnectionAddr::Tcp(host, port) = &info.addr else {
             return Err(Raw::Unreachable("not a TCP address".into()));
         };
-        let (read, write) = match timeout_at(deadline, sim::connect(host, *port, tls)).await {
-            Ok(connected) => connected.map_err(Raw::Unreachable)?,
+        let connecting = sim::connect(host, *port, tls);
+        let connected = match tls {
             // A plain Redis port reads a TLS client's hello as the start of
             // an inline command and waits for its end: no answer at all.
-            Err(_) if tls.is_some() => {
-                return Err(Raw::Unreachable(format!(
+            // (The caller's timeout, at the same deadline, is polled after
+            // this one.)
+            Some(_) => timeout_at(deadline, connecting).await.map_err(|_| {
+                Raw::Unreachable(format!(
                     "TLS handshake with {host}:{port} failed: no TLS answer by the connect timeout \
                      (a plain port? use redis://)"
-                )))
-            }
-            Err(_) => return Err(Raw::Unreachable("connect timed out".into())),
+                ))
+            })?,
+            None => connecting.await,
         };
+        let (read, write) = connected.map_err(Raw::Unreachable)?;
         let waiting = Arc::new(Mutex::new(Waiting::default()));
         let reader = tokio::spawn(read_replies(read, waiting.clone(), format!("{host}:{port}")));
         let mut link = Link { write, waiting, reader, out: Vec::new() };
@@ -274,7 +277,7 @@ async fn read_replies(mut read: ReadHalf, waiting: Arc<Mutex<Waiting>>, peer: St
             Err(e) => format!("connection lost: {e}"),
         };
         // A TLS port drops a plain client at its first command, unanswered.
-        if !answered && !read.is_tls() && buf.is_empty() {
+        if !answered && !read.is_tls() && buf.is_empty() && !lock(&waiting).calls.is_empty() {
             break format!("{why} before its first reply (if {peer} is a TLS port, use rediss://)");
         }
         break why;
