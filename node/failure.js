@@ -36,6 +36,7 @@ function tallyOf(native) {
     quarantined: native.quarantined,
     quarantineLeft: native.quarantineLeft ?? null,
     unreachable: native.unreachable,
+    firstUnreachable: native.firstUnreachable ?? null,
     timedOut: native.timedOut,
     failed: native.failed,
     firstFailure: native.firstFailure ?? null,

@@ -94,6 +94,8 @@ export interface Tally {
   /** The longest quarantine left among the quarantined nodes, ms. */
   readonly quarantineLeft: number | null;
   readonly unreachable: number;
+  /** Why, for the first unreachable node (a refused connection, a TLS failure naming the node and its cause, ...). */
+  readonly firstUnreachable: string | null;
   readonly timedOut: number;
   readonly failed: number;
   readonly firstFailure: string | null;

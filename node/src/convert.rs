@@ -159,6 +159,9 @@ pub struct TallyInfo {
     /// for the first (naming it).
     pub cluster_unavailable: u32,
     pub first_cluster_unavailable: Option<String>,
+    /// Why, for the first unreachable node (a refused connection, a TLS
+    /// failure naming the node and its cause, ...).
+    pub first_unreachable: Option<String>,
 }
 
 impl TallyInfo {
@@ -178,6 +181,7 @@ impl TallyInfo {
             pending: count(tally.pending()),
             cluster_unavailable: count(tally.cluster_unavailable),
             first_cluster_unavailable: tally.first_cluster_unavailable.as_deref().map(str::to_string),
+            first_unreachable: tally.first_unreachable.as_deref().map(str::to_string),
         }
     }
 }

@@ -65,6 +65,7 @@ async function failure(url, tls) {
   );
   await locks.close();
   assert.ok(error instanceof NodesUnreachableError, `${error && error.stack}`);
+  assert.ok(error.tally.firstUnreachable && error.message.includes(error.tally.firstUnreachable), error.message);
   return error.message;
 }
 

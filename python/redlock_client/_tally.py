@@ -36,6 +36,9 @@ class Tally:
     #: why, for the first (it names the member).
     cluster_unavailable: int = 0
     first_cluster_unavailable: Optional[str] = None
+    #: Why, for the first of the unreachable nodes (a refused connection, a
+    #: TLS failure naming the node and its cause, ...).
+    first_unreachable: Optional[str] = None
 
     @property
     def has_quorum(self) -> bool:
@@ -45,5 +48,9 @@ class Tally:
     def _from_native(cls, t: tuple) -> "Tally":
         left_ms = t[5]
         quarantine_left = None if left_ms is None else left_ms / 1000.0
+        unreachable, first_unreachable = t[6]
         cluster_unavailable, first_cluster_unavailable = t[11]
-        return cls(t[0], t[1], t[2], t[3], t[4], quarantine_left, *t[6:11], cluster_unavailable, first_cluster_unavailable)
+        return cls(
+            t[0], t[1], t[2], t[3], t[4], quarantine_left, unreachable, *t[7:11],
+            cluster_unavailable, first_cluster_unavailable, first_unreachable,
+        )  # fmt: skip

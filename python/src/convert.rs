@@ -49,8 +49,9 @@ pub(crate) fn policy(
     retry_policy(wait, attempts, delays)
 }
 
-/// A tally as the tuple `redlock_client.Tally` is built from (the cluster
-/// counts in a tuple of their own: pyo3 converts tuples of up to 12).
+/// A tally as the tuple `redlock_client.Tally` is built from (the
+/// unreachable and the cluster counts, each with its first reason, in
+/// tuples of their own: pyo3 converts tuples of up to 12).
 pub(crate) type TallyTuple = (
     usize,
     usize,
@@ -58,7 +59,7 @@ pub(crate) type TallyTuple = (
     usize,
     usize,
     Option<u64>,
-    usize,
+    (usize, Option<String>),
     usize,
     usize,
     Option<String>,
@@ -74,7 +75,7 @@ pub(crate) fn tally_out(tally: &Tally) -> TallyTuple {
         tally.no,
         tally.quarantined,
         tally.quarantine_left_ms,
-        tally.unreachable,
+        (tally.unreachable, tally.first_unreachable.as_deref().map(str::to_string)),
         tally.timed_out,
         tally.failed,
         tally.first_failure.as_deref().map(str::to_string),

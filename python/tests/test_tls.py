@@ -86,6 +86,9 @@ def refused(url: str, tls: Tls) -> str:
     locks = Redlock([url], tls=tls, connect_timeout=0.3, command_timeout=0.2)
     with pytest.raises(NodesUnreachableError) as error:
         locks.try_acquire("py:tls:failure", ttl=5.0)
+    tally = error.value.tally
+    assert tally is not None and tally.first_unreachable is not None, tally
+    assert tally.first_unreachable in str(error.value)
     return str(error.value)
 
 
