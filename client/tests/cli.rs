@@ -904,6 +904,24 @@ fn tls_settings_as_flags_and_environment() {
         );
     }
 
+    // No CA given: the system's trust store, which does not hold the test
+    // CA, unless SSL_CERT_FILE (read with the system's store) names it.
+    let system = |ca: Option<&Path>| {
+        let mut cmd = Command::new(BIN);
+        cmd.env("REDLOCK_NODES", nodes[0].as_str()).env_remove("SSL_CERT_DIR").env_remove("SSL_CERT_FILE");
+        cmd.env("REDLOCK_TLS_CERT_FILE", certs.crt("client")).env("REDLOCK_TLS_KEY_FILE", certs.key("client"));
+        if let Some(ca) = ca {
+            cmd.env("SSL_CERT_FILE", ca);
+        }
+        cmd.args(["acquire", "system-roots", "--ttl", "1000"]);
+        run_bounded(cmd, Duration::from_secs(10))
+    };
+    let out = system(None);
+    assert_eq!(out.status.code(), Some(UNREACHABLE), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("unknown CA"), "{}", text(&out.stderr));
+    let out = system(Some(&certs.crt("ca")));
+    assert_eq!(out.status.code(), Some(0), "SSL_CERT_FILE: {}", text(&out.stderr));
+
     // TLS settings, but every member plain.
     let plain = servers[0].url();
     let mut cmd = Command::new(BIN);
