@@ -909,7 +909,8 @@ fn tls_settings_as_flags_and_environment() {
     let system = |ca: Option<&Path>| {
         let mut cmd = Command::new(BIN);
         cmd.env("REDLOCK_NODES", nodes[0].as_str()).env_remove("SSL_CERT_DIR").env_remove("SSL_CERT_FILE");
-        cmd.env("REDLOCK_TLS_CERT_FILE", certs.crt("client")).env("REDLOCK_TLS_KEY_FILE", certs.key("client"));
+        cmd.env("REDLOCK_TLS_CERT_FILE", certs.crt("client"))
+            .env("REDLOCK_TLS_KEY_FILE", certs.key("client"));
         if let Some(ca) = ca {
             cmd.env("SSL_CERT_FILE", ca);
         }

@@ -41,6 +41,11 @@ fn tls_servers(n: usize, cert: &str, auth_clients: bool) -> Vec<Server> {
     start_all((0..n).map(|_| Opts::new().tls(TlsPort::new(cert, auth_clients))).collect())
 }
 
+/// Each server's `rediss://host:TLS_PORT/`.
+fn tls_urls(servers: &[Server], host: &str) -> Vec<String> {
+    servers.iter().map(|s| s.tls_url(host)).collect()
+}
+
 /// Takes, fences, extends and releases a lock through `redlock`, checking
 /// each node's holder on its plain port.
 async fn take_fence_extend_release(redlock: &Redlock, servers: &[Server], key: &str) {
@@ -64,7 +69,7 @@ async fn a_lock_over_tls_and_over_mutual_tls() {
     }
     // TLS: the CA from a directory, the nodes by name.
     let servers = tls_servers(3, "server", false);
-    let urls: Vec<String> = servers.iter().map(|s| s.tls_url("localhost")).collect();
+    let urls = tls_urls(&servers, "localhost");
     let tls = Tls { ca_dir: Some(certs().ca_dir()), ..Tls::default() };
     let redlock = Redlock::connect(&urls, config(tls)).await.expect("connect over TLS");
     take_fence_extend_release(&redlock, &servers, "tls:plain").await;
@@ -72,7 +77,7 @@ async fn a_lock_over_tls_and_over_mutual_tls() {
     // Mutual TLS: the nodes require a client certificate from the test
     // CA; by IP address (the certificate holds 127.0.0.1 too).
     let mutual = tls_servers(3, "server", true);
-    let urls: Vec<String> = mutual.iter().map(|s| s.tls_url("127.0.0.1")).collect();
+    let urls = tls_urls(&mutual, "127.0.0.1");
     let redlock = Redlock::connect(&urls, config(trusting_the_test_ca(true))).await.expect("connect");
     take_fence_extend_release(&redlock, &mutual, "tls:mutual").await;
     // A reentrant hold and a read-write lock over the same connections.
@@ -249,7 +254,7 @@ async fn contention_over_mutual_tls_one_holder_at_a_time() {
         return;
     }
     let servers = tls_servers(3, "server", true);
-    let urls: Vec<String> = servers.iter().map(|s| s.tls_url("localhost")).collect();
+    let urls = tls_urls(&servers, "localhost");
     let redlock = Redlock::connect(&urls, config(trusting_the_test_ca(true))).await.unwrap();
     let holding = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let fences = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
