@@ -90,6 +90,7 @@ mod module {
             ("quarantined_keys", Unsigned(removal.0 as u64)),
             ("quarantined_dbs", Unsigned(removal.1 as u64)),
             ("removal_quarantine_ms_left", Signed(removal.2)),
+            ("slot_waits", Unsigned(node.slot_waits(now) as u64)),
             ("locks_removed", Unsigned(st.locks_removed.get())),
             ("locks_evicted", Unsigned(st.locks_evicted.get())),
             ("db_quarantines", Unsigned(st.db_quarantines.get())),
@@ -151,13 +152,20 @@ mod module {
             promoted: |call| {
                 NODE.on_promoted(clock::now_ms());
                 commands::watch_for_removal(call, &NODE);
+                ffi::schedule_records();
             },
             loaded_from_disk: |call| {
                 if let Some(cause) = NODE.on_loaded_from_disk(clock::now_ms()) {
                     log_start_cause(cause);
                 }
                 commands::watch_for_removal(call, &NODE);
+                ffi::schedule_records();
             },
+            slots_changed: |change, check| {
+                NODE.slots_changed(change, check, clock::now_ms());
+                ffi::schedule_records();
+            },
+            records_due: |call| commands::quarantined::write_records(call, &NODE),
             ledger_save: || NODE.ledger(clock::now_ms()).encode(),
             ledger_load: |bytes| match Ledger::decode(bytes) {
                 Ok(ledger) => NODE.restore_ledger(ledger, clock::now_ms()),
@@ -373,6 +381,13 @@ mod module {
             ctx.log_warning(&format!("lock: {e}"));
             return Status::Err;
         }
+        // A cluster node learns of the slots it takes from the commands that
+        // move them; a quarantine started at load is written once it ends.
+        if let Err(e) = ffi::watch_slots(ctx.ctx, call.in_cluster()) {
+            ctx.log_warning(&format!("lock: {e}"));
+            return Status::Err;
+        }
+        ffi::schedule_records();
         ffi::set_module_options(ctx.ctx);
         if let Some(major) = valkey_major(ctx).filter(|&major| major >= 9) {
             if let Err(e) = ffi::declare_atomic_slot_migration(ctx.ctx) {

@@ -780,7 +780,8 @@ fn an_imported_lock_is_not_taken_over_by_expiry_before_the_quarantine_but_its_re
 #[test]
 fn a_released_locks_token_stays_below_the_next_after_its_slot_moves() {
     const QUARANTINE_MS: i64 = 3_000;
-    let spec = ClusterSpec::new(3, 0).opts(Opts::new().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()));
+    let spec = ClusterSpec::new(3, 0)
+        .opts(Opts::new().aof_always().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()));
     let cluster = RedisCluster::start(spec);
     let nodes = &cluster.nodes;
     let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
@@ -826,7 +827,9 @@ fn a_released_locks_token_stays_below_the_next_after_its_slot_moves() {
         } else {
             assert_eq!(int(target, &["LOCK.RELEASE", key, "h1"]), 1, "its holder releases it on node 1");
             let granted = run(target, &[b"LOCK.ACQUIRE", key.as_bytes(), b"h2", b"1000"]);
-            let Ok(Value::Int(token)) = granted else { panic!("a carried lock is granted again at once: {granted:?}") };
+            let Ok(Value::Int(token)) = granted else {
+                panic!("a carried lock is granted again at once: {granted:?}")
+            };
             assert!(token > ahead, "the next token {token} is above the carried one {ahead}");
         }
     }
@@ -837,20 +840,26 @@ fn a_released_locks_token_stays_below_the_next_after_its_slot_moves() {
 /// nobody served makes it wait like an import.
 #[test]
 fn a_refused_import_leaves_no_wait_and_addslots_waits() {
-    let spec = ClusterSpec::new(3, 0).opts(Opts::new().module_arg("quarantine-ms", "60000"));
+    let spec = ClusterSpec::new(3, 0).opts(Opts::new().aof_always().module_arg("quarantine-ms", "60000"));
     let cluster = RedisCluster::start(spec);
     let nodes = &cluster.nodes;
     let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
-    let key = (0..1000).map(|i| format!("own{i}")).find(|k| owner_of(keyslot(&mut direct[0], k)) == 0).unwrap();
+    let key =
+        (0..1000).map(|i| format!("own{i}")).find(|k| owner_of(keyslot(&mut direct[0], k)) == 0).unwrap();
     let slot = keyslot(&mut direct[0], &key);
     let other = myid(&mut direct[1]);
     let refused: RedisResult<String> =
         cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&other).query(&mut direct[0]);
     assert!(refused.is_err(), "a node does not import a slot it owns: {refused:?}");
     wait_until(Duration::from_secs(5), "the import's check", || info_stat(&mut direct[0], "slot_waits") == 0);
-    assert!(matches!(run(&mut direct[0], &[b"LOCK.ACQUIRE", key.as_bytes(), b"h", b"1000"]), Ok(Value::Int(_))));
+    assert!(matches!(
+        run(&mut direct[0], &[b"LOCK.ACQUIRE", key.as_bytes(), b"h", b"1000"]),
+        Ok(Value::Int(_))
+    ));
     // A slot no node serves, taken by node 2.
-    let _: String = cmd("CLUSTER").arg("DELSLOTS").arg(slot).query(&mut direct[0]).expect("DELSLOTS");
+    for c in direct.iter_mut() {
+        let _: String = cmd("CLUSTER").arg("DELSLOTS").arg(slot).query(c).expect("DELSLOTS");
+    }
     let _: String = cmd("CLUSTER").arg("ADDSLOTS").arg(slot).query(&mut direct[2]).expect("ADDSLOTS");
     assert_eq!(info_stat(&mut direct[2], "slot_waits"), 1);
     let refused = run(&mut direct[2], &[b"LOCK.ACQUIRE", key.as_bytes(), b"h2", b"1000"]);

@@ -286,5 +286,5 @@ fn a_quarantine_survives_a_switch_to_always_and_a_restart_without_a_rewrite() {
     assert_eq!(info_stat(&mut c, "quarantine"), 1, "the quarantine started before goes on");
     let left = info_stat(&mut c, "quarantine_ms_left");
     assert!(left > 30_000 && left <= 60_000, "the same quarantine: {left} ms left");
-    assert_eq!(refused(acquire(&mut c, "orders", "B", 30_000)), "QUARANTINE");
+    assert_eq!(refused(acquire(&mut c, "invoices", "B", 30_000)), "QUARANTINE");
 }
