@@ -257,6 +257,20 @@ fn lock_forgotten_from_a_client_is_refused_and_changes_nothing() {
     assert!(acquire(&mut c, "k", "A", 1_000).unwrap().is_some(), "nothing quarantined");
 }
 
+#[test]
+fn lock_quarantined_from_a_client_is_refused_and_changes_nothing() {
+    let s = Server::with(Opts::new().module_arg("quarantine-ms", "60000"));
+    let mut c = s.conn();
+    let _: i64 = cmd("LOCK.UNQUARANTINE").arg("STARTUP").query(&mut c).unwrap();
+    let until = server_clock_ms(&mut c) + 60_000;
+    let e = err_text(cmd("LOCK.QUARANTINED").arg("NODE").arg(until).query(&mut c));
+    assert!(e.starts_with("ERR lock.quarantined: this command is written by the module"), "{e}");
+    let e = err_text(cmd("LOCK.QUARANTINED").arg("SLOT").arg(until).arg(3).query(&mut c));
+    assert!(e.starts_with("ERR lock.quarantined: this command is written by the module"), "{e}");
+    assert_eq!(info_stat(&mut c, "quarantine"), 0, "nothing quarantined");
+    assert!(acquire(&mut c, "k", "A", 1_000).unwrap().is_some(), "nothing quarantined");
+}
+
 /// A node started from an `everysec` AOF is quarantined; `appendfsync`
 /// raised to `always` during that quarantine, with no AOF rewrite after,
 /// leaves an AOF whose ledger was written before the quarantine began. The
