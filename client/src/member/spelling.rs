@@ -97,7 +97,7 @@ pub(crate) fn parse_cluster(text: &str) -> Result<ClusterSpelling, String> {
 }
 
 /// `%xx` escapes decoded (the URL's user and password as written).
-fn percent_decode(text: &str) -> Option<String> {
+pub(crate) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
