@@ -45,6 +45,26 @@ function tallyOf(native) {
   });
 }
 
+// The same from the array a release resolves to (the native TallyRow:
+// TallyInfo's fields in order, null for an absent one).
+function tallyOfRow(row) {
+  return Object.freeze({
+    nodes: row[0],
+    need: row[1],
+    yes: row[2],
+    no: row[3],
+    quarantined: row[4],
+    quarantineLeft: row[5],
+    unreachable: row[6],
+    timedOut: row[7],
+    failed: row[8],
+    firstFailure: row[9],
+    pending: row[10],
+    clusterUnavailable: row[11],
+    firstClusterUnavailable: row[12],
+  });
+}
+
 /** The error for a native failure (its `info`). */
 function fromFailure(info) {
   const cls = info.kind === "no_quorum" ? noQuorumClass(info.tally) : KINDS[info.kind] || errors.RedlockError;
@@ -63,4 +83,4 @@ function invalid(message) {
   return new errors.InvalidArgumentError(`invalid argument: ${message}`);
 }
 
-module.exports = { fromFailure, invalid, tallyOf };
+module.exports = { fromFailure, invalid, tallyOf, tallyOfRow };

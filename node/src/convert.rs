@@ -7,7 +7,10 @@
 //! their fields and their documentation live in JavaScript, as they do in
 //! Python).
 
-use napi::bindgen_prelude::{BigInt, Either};
+use std::ptr;
+
+use napi::bindgen_prelude::{BigInt, Either, ToNapiValue, TypeName, ValueType};
+use napi::{check_status, sys};
 use napi_derive::napi;
 use redlock_client::bindings::{blocker_text, readiness_out, retry_policy, Unit};
 use redlock_client::{
@@ -179,6 +182,53 @@ impl TallyInfo {
             cluster_unavailable: count(tally.cluster_unavailable),
             first_cluster_unavailable: tally.first_cluster_unavailable.as_deref().map(str::to_string),
         }
+    }
+}
+
+/// A tally as an array of its values in [`TallyInfo`]'s field order (null
+/// for an absent one): what a release resolves to, made in one array
+/// rather than an object of named properties, which costs a lookup or a
+/// new shape per property (`failure.js`'s `tallyOfRow` names them).
+pub struct TallyRow(pub TallyInfo);
+
+impl TypeName for TallyRow {
+    fn type_name() -> &'static str {
+        "Array"
+    }
+
+    fn value_type() -> ValueType {
+        ValueType::Object
+    }
+}
+
+impl ToNapiValue for TallyRow {
+    unsafe fn to_napi_value(env: sys::napi_env, row: Self) -> napi::Result<sys::napi_value> {
+        let t = row.0;
+        // SAFETY (every call below): `env` is the JavaScript thread's, as
+        // napi-rs gives it to a conversion.
+        let values = unsafe {
+            [
+                u32::to_napi_value(env, t.nodes)?,
+                u32::to_napi_value(env, t.need)?,
+                u32::to_napi_value(env, t.yes)?,
+                u32::to_napi_value(env, t.no)?,
+                u32::to_napi_value(env, t.quarantined)?,
+                Option::<f64>::to_napi_value(env, t.quarantine_left)?,
+                u32::to_napi_value(env, t.unreachable)?,
+                u32::to_napi_value(env, t.timed_out)?,
+                u32::to_napi_value(env, t.failed)?,
+                Option::<String>::to_napi_value(env, t.first_failure)?,
+                u32::to_napi_value(env, t.pending)?,
+                u32::to_napi_value(env, t.cluster_unavailable)?,
+                Option::<String>::to_napi_value(env, t.first_cluster_unavailable)?,
+            ]
+        };
+        let mut array = ptr::null_mut();
+        check_status!(unsafe { sys::napi_create_array_with_length(env, values.len(), &mut array) })?;
+        for (index, value) in (0u32..).zip(values) {
+            check_status!(unsafe { sys::napi_set_element(env, array, index, value) })?;
+        }
+        Ok(array)
     }
 }
 
