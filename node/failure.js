@@ -45,23 +45,25 @@ function tallyOf(native) {
   });
 }
 
-// The same from the array a release resolves to (the native TallyRow:
-// TallyInfo's fields in order, null for an absent one).
+// The same from what a release resolves to: the native TallyRow's
+// Float64Array (TallyInfo's counts in order, NaN for no quarantine time,
+// no failure text), or a TallyInfo when there is a failure text.
 function tallyOfRow(row) {
+  if (!(row instanceof Float64Array)) return tallyOf(row);
   return Object.freeze({
     nodes: row[0],
     need: row[1],
     yes: row[2],
     no: row[3],
     quarantined: row[4],
-    quarantineLeft: row[5],
+    quarantineLeft: Number.isNaN(row[5]) ? null : row[5],
     unreachable: row[6],
     timedOut: row[7],
     failed: row[8],
-    firstFailure: row[9],
-    pending: row[10],
-    clusterUnavailable: row[11],
-    firstClusterUnavailable: row[12],
+    firstFailure: null,
+    pending: row[9],
+    clusterUnavailable: row[10],
+    firstClusterUnavailable: null,
   });
 }
 
