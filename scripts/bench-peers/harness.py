@@ -17,16 +17,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
 
+import loadavg  # noqa: E402
 from nodes import Cluster, server_name  # noqa: E402
 from report import fmt  # noqa: E402  (scripts/bench-client's number format)
 
 # The fields each driver's JSON line gives, whose medians the table shows.
 MEASURED = ("ops_per_s", "acquire_p50_ms", "cycle_p50_ms", "cycle_p99_ms", "cpu_us_per_cycle",
             "server_cpu_us_per_cycle")
-# A run taken above this 1-minute load average is marked "not comparable":
-# other work on the machine slows some clients more than others.
-LOAD_COMPARABLE = 1.0
 
 
 def arguments(more):
@@ -62,7 +61,7 @@ def run_driver(bench, what, command, args, cluster, prefix, key):
     (the table says so in its cells) with `key`'s fields (those the
     table's rows are told apart by), and the bench goes on."""
     limit = run_limit(args)
-    load_before = os.getloadavg()[0]
+    load_before = loadavg.now()[0]
     try:
         done = subprocess.run([*args.client_prefix, *command], capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
@@ -73,7 +72,7 @@ def run_driver(bench, what, command, args, cluster, prefix, key):
             raise SystemExit(f"{bench}: {what} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         row = json.loads(done.stdout.strip().splitlines()[-1])
     row["left_keys"] = sum(len(s.call("KEYS", f"{prefix}:*")) for s in cluster.servers)  # type: ignore[arg-type]
-    row["load"] = max(load_before, os.getloadavg()[0])
+    row["load"] = max(load_before, loadavg.now()[0])
     return row
 
 
@@ -114,7 +113,7 @@ def measure(args, jobs, step, run):
     the table's header, the masters stopped."""
     cluster = Cluster(5, prefix=args.server_prefix)
     try:
-        load_before = os.getloadavg()
+        load_before = loadavg.now()
         started = time.monotonic()
         rows = []
         for round_no in range(1, args.runs + 1):
@@ -122,7 +121,7 @@ def measure(args, jobs, step, run):
             for job in jobs[shift:] + jobs[:shift]:
                 rows.append(run(cluster, job, round_no))
         took = time.monotonic() - started
-        load_after = os.getloadavg()
+        load_after = loadavg.now()
         server = server_name().split(" (")[0]
     finally:
         cluster.close()
@@ -142,11 +141,7 @@ class Header:
         print(f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores ({pinning}), "
               f"5 masters ({self.server}) with the module, loopback; {runtime}.")
         print(f"Each cell: median of {self.args.runs} runs of {self.args.seconds:g} s of {cells}")
-        print(f"Measurements took {self.took:.0f} s; load average before {b[0]:.2f} {b[1]:.2f} {b[2]:.2f}, "
-              f"after {a[0]:.2f} {a[1]:.2f} {a[2]:.2f}.")
-        if max(b[0], a[0]) > LOAD_COMPARABLE:
-            print(f"NOT COMPARABLE: taken above a load average of {LOAD_COMPARABLE:g} (other work on the machine "
-                  "slows some clients more than others); the rows marked so had a run above it.")
+        print(f"Measurements took {self.took:.0f} s; {loadavg.line(b, a)}.")
         print()
 
 
@@ -179,7 +174,7 @@ def median(values):
 def comparable(m):
     """A row's label suffix: empty, or that a run of it was taken above the
     load average that keeps runs comparable."""
-    return "" if m["load"] <= LOAD_COMPARABLE else f" (not comparable: load {m['load']:.2f})"
+    return loadavg.mark(m["load"])
 
 
 def finished(m):
