@@ -714,6 +714,27 @@ fn locks_moved_by_repeated_atomic_imports_are_granted_again_once_released() {
     }
 }
 
+/// Three masters with `appendfsync always` (no start-up quarantine) and
+/// this quarantine, connections to each, and two keys of node 0 named from
+/// `prefix`, in different slots.
+fn quarantined_cluster(quarantine_ms: i64, prefix: &str) -> (RedisCluster, Vec<Connection>, Vec<String>) {
+    let spec = ClusterSpec::new(3, 0)
+        .opts(Opts::new().aof_always().module_arg("quarantine-ms", &quarantine_ms.to_string()));
+    let cluster = RedisCluster::start(spec);
+    let mut direct: Vec<Connection> = cluster.nodes.iter().map(Server::conn).collect();
+    let mut keys: Vec<String> = Vec::new();
+    for key in (0..2000).map(|i| format!("{prefix}{i}")) {
+        let slot = keyslot(&mut direct[0], &key);
+        if owner_of(slot) == 0 && keys.iter().all(|k| keyslot(&mut direct[0], k) != slot) {
+            keys.push(key);
+        }
+        if keys.len() == 2 {
+            break;
+        }
+    }
+    (cluster, direct, keys)
+}
+
 /// A lock that arrives by a slot migration may be behind its holder's lease
 /// (the exporter a promoted replica that missed an extension, in its
 /// failover quarantine): the importer does not take it over by expiry
@@ -725,16 +746,8 @@ fn an_imported_lock_is_not_taken_over_by_expiry_before_the_quarantine_but_its_re
     // Longer than the two migrations take on a loaded machine; the test
     // does not wait it out.
     const QUARANTINE_MS: i64 = 30_000;
-    let spec = ClusterSpec::new(3, 0)
-        .opts(Opts::new().aof_always().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()));
-    let cluster = RedisCluster::start(spec);
+    let (cluster, mut direct, on_node_0) = quarantined_cluster(QUARANTINE_MS, "arrive");
     let nodes = &cluster.nodes;
-    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
-    let on_node_0: Vec<String> = (0..2000)
-        .map(|i| format!("arrive{i}"))
-        .filter(|k| owner_of(keyslot(&mut direct[0], k)) == 0)
-        .take(2)
-        .collect();
     let (expiring, released) = (&on_node_0[0], &on_node_0[1]);
     assert_ne!(keyslot(&mut direct[0], expiring), keyslot(&mut direct[0], released));
     run(&mut direct[0], &[b"LOCK.ACQUIRE", expiring.as_bytes(), b"h1", b"1500"]).unwrap();
@@ -780,16 +793,8 @@ fn an_imported_lock_is_not_taken_over_by_expiry_before_the_quarantine_but_its_re
 #[test]
 fn a_released_locks_token_stays_below_the_next_after_its_slot_moves() {
     const QUARANTINE_MS: i64 = 3_000;
-    let spec = ClusterSpec::new(3, 0)
-        .opts(Opts::new().aof_always().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()));
-    let cluster = RedisCluster::start(spec);
+    let (cluster, mut direct, on_node_0) = quarantined_cluster(QUARANTINE_MS, "carried");
     let nodes = &cluster.nodes;
-    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
-    let on_node_0: Vec<String> = (0..2000)
-        .map(|i| format!("carried{i}"))
-        .filter(|k| owner_of(keyslot(&mut direct[0], k)) == 0)
-        .take(2)
-        .collect();
     let (released, carried) = (&on_node_0[0], &on_node_0[1]);
     let mut atomic = has_atomic_slot_migration();
     for key in [released, carried] {

@@ -10,7 +10,7 @@
 use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo};
 
 use super::redirect::Addr;
-use super::spelling::percent_decode;
+use super::spelling::{authority, decode, Authority};
 
 /// The form of a Sentinel member, for messages.
 pub(crate) const SENTINEL_FORM: &str = "redis+sentinel://[[user]:password@]host:port/master-name\
@@ -63,25 +63,10 @@ pub(crate) fn is_sentinel(text: &str) -> bool {
 /// `text` (`redis+sentinel://...`) as a Sentinel member, or why not.
 pub(crate) fn parse_sentinel(text: &str) -> Result<SentinelSpelling, String> {
     let form = |what: String| format!("{what}: write it as {SENTINEL_FORM}");
-    let parsed = url::Url::parse(text).map_err(|e| form(e.to_string()))?;
-    let host = parsed.host_str().unwrap_or_default();
-    if host.is_empty() {
-        return Err(form("no host".into()));
-    }
-    let port = parsed.port().unwrap_or(26379);
-    if parsed.fragment().is_some() {
-        return Err(form("a #fragment".into()));
-    }
-    let decode = |part: &str| -> Result<String, String> {
-        percent_decode(part).ok_or_else(|| form(format!("{part:?} is not valid percent-encoded UTF-8")))
-    };
-    let username = Some(parsed.username()).filter(|u| !u.is_empty()).map(decode).transpose()?;
-    let password = parsed.password().map(decode).transpose()?;
-    let first = Addr::parse(&format!("[{}]:{port}", host.trim_matches(|c| c == '[' || c == ']')), "")
-        .ok_or_else(|| form(format!("{host}:{port} is not a Sentinel address")))?;
+    let Authority { url: parsed, first, username, password } = authority(text, 26379, &form)?;
     let mut spelling = SentinelSpelling {
         sentinels: vec![first],
-        master: decode(parsed.path().trim_matches('/'))?,
+        master: decode(parsed.path().trim_matches('/'), &form)?,
         username,
         password,
         sentinel_username: None,
