@@ -27,3 +27,10 @@
 pub mod client;
 pub mod convert;
 pub mod held;
+
+/// The workspace's version (Cargo.toml), as the package's `version`
+/// export; scripts/release stamps the same into the packed package.json.
+#[napi_derive::napi]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
