@@ -63,7 +63,8 @@ node_install_package() {
 }
 
 node_install_tarball() {
-  local dir=$1 tarball=$2 out
+  local dir=$1 tarball out
+  tarball=$(realpath "$2")
   rm -rf "$dir"
   mkdir -p "$dir"
   echo '{ "name": "redlock-client-tests", "private": true }' >"$dir/package.json"
