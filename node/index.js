@@ -668,6 +668,10 @@ function freedChannel(resource, options = {}) {
   return { channel, subscribe };
 }
 
+// The workspace version (Cargo.toml), compiled into the native module; the
+// package.json that scripts/release packs carries the same.
+const version = native.version();
+
 // Shorthand only, and a spread of require(): Node's ES module loader finds
 // these names as named exports (`import { Redlock } from "redlock-client"`).
-module.exports = { Redlock, Lock, freedChannel, ...require("./errors") };
+module.exports = { Redlock, Lock, freedChannel, version, ...require("./errors") };

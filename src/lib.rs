@@ -42,6 +42,36 @@ pub mod node;
 pub mod stats;
 pub mod waiting;
 
+/// The workspace version (Cargo.toml's `[workspace.package]`), as `INFO
+/// lock` shows it (`lock_version`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The same version as one integer, as `MODULE LIST` shows it (`ver`):
+/// major * 10000 + minor * 100 + patch, so 1.2.3 is 10203 and 0.1.0 is 100.
+pub const MODULE_VERSION: i32 = {
+    let (major, minor, patch) = (
+        version_part(env!("CARGO_PKG_VERSION_MAJOR")),
+        version_part(env!("CARGO_PKG_VERSION_MINOR")),
+        version_part(env!("CARGO_PKG_VERSION_PATCH")),
+    );
+    // A minor or patch of 100 or more would run into the next part.
+    assert!(minor < 100 && patch < 100 && major < 21474, "version parts out of range");
+    major * 10000 + minor * 100 + patch
+};
+
+/// The decimal number `digits` (at compile time; a non-digit fails the
+/// build).
+const fn version_part(digits: &str) -> i32 {
+    let mut rest = digits.as_bytes();
+    let mut value = 0i32;
+    while let [digit, tail @ ..] = rest {
+        assert!(digit.is_ascii_digit(), "a version part is not a number");
+        value = value * 10 + (*digit - b'0') as i32;
+        rest = tail;
+    }
+    value
+}
+
 #[cfg(not(test))]
 mod module {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,6 +97,7 @@ mod module {
         let removal = node.removal_quarantines(now);
         let evicting = node.evicting_policy();
         let mut fields = vec![
+            ("version", Text(crate::VERSION)),
             ("grants", Unsigned(st.grants.get())),
             ("renewals", Unsigned(st.renewals.get())),
             ("contended", Unsigned(st.contended.get())),
@@ -420,7 +451,7 @@ mod module {
 
     redis_module! {
         name: "lock",
-        version: 1,
+        version: crate::MODULE_VERSION,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [LEDGER_TYPE],
         init: init,
@@ -445,5 +476,18 @@ mod module {
             ],
             module_args_as_configuration: true,
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// MODULE LIST's integer is the version's three parts, two digits each
+    /// below the major.
+    #[test]
+    fn module_version_is_the_version_as_one_integer() {
+        let parts: Vec<i32> = super::VERSION.split('.').map(|p| p.parse().unwrap()).collect();
+        assert_eq!(super::MODULE_VERSION, parts[0] * 10000 + parts[1] * 100 + parts[2]);
+        assert_eq!(super::version_part("0"), 0);
+        assert_eq!(super::version_part("42"), 42);
     }
 }

@@ -31,3 +31,10 @@ pub mod client;
 pub mod convert;
 pub mod held;
 pub mod settle;
+
+/// The workspace's version (Cargo.toml), as the package's `version`
+/// export; scripts/release stamps the same into the packed package.json.
+#[napi_derive::napi]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}
