@@ -110,23 +110,36 @@ struct Args {
     /// As --tls, the masters requiring a client certificate (mutual TLS).
     #[arg(long)]
     tls_mutual: bool,
+    /// The servers' process ids (Linux): their CPU time over the measured
+    /// cycles is reported per cycle (`server_cpu_us_per_cycle`).
+    #[arg(long, value_delimiter = ',')]
+    server_pids: Vec<u32>,
 }
 
-/// The CPU time (user + sys) the processes `pids` used so far, in ms, from
-/// /proc/PID/stat (clock ticks of 10 ms on Linux).
-fn cpu_ms(pids: &[u32]) -> f64 {
-    let ticks_per_s = 100.0;
-    pids.iter()
-        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
-        .map(|stat| {
-            // The fields after the command name, which is in parentheses.
-            let rest = stat.rsplit(')').next().unwrap_or_default();
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let field = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-            // utime and stime: fields 14 and 15 of stat, 12 and 13 here.
-            (field(11) + field(12)) * 1000.0 / ticks_per_s
-        })
-        .sum()
+/// This process's CPU time (user + system, every thread), in µs.
+fn own_cpu_us() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return f64::NAN;
+    }
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(usage.ru_utime) + us(usage.ru_stime)
+}
+
+/// The CPU time (user + system) of the processes `pids`, in µs, from
+/// /proc/PID/stat (clock ticks); NaN when one cannot be read.
+fn processes_cpu_us(pids: &[u32]) -> f64 {
+    // SAFETY: sysconf only reads a constant.
+    let tick_us = 1e6 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let ticks = |pid: &u32| -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The fields after the command name (in parentheses): utime and
+        // stime are the 12th and 13th.
+        let mut rest = stat.get(stat.rfind(')')? + 2..)?.split(' ').skip(11);
+        Some(rest.next()?.parse::<f64>().ok()? + rest.next()?.parse::<f64>().ok()?)
+    };
+    pids.iter().map(ticks).sum::<Option<f64>>().map_or(f64::NAN, |t| t * tick_us)
 }
 
 fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
@@ -321,22 +334,28 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if warm.failures > 0 {
         eprintln!("bench_quorum: {} failures in the warm-up", warm.failures);
     }
-    let pids: Vec<u32> = own.iter().map(Server::pid).collect();
-    let server_cpu = cpu_ms(&pids);
+    let mut server_pids = args.server_pids.clone();
+    server_pids.extend(own.iter().map(Server::pid));
+    let (cpu0, servers0) = (own_cpu_us(), processes_cpu_us(&server_pids));
     let (mut samples, wall) =
         run(&redlock, &args, args.iterations, Duration::from_secs_f64(args.max_seconds)).await;
+    let (cpu, servers) = (own_cpu_us() - cpu0, processes_cpu_us(&server_pids) - servers0);
     // Rounds return at their majority; let the slower nodes' calls (the
     // last releases) end before the process does (not measured).
     redlock.settle().await;
-    let server_cpu = cpu_ms(&pids) - server_cpu;
+    let mut cycle: Vec<Duration> =
+        samples.acquire.iter().zip(&samples.release).map(|(a, r)| *a + *r).collect();
+    cycle.sort();
     samples.acquire.sort();
     samples.release.sort();
     let done = samples.acquire.len();
+    let per_cycle = |us: f64| if done == 0 { f64::NAN } else { us / done as f64 };
     println!(
         "{{\"client\":\"redlock-client\",\"label\":{:?},\"n\":{},\"tasks\":{},\"shared\":{},\"fenced\":{},\
          \"set\":{},\"separate\":{},\
          \"iterations\":{},\"completed\":{},\"failures\":{},\"seconds\":{},\"ops_per_s\":{},\
          \"acquire_p50_ms\":{},\"acquire_p99_ms\":{},\"release_p50_ms\":{},\"tls\":{},\"tls_mutual\":{},\
+         \"cycle_p50_ms\":{},\"cycle_p99_ms\":{},\"cpu_us_per_cycle\":{},\"server_cpu_us_per_cycle\":{},\
          \"server_cpu_ms\":{}}}",
         args.label,
         args.n,
@@ -355,7 +374,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         json_num(percentile_ms(&samples.release, 0.5)),
         tls,
         args.tls_mutual,
-        if own.is_empty() { "null".to_string() } else { json_num(server_cpu) },
+        json_num(percentile_ms(&cycle, 0.5)),
+        json_num(percentile_ms(&cycle, 0.99)),
+        json_num(per_cycle(cpu)),
+        json_num(per_cycle(servers)),
+        if server_pids.is_empty() { "null".to_string() } else { json_num(servers / 1000.0) },
     );
     Ok(())
 }

@@ -25,8 +25,9 @@ pub(crate) fn parse_url(url: &str) -> Result<(ConnectionInfo, bool), String> {
         }
         other => {
             return Err(format!(
-                "the scheme is {other}://, not redis:// (one master), redis+cluster:// (a cluster), or \
-                 rediss:// / rediss+cluster:// for TLS: write it as {URL_FORM}"
+                "the scheme is {other}://, not redis:// (one master), redis+cluster:// (a cluster), \
+                 redis+sentinel:// (a master under Sentinel), or rediss:// / rediss+cluster:// for TLS: \
+                 write it as {URL_FORM}"
             ))
         }
     };
