@@ -366,8 +366,13 @@ impl Node {
         for entry in ledger.quarantines {
             self.restore_written_quarantine(entry, now_ms);
         }
-        for (slot, until_ms) in ledger.slot_waits {
-            self.restore_slot_wait(slot, until_ms, now_ms, true);
+        // A start that may have lost writes quarantines the whole node, and
+        // a replica's promotion does: only a start without one goes on with
+        // the slots' waits.
+        if self.durable_start.load(Ordering::Relaxed) {
+            for (slot, until_ms) in ledger.slot_waits {
+                self.restore_slot_wait(slot, until_ms, now_ms, true);
+            }
         }
     }
 
@@ -499,6 +504,9 @@ impl Node {
     /// replication may have lost grants its old master acknowledged.
     pub fn on_promoted(&self, now_ms: i64) {
         self.note_imported_locks(now_ms);
+        // Its failover quarantine covers every slot's wait its old master
+        // had (as long, from later).
+        self.clear_slot_waits();
         if self.settings.failover_quarantine.load(Ordering::Relaxed) {
             self.start_quarantine(Reason::Promotion, now_ms);
         } else {
@@ -703,6 +711,17 @@ impl Node {
             self.record(Record::Slot { slot, until_ms: 0 });
         }
         ended.len()
+    }
+
+    fn clear_slot_waits(&self) {
+        locked(&self.slot_waits).clear();
+        self.any_slot_wait.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether this load is a start that skipped its quarantine: the slots'
+    /// waits it reads back go on.
+    pub fn durable_start(&self) -> bool {
+        self.durable_start.load(Ordering::Relaxed)
     }
 
     /// The slots waiting at `now_ms`.

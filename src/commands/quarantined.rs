@@ -51,7 +51,12 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
         // only a start from this AOF goes on with the node's quarantine.
         Quarantined::Node { until_ms } if loading => cx.node.written_quarantine(until_ms),
         Quarantined::Node { .. } => {}
-        Quarantined::Slot { until_ms, slot } => cx.node.restore_slot_wait(slot, until_ms, cx.now_ms, loading),
+        // A replica's promotion quarantines it whole, and a start that may
+        // have lost writes does: only a start without one keeps the waits.
+        Quarantined::Slot { until_ms, slot } if loading && cx.node.durable_start() => {
+            cx.node.restore_slot_wait(slot, until_ms, cx.now_ms, true)
+        }
+        Quarantined::Slot { .. } => {}
     }
     // Passed on to this node's own AOF and sub-replicas.
     call.replicate_verbatim();
