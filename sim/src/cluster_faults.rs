@@ -28,8 +28,8 @@ pub fn urls(world: &Shared, client: usize, members: usize) -> Vec<String> {
         .collect()
 }
 
-/// Cluster `k`'s faults at their times; ends after its last one (a
-/// stalled migration stays open).
+/// Cluster `k`'s faults at their times; ends after its last one, or once
+/// an operator finished a stalled migration.
 pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str) {
     let started = net::lock(&world).started;
     let slot = key_slot(resource.as_bytes());
@@ -37,11 +37,13 @@ pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str)
         tokio::time::sleep_until(started + Duration::from_millis(at)).await;
         match event {
             Event::Migrate { to_offset, keys_after_ms, done_after_ms } => {
-                settle_quarantines(&world).await;
-                let migration = change(&world, k, |c| {
+                // SETSLOT IMPORTING on the target (its slot wait starts),
+                // then MIGRATING on the source.
+                let migration = change_nodes(&world, k, |c, nodes| {
                     let from = c.truth.owner(slot)?;
                     let to = (from + 1 + to_offset) % plan.shards;
                     c.migration = Some(Migration { slot, from, to });
+                    nodes.get_mut(*c.truth.masters.get(to)?)?.import_started(slot);
                     Some(format!("slot {slot} migrating from shard {from} to shard {to}"))
                 });
                 if migration.is_none() {
@@ -54,18 +56,7 @@ pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str)
                     continue;
                 };
                 tokio::time::sleep(Duration::from_millis(done_after_ms)).await;
-                migrate_keys(&world, k, resource);
-                // SETSLOT NODE on the target, then the source: both know
-                // at once, the others by gossip.
-                change(&world, k, |c| {
-                    let m = c.migration.take()?;
-                    c.truth.set(slot, m.to);
-                    for shard in [m.from, m.to] {
-                        let node = *c.truth.masters.get(shard)?;
-                        c.views.insert(node, c.truth.clone());
-                    }
-                    Some(format!("slot {slot} now served by shard {}", m.to))
-                });
+                hand_over(&world, k, resource, "");
             }
             Event::Failover { of_resource, detect_ms } => {
                 let Some((shard, old)) = fail(&world, k, slot, of_resource, plan.shards) else { continue };
@@ -81,6 +72,39 @@ pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str)
             Some("every node knows the change (gossip)".to_string())
         });
     }
+    // An operator finishes a stalled reshard (`redis-cli --cluster fix`)
+    // once the clients are done with it: while it stays open its importer
+    // refuses new grants in the slot (the slot's wait), so a member would
+    // refuse the resource for good.
+    if net::lock(&world).clusters.get(k).is_some_and(|c| c.migration.is_some()) {
+        tokio::time::sleep_until(started + Duration::from_millis(STALL_FIXED_AT_MS)).await;
+        hand_over(&world, k, resource, " (an operator finishes the stalled reshard)");
+    }
+}
+
+/// When an operator finishes a reshard that stalled (ms from the start):
+/// after every drawn event and its gossip.
+const STALL_FIXED_AT_MS: u64 = 2500;
+
+/// The migrating slot's last keys move, then `SETSLOT NODE` on the target
+/// (its slot wait ends a quarantine later), then the source: both know at
+/// once, the others by gossip.
+fn hand_over(world: &Shared, k: usize, resource: &str, why: &str) {
+    migrate_keys(world, k, resource);
+    let slot = key_slot(resource.as_bytes());
+    let now = net::lock(world).now_ms();
+    change_nodes(world, k, |c, nodes| {
+        let m = c.migration.take()?;
+        c.truth.set(slot, m.to);
+        if let Some(n) = c.truth.masters.get(m.to).and_then(|&to| nodes.get_mut(to)) {
+            n.import_ended(slot, now);
+        }
+        for shard in [m.from, m.to] {
+            let node = *c.truth.masters.get(shard)?;
+            c.views.insert(node, c.truth.clone());
+        }
+        Some(format!("slot {slot} now served by shard {}{why}", m.to))
+    });
 }
 
 /// The master of the resource's shard (`of_resource`) or of the one after
@@ -118,28 +142,6 @@ fn promote(world: &Shared, k: usize, shard: usize, old: usize) {
     w.history.note(now, format!("cluster {k}: its replica n{new} is promoted (and quarantines)"));
 }
 
-/// Waits until no master of cluster `k` is in quarantine: a slot migrated
-/// out of a promoted replica in its failover quarantine carries the lock
-/// records it had replicated, some writes behind, to a node that grants
-/// (docs/evidence.md, "Findings": the simulator found two holders so;
-/// the simulator leaves that reshard out).
-async fn settle_quarantines(world: &Shared) {
-    loop {
-        let quarantined = {
-            let w = net::lock(world);
-            let now = w.now_ms();
-            w.clusters
-                .iter()
-                .flat_map(|c| &c.truth.masters)
-                .any(|&m| w.nodes.get(m).is_some_and(|n| n.quarantine_left_ms(now) > 0))
-        };
-        if !quarantined {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Applies `what` to cluster `k` and notes what it says happened.
 fn change(world: &Shared, k: usize, what: impl FnOnce(&mut Cluster) -> Option<String>) -> Option<String> {
     let mut w = net::lock(world);
@@ -149,9 +151,26 @@ fn change(world: &Shared, k: usize, what: impl FnOnce(&mut Cluster) -> Option<St
     Some(done)
 }
 
+/// Applies `what` to cluster `k` and its nodes, and notes what it says
+/// happened.
+fn change_nodes(
+    world: &Shared,
+    k: usize,
+    what: impl FnOnce(&mut Cluster, &mut [crate::node::Node]) -> Option<String>,
+) -> Option<String> {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    let World { clusters, nodes, .. } = &mut *w;
+    let done = what(clusters.get_mut(k)?, nodes)?;
+    w.history.note(now, format!("cluster {k}: {done}"));
+    Some(done)
+}
+
 /// `MIGRATE` of the migrating slot's lock key from the source master to
 /// the importing one, as it is (holders, tokens, deadlines: the nodes share
-/// a clock); the target's counter is raised by it when it reads it.
+/// a clock); the target takes it as a lock that arrived (its counter
+/// raised to the lock's tokens, the key quarantined against a takeover by
+/// expiry, exempt from the slot's wait).
 fn migrate_keys(world: &Shared, k: usize, resource: &str) {
     let mut w = net::lock(world);
     let now = w.now_ms();
@@ -167,7 +186,7 @@ fn migrate_keys(world: &Shared, k: usize, resource: &str) {
     }
     let Some(holders) = w.nodes.get_mut(from).and_then(|n| n.take_key(key)) else { return };
     if let Some(n) = w.nodes.get_mut(to) {
-        n.put_key(key.to_vec(), holders);
+        n.lock_arrived(key, Some(holders), now);
     }
     w.history.note(now, format!("cluster {k}: MIGRATE {resource} from n{from} to n{to}"));
 }

@@ -116,6 +116,24 @@ pub struct Node {
     /// Writes whose stored value lost or changed a holder the transaction
     /// meant to keep (property 6), as the checker saw them.
     pub misstored: Vec<String>,
+    /// The hash slots this node imports or imported a short while ago
+    /// (the module's slot wait; a cluster's master only).
+    slot_waits: Vec<SlotWait>,
+}
+
+/// A slot import's wait on the importing node (src/ `slot wait`): from the
+/// import's start until the node's quarantine length after its end, a new
+/// grant of a key of the slot is refused, but for the keys whose lock
+/// arrived by the import (the counter was raised to their tokens at their
+/// arrival). A released lock's token is not carried by a migration; the
+/// wait lets the node's clock pass it before its first grant in the slot.
+#[derive(Clone, Debug)]
+struct SlotWait {
+    slot: u16,
+    /// When it ends, on the module clock (`None`: the import runs).
+    ends_ms: Option<i64>,
+    /// The keys whose lock arrived by the import: exempt.
+    arrived: BTreeSet<Vec<u8>>,
 }
 
 impl Node {
@@ -153,6 +171,7 @@ impl Node {
             legacy_start: false,
             legacy: BTreeSet::new(),
             misstored: Vec::new(),
+            slot_waits: Vec::new(),
         }
     }
 
@@ -261,6 +280,11 @@ impl Node {
         } else {
             Forgotten::started(loaded, now, self.ttl_max_ms)
         };
+        // A slot's wait is kept with the removal quarantines (the ledger
+        // and the AOF's records): only an `always` start has it still.
+        if !always || self.legacy_start {
+            self.slot_waits.clear();
+        }
         self.up = true;
     }
 
@@ -304,6 +328,13 @@ impl Node {
                 Reply::Int(*grants as i64)
             }
         };
+        // The keys a holder's release may free, of those the node has.
+        let releasing: Vec<&[u8]> = match &request {
+            Request::Release { key, .. } | Request::Exit { key, .. } => vec![*key],
+            Request::ReleaseAll { keys, .. } => keys.clone(),
+            _ => Vec::new(),
+        };
+        let releasing: Vec<&[u8]> = releasing.into_iter().filter(|key| self.keys.contains_key(*key)).collect();
         let reply = match request {
             // The simulated node serves no waits for sets: a set with
             // `WAIT` is refused, not answered as without it.
@@ -391,6 +422,11 @@ impl Node {
                 }
             }),
         };
+        // A holder's release that freed its key ends the key's quarantine
+        // for a lock's arrival (the module's `lock_released`).
+        for key in releasing.into_iter().filter(|key| !self.keys.contains_key(*key)) {
+            self.forgotten.released(key);
+        }
         if let Some(key) = single.filter(|key| self.waits.queued(key) > 0) {
             self.hand_off(key, now);
         }
@@ -400,10 +436,32 @@ impl Node {
         reply
     }
 
-    /// Why a new grant of `key` is refused for a lock the node lost, if it
-    /// is (and the node is not in quarantine already).
+    /// Why a new grant of `key` is refused for a lock the node lost, or
+    /// while its slot's import waits, if it is (and the node is not in
+    /// quarantine already).
     fn forgotten_refusal(&mut self, key: &[u8], left_ms: i64, now: i64) -> Option<String> {
-        (self.rules == Rules::Module && left_ms == 0).then(|| self.forgotten.refusal(key, now)).flatten()
+        if self.rules != Rules::Module || left_ms > 0 {
+            return None;
+        }
+        self.forgotten.refusal(key, now).or_else(|| self.slot_wait_refusal(key, now))
+    }
+
+    /// Why a new grant of `key` is refused while its slot's import waits
+    /// (`SlotWait`), if it is.
+    fn slot_wait_refusal(&mut self, key: &[u8], now: i64) -> Option<String> {
+        if self.slot_waits.is_empty() {
+            return None;
+        }
+        self.slot_waits.retain(|w| w.ends_ms.is_none_or(|ends_ms| ends_ms > now));
+        let slot = crate::cluster::key_slot(key);
+        let wait = self.slot_waits.iter().find(|w| w.slot == slot && !w.arrived.contains(key))?;
+        Some(match wait.ends_ms {
+            None => format!("this key's hash slot {slot} is being imported, refusing new locks in it"),
+            Some(ends_ms) => format!(
+                "this key's hash slot {slot} was imported, refusing new locks in it for {} ms",
+                ends_ms - now
+            ),
+        })
     }
 
     /// The node loses `key` or its database at `virtual_ms` behind the
@@ -563,6 +621,55 @@ impl Node {
         self.keys.insert(key, holders);
     }
 
+    /// `key`'s lock arrives by a slot migration at `virtual_ms` (`RESTORE`,
+    /// or the writes of Valkey's import), stored as it was: the module
+    /// raises the fencing counter to its top token at once, quarantines the
+    /// key against a takeover by expiry for the node's quarantine (cause
+    /// `imported`; the holder's release ends it), and exempts it from its
+    /// slot's wait. `None` (a copy without a lock): the key is gone.
+    pub fn lock_arrived(&mut self, key: &[u8], holders: Option<Holders>, virtual_ms: i64) {
+        let Some(holders) = holders.filter(|h| !h.records().is_empty()) else {
+            self.keys.remove(key);
+            return;
+        };
+        let now = self.now_ms(virtual_ms);
+        if self.rules == Rules::Module {
+            let top = holders.records().iter().map(|(_, hold)| hold.fence).max().unwrap_or(0);
+            self.fencer.raise_kept(top);
+            self.ledger.reached(self.fencer.last(), virtual_ms, self.epoch);
+            self.forgotten.arrived(key, now.saturating_add(self.quarantine_ms), now);
+            let slot = crate::cluster::key_slot(key);
+            for wait in self.slot_waits.iter_mut().filter(|w| w.slot == slot) {
+                wait.arrived.insert(key.to_vec());
+            }
+        }
+        self.keys.insert(key.to_vec(), holders);
+    }
+
+    /// An import of `slot` starts on this node (`CLUSTER SETSLOT ...
+    /// IMPORTING`, Valkey's `IMPORT_STARTED`): its wait runs until the
+    /// import ends. A wait of the slot still running goes on, its exempt
+    /// keys with it.
+    pub fn import_started(&mut self, slot: u16) {
+        if self.rules != Rules::Module {
+            return;
+        }
+        match self.slot_waits.iter_mut().find(|w| w.slot == slot) {
+            Some(wait) => wait.ends_ms = None,
+            None => self.slot_waits.push(SlotWait { slot, ends_ms: None, arrived: BTreeSet::new() }),
+        }
+    }
+
+    /// The import of `slot` ends at `virtual_ms` (`CLUSTER SETSLOT ...
+    /// NODE`, Valkey's `IMPORT_COMPLETED` or `IMPORT_ABORTED`): its wait
+    /// lasts the node's quarantine longer.
+    pub fn import_ended(&mut self, slot: u16, virtual_ms: i64) {
+        let ends_ms = self.now_ms(virtual_ms).saturating_add(self.quarantine_ms);
+        for wait in self.slot_waits.iter_mut().filter(|w| w.slot == slot && w.ends_ms.is_none()) {
+            wait.ends_ms = Some(ends_ms);
+        }
+    }
+
     /// What a replica has of this node now: its locks and its fencing
     /// counter (a grant's writes replicate both; also what a call that
     /// changes nothing leaves as it was).
@@ -596,6 +703,8 @@ impl Node {
             ledger: self.ledger.of_another_process(),
             legacy: BTreeSet::new(),
             misstored: self.misstored.clone(),
+            // It quarantines as a whole: it keeps no slot's wait.
+            slot_waits: Vec::new(),
             ..*self
         }
     }

@@ -361,36 +361,6 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
     faults
 }
 
-/// A history with a cluster member has no restart (a crash's, an
-/// upgrade's) from an `always` AOF among its plain nodes (an `everysec`
-/// one instead), for an open gap (docs/safety.md, "Known gaps", 1: a
-/// released lock's token and a reshard). Such a restart grants at once
-/// from the counter it kept, up to a second ahead of its clock (the
-/// module's `KEEP_AHEAD_MS`); a fencing round raises a cluster's shard to that token, and once the
-/// lock is released and its slot migrates, the importing node has only its
-/// clock: its next token on the key can be below it (seeds 8100047251,
-/// 8100079681 and 8100166437 fail without this, token order). An
-/// `everysec` restart waits out its quarantine first, by when that lead is
-/// behind its clock. (Until 2026-11-28 the lead was the start floor, a
-/// quarantine ahead of the clock.)
-fn always_restarts_as_everysec(faults: Vec<(u64, Fault)>, clusters: bool) -> Vec<(u64, Fault)> {
-    if !clusters {
-        return faults;
-    }
-    faults
-        .into_iter()
-        .map(|(at, fault)| match fault {
-            Fault::Crash { node, down_ms, persistence: Persistence::Always } => {
-                (at, Fault::Crash { node, down_ms, persistence: Persistence::EverySec })
-            }
-            Fault::Upgrade { node, down_ms, persistence: Persistence::Always } => {
-                (at, Fault::Upgrade { node, down_ms, persistence: Persistence::EverySec })
-            }
-            other => (at, other),
-        })
-        .collect()
-}
-
 /// What one run found.
 pub struct Outcome {
     pub history: String,
@@ -424,7 +394,6 @@ fn run_recorded(seed: u64, setup: &Setup, faults: &[(u64, Fault)], recorded: boo
 
 async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: bool) -> Outcome {
     let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes);
-    let faults = always_restarts_as_everysec(faults, !plans.is_empty());
     let mut rng = StdRng::seed_from_u64(seed);
     let lock_delay_ms = match setup.rules {
         Rules::Module if setup.lock_delay_max_ms > 0 && rng.gen_range(0..4) == 0 => {
