@@ -119,6 +119,18 @@ pub struct Node {
     /// The hash slots this node imports or imported a short while ago
     /// (the module's slot wait; a cluster's master only).
     slot_waits: Vec<SlotWait>,
+    /// A replica that Sentinel promotes in this node's place (a plain
+    /// member's failover), if it has one.
+    pub replica: Option<Follower>,
+}
+
+/// A plain member's replica: what it has of its master (its locks and
+/// fencing counter) as of its last catch-up, `lag_ms` behind.
+#[derive(Clone, Debug, Default)]
+pub struct Follower {
+    pub lag_ms: i64,
+    pub copy: (BTreeMap<Vec<u8>, Holders>, u64),
+    pub synced_ms: i64,
 }
 
 /// A slot import's wait on the importing node (src/ `slot wait`): from the
@@ -172,6 +184,7 @@ impl Node {
             legacy: BTreeSet::new(),
             misstored: Vec::new(),
             slot_waits: Vec::new(),
+            replica: None,
         }
     }
 
@@ -292,6 +305,14 @@ impl Node {
     /// parser (`command.rs`), then the core on the keys it names.
     pub fn call(&mut self, words: &[Vec<u8>], virtual_ms: i64) -> Reply {
         let now = self.now_ms(virtual_ms);
+        // The replica catches up before the call: it misses the writes of
+        // its last `lag_ms`.
+        if self.replica.as_ref().is_some_and(|r| virtual_ms - r.synced_ms >= r.lag_ms) {
+            let copy = self.replica_copy();
+            if let Some(replica) = self.replica.as_mut() {
+                (replica.copy, replica.synced_ms) = (copy, virtual_ms);
+            }
+        }
         if self.persistence == Persistence::EverySec && now - self.synced_ms >= 1000 {
             self.on_disk = self.keys.clone();
             self.on_disk_counter = self.fencer.kept();
@@ -705,6 +726,7 @@ impl Node {
             misstored: self.misstored.clone(),
             // It quarantines as a whole: it keeps no slot's wait.
             slot_waits: Vec::new(),
+            replica: None,
             ..*self
         }
     }

@@ -15,7 +15,7 @@ use crate::forget::{self, Loss};
 use crate::history::{History, Hold};
 use crate::link;
 use crate::net::{self, MessageFaults, Shared, World};
-use crate::node::{Node, Persistence, Rules};
+use crate::node::{Follower, Node, Persistence, Rules};
 use crate::reentrant;
 use crate::resp::Reply;
 use crate::sets;
@@ -117,6 +117,11 @@ pub struct Setup {
     /// stale maps; each client then takes the lock once more at the end,
     /// as it is, and every member must answer.
     pub cluster_per_mille: u32,
+    /// Per mille of histories in which a plain member's master dies and
+    /// Sentinel promotes its replica, some writes behind, in its place
+    /// (the member's address reaches the promoted replica, which
+    /// quarantines).
+    pub sentinel_per_mille: u32,
 }
 
 /// The kind of lock a history's clients take.
@@ -181,6 +186,7 @@ impl Setup {
             reentrant_per_mille: 100,
             wait_per_mille: 100,
             cluster_per_mille: 200,
+            sentinel_per_mille: 100,
         }
     }
 
@@ -260,6 +266,7 @@ fn quiet() -> Setup {
         reentrant_per_mille: 0,
         wait_per_mille: 0,
         cluster_per_mille: 0,
+        sentinel_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -278,6 +285,9 @@ pub enum Fault {
     ClockStep { node: usize, step_ms: i64 },
     Lose { node: usize, loss: Loss },
     Upgrade { node: usize, down_ms: u64, persistence: Persistence },
+    /// The node's master dies; `detect_ms` later Sentinel promotes its
+    /// replica, `lag_ms` of writes behind, at its address.
+    Failover { node: usize, detect_ms: u64, lag_ms: i64 },
 }
 
 /// Faults at their times (ms from the start), in order.
@@ -357,6 +367,17 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
         faults.push((at, Fault::Upgrade { node, down_ms, persistence }));
     }
     faults.extend(losses.into_iter().map(|(at, node, loss)| (at, Fault::Lose { node, loss })));
+    // A plain member's failover, from a generator of its own (the other
+    // draws stay as they were).
+    let mut sentinel = StdRng::seed_from_u64(seed ^ 0x5e47_1e15);
+    if setup.nodes > 0 && sentinel.gen_range(0..1000) < setup.sentinel_per_mille {
+        let failover = Fault::Failover {
+            node: sentinel.gen_range(0..setup.nodes),
+            detect_ms: sentinel.gen_range(20..200),
+            lag_ms: sentinel.gen_range(0..300),
+        };
+        faults.push((sentinel.gen_range(0..1500), failover));
+    }
     faults.sort_by_key(|(at, _)| *at);
     faults
 }
@@ -415,6 +436,13 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
         if let Fault::Crash { node, persistence, .. } | Fault::Upgrade { node, persistence, .. } = fault {
             if let Some(n) = nodes.get_mut(*node) {
                 n.persistence = *persistence;
+            }
+        }
+    }
+    for (_, fault) in &faults {
+        if let (Fault::Failover { node, lag_ms, .. }, Rules::Module) = (fault, setup.rules) {
+            if let Some(n) = nodes.get_mut(*node) {
+                n.replica = Some(Follower { lag_ms: *lag_ms, ..Follower::default() });
             }
         }
     }
@@ -722,6 +750,27 @@ async fn inject(world: Shared, faults: Vec<(u64, Fault)>) {
                     None => "down: nothing happens".into(),
                 };
                 w.history.note(now, format!("n{node} loses {RESOURCE} ({loss:?}): {what}"));
+            }
+            Fault::Failover { node, detect_ms, .. } => {
+                {
+                    let mut w = net::lock(&world);
+                    let now = w.now_ms();
+                    w.history.note(now, format!("n{node}'s master dies (Sentinel promotes its replica)"));
+                    if let Some(n) = w.nodes.get_mut(node) {
+                        n.crash();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(detect_ms)).await;
+                let mut w = net::lock(&world);
+                let now = w.now_ms();
+                let Some(n) = w.nodes.get(node) else { continue };
+                let Some(copy) = n.replica.as_ref().map(|r| r.copy.clone()) else { continue };
+                let mut promoted = n.promoted(copy, now);
+                promoted.epoch = n.epoch + 1;
+                if let Some(slot) = w.nodes.get_mut(node) {
+                    *slot = promoted;
+                }
+                w.history.note(now, format!("n{node}'s address reaches its promoted replica (and it quarantines)"));
             }
             Fault::Partition { client, node, for_ms } => {
                 set_partition(&world, client, node, true);
