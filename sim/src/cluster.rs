@@ -129,6 +129,9 @@ pub struct Plan {
     /// How long the nodes a change does not involve take to learn it.
     pub gossip_ms: u64,
     pub lag_ms: i64,
+    /// Seeds the draws added since the first cluster members (its nodes'
+    /// clocks): the earlier draws stay as they were.
+    pub later_draws: u64,
 }
 
 /// A fault of a cluster.
@@ -188,7 +191,14 @@ pub fn draw(seed: u64, per_mille: u32, members: usize) -> Vec<Plan> {
                     *done_after_ms = None;
                 }
             }
-            Plan { member, shards, events, gossip_ms: rng.gen_range(0..300), lag_ms: rng.gen_range(0..300) }
+            Plan {
+                member,
+                shards,
+                events,
+                gossip_ms: rng.gen_range(0..300),
+                lag_ms: rng.gen_range(0..300),
+                later_draws: seed ^ 0x1a7e_d4a5 ^ (member as u64) << 40,
+            }
         })
         .collect()
 }
@@ -204,18 +214,21 @@ pub fn build(
     ttl_max_ms: i64,
     lock_delay_ms: i64,
 ) -> Vec<Cluster> {
-    // One clock for every cluster node, at or ahead of every plain node's
-    // (see the module's comment).
-    let rate = nodes.iter().map(|n| n.rate_per_mille).max().unwrap_or(0);
-    let offset = nodes.iter().map(|n| n.clock_offset_ms()).max().unwrap_or(0);
+    // Each cluster node's clocks as far from the others as the plain
+    // nodes' are (see the module's comment).
+    let rates = nodes.iter().map(|n| n.rate_per_mille);
+    let (rate_min, rate_max) = (rates.clone().min().unwrap_or(0), rates.max().unwrap_or(0));
+    let offsets = nodes.iter().map(|n| n.clock_offset_ms());
+    let (offset_min, offset_max) = (offsets.clone().min().unwrap_or(0), offsets.max().unwrap_or(0));
     plans
         .iter()
         .map(|plan| {
+            let mut clocks = StdRng::seed_from_u64(plan.later_draws);
             let masters: Vec<usize> = (0..plan.shards)
                 .map(|_| {
                     let mut node = Node::new(rules, Persistence::None, ttl_max_ms, lock_delay_ms);
-                    node.rate_per_mille = rate;
-                    node.set_clock_offset(offset);
+                    node.rate_per_mille = clocks.gen_range(rate_min..=rate_max);
+                    node.set_clock_offset(clocks.gen_range(offset_min..=offset_max));
                     nodes.push(node);
                     nodes.len() - 1
                 })
