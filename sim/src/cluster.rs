@@ -87,6 +87,10 @@ pub(crate) struct Migration {
     pub(crate) slot: u16,
     pub(crate) from: usize,
     pub(crate) to: usize,
+    /// Valkey's atomic slot migration (`CLUSTER MIGRATESLOTS`): the source
+    /// serves the whole slot until the handover (no `ASK`), and its writes
+    /// are streamed to the target.
+    pub(crate) atomic: bool,
 }
 
 /// What a shard's replica has: its master's locks and fencing counter
@@ -140,8 +144,11 @@ pub enum Event {
     /// The resource's slot migrates to the shard `1 + to_offset` after
     /// its own: its keys move after `keys_after_ms`, and the slot is
     /// handed over `done_after_ms` later, or never (`None`: the reshard
-    /// stalls with the slot open).
-    Migrate { to_offset: usize, keys_after_ms: u64, done_after_ms: Option<u64> },
+    /// stalls with the slot open). When `atomic` (Valkey's `CLUSTER
+    /// MIGRATESLOTS`), the keys are copied at once and the source's writes
+    /// streamed; the handover comes after both delays, and a stall is an
+    /// abort (`IMPORT_ABORTED`).
+    Migrate { to_offset: usize, keys_after_ms: u64, done_after_ms: Option<u64>, atomic: bool },
     /// A shard's master dies (the resource's shard when `of_resource`,
     /// else the one after it); its replica is promoted `detect_ms` later.
     Failover { of_resource: bool, detect_ms: u64 },
@@ -174,6 +181,7 @@ pub fn draw(seed: u64, per_mille: u32, members: usize) -> Vec<Plan> {
                     to_offset: rng.gen_range(0..shards - 1),
                     keys_after_ms: rng.gen_range(0..200),
                     done_after_ms: Some(rng.gen_range(0..300)),
+                    atomic: false,
                 };
                 events.push((rng.gen_range(0..1500), migrate));
             }
@@ -191,13 +199,21 @@ pub fn draw(seed: u64, per_mille: u32, members: usize) -> Vec<Plan> {
                     *done_after_ms = None;
                 }
             }
+            let later_draws = seed ^ 0x1a7e_d4a5 ^ (member as u64) << 40;
+            // A third of the migrations are Valkey's atomic ones.
+            let mut later = StdRng::seed_from_u64(later_draws ^ 0xa70);
+            for (_, event) in &mut events {
+                if let Event::Migrate { atomic, .. } = event {
+                    *atomic = later.gen_range(0..3) == 0;
+                }
+            }
             Plan {
                 member,
                 shards,
                 events,
                 gossip_ms: rng.gen_range(0..300),
                 lag_ms: rng.gen_range(0..300),
-                later_draws: seed ^ 0x1a7e_d4a5 ^ (member as u64) << 40,
+                later_draws,
             }
         })
         .collect()
@@ -299,7 +315,7 @@ pub fn serve(
     let view = c.views.get(&node)?;
     let owner = *view.masters.get(view.owner(slot)?)?;
     let migration = c.migration.filter(|m| m.slot == slot);
-    let importer = migration.and_then(|m| c.truth.masters.get(m.to).copied());
+    let importer = migration.filter(|m| !m.atomic).and_then(|m| c.truth.masters.get(m.to).copied());
     let redirect = if owner == node {
         // The source of a migration serves the keys it still has.
         match importer {
@@ -322,7 +338,17 @@ pub fn serve(
             *replica = Replica { copy: n.replica_copy(), synced_ms: at };
         }
     }
-    Some((nodes.get_mut(node)?.call(words, at), true))
+    let reply = nodes.get_mut(node)?.call(words, at);
+    // Valkey's atomic migration streams the source's writes of the slot to
+    // the target, where each lock arrives (or goes).
+    if let Some(m) = migration.filter(|m| m.atomic && c.truth.masters.get(m.from) == Some(&node)) {
+        let copy = nodes.get(node)?.key_copy(key);
+        let target = nodes.get_mut(*c.truth.masters.get(m.to)?)?;
+        if target.key_copy(key) != copy {
+            target.lock_arrived(key, copy, at);
+        }
+    }
+    Some((reply, true))
 }
 
 /// `INFO lock` as the module writes the fields `status()` reads.
@@ -449,7 +475,7 @@ mod tests {
             call(&mut w, 1, &["LOCK.ACQUIRE", "res", "a", "300"], &mut asking),
             (Reply::Int(_), true)
         ));
-        w.clusters[0].migration = Some(Migration { slot, from: 0, to: 1 });
+        w.clusters[0].migration = Some(Migration { slot, from: 0, to: 1, atomic: false });
         // The source still has the key: it serves it.
         assert_eq!(call(&mut w, 1, &["LOCK.EXTEND", "res", "a", "300"], &mut asking), (Reply::Int(1), true));
         // Moved: the source asks, the target refuses without ASKING.

@@ -36,13 +36,23 @@ pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str)
     for (at, event) in plan.events {
         tokio::time::sleep_until(started + Duration::from_millis(at)).await;
         match event {
-            Event::Migrate { to_offset, keys_after_ms, done_after_ms } => {
+            Event::Migrate { to_offset, keys_after_ms, done_after_ms, atomic: true } => {
+                let Some(masters) = atomic_migration(&world, k, plan.shards, to_offset, resource) else {
+                    continue;
+                };
+                tokio::time::sleep(Duration::from_millis(keys_after_ms)).await;
+                if let Some(done_after_ms) = done_after_ms {
+                    tokio::time::sleep(Duration::from_millis(done_after_ms)).await;
+                }
+                atomic_handover(&world, k, resource, done_after_ms.is_some(), masters);
+            }
+            Event::Migrate { to_offset, keys_after_ms, done_after_ms, atomic: false } => {
                 // SETSLOT IMPORTING on the target (its slot wait starts),
                 // then MIGRATING on the source.
                 let migration = change_nodes(&world, k, |c, nodes| {
                     let from = c.truth.owner(slot)?;
                     let to = (from + 1 + to_offset) % plan.shards;
-                    c.migration = Some(Migration { slot, from, to });
+                    c.migration = Some(Migration { slot, from, to, atomic: false });
                     nodes.get_mut(*c.truth.masters.get(to)?)?.import_started(slot);
                     Some(format!("slot {slot} migrating from shard {from} to shard {to}"))
                 });
@@ -80,6 +90,69 @@ pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str)
         tokio::time::sleep_until(started + Duration::from_millis(STALL_FIXED_AT_MS)).await;
         hand_over(&world, k, resource, " (an operator finishes the stalled reshard)");
     }
+}
+
+/// Valkey's atomic import of the resource's slot starts (`CLUSTER
+/// MIGRATESLOTS`, `IMPORT_STARTED` on the target: its slot wait starts):
+/// the slot's lock keys are copied to the target, where they arrive; the
+/// source goes on serving the slot and streams its writes (`cluster.rs`).
+/// Returns the source's and the target's masters.
+fn atomic_migration(
+    world: &Shared,
+    k: usize,
+    shards: usize,
+    to_offset: usize,
+    resource: &str,
+) -> Option<(usize, usize)> {
+    let slot = key_slot(resource.as_bytes());
+    let now = net::lock(world).now_ms();
+    let mut masters = None;
+    change_nodes(world, k, |c, nodes| {
+        let from = c.truth.owner(slot)?;
+        let to = (from + 1 + to_offset) % shards;
+        c.migration = Some(Migration { slot, from, to, atomic: true });
+        let (source, target) = (*c.truth.masters.get(from)?, *c.truth.masters.get(to)?);
+        masters = Some((source, target));
+        let copy = nodes.get(source)?.key_copy(resource.as_bytes());
+        let target = nodes.get_mut(target)?;
+        target.import_started(slot);
+        if copy.is_some() {
+            target.lock_arrived(resource.as_bytes(), copy, now);
+        }
+        Some(format!("slot {slot}: atomic import (CLUSTER MIGRATESLOTS) from shard {from} to shard {to}"))
+    });
+    masters
+}
+
+/// The atomic import ends: completed (`done`: the target owns the slot;
+/// the source deletes its keys without keyspace events), or aborted (the
+/// target drops what it copied; the source keeps the slot), as it is when
+/// either shard's master is not the one it started with (`masters`: a
+/// failover cancels it). The target's slot wait lasts a quarantine longer
+/// either way (`IMPORT_COMPLETED`, `IMPORT_ABORTED`).
+fn atomic_handover(world: &Shared, k: usize, resource: &str, done: bool, masters: (usize, usize)) {
+    let slot = key_slot(resource.as_bytes());
+    let now = net::lock(world).now_ms();
+    change_nodes(world, k, |c, nodes| {
+        let m = c.migration.take()?;
+        let (source, target) = (*c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?);
+        let done = done && (source, target) == masters;
+        if done {
+            nodes.get_mut(source)?.take_key(resource.as_bytes());
+            c.truth.set(slot, m.to);
+            for node in [source, target] {
+                c.views.insert(node, c.truth.clone());
+            }
+        } else {
+            nodes.get_mut(target)?.take_key(resource.as_bytes());
+        }
+        nodes.get_mut(target)?.import_ended(slot, now);
+        Some(if done {
+            format!("slot {slot} now served by shard {} (the atomic import completed)", m.to)
+        } else {
+            format!("slot {slot}: the atomic import to shard {} is aborted", m.to)
+        })
+    });
 }
 
 /// When an operator finishes a reshard that stalled (ms from the start):

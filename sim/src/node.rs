@@ -631,6 +631,11 @@ impl Node {
         self.keys.contains_key(key)
     }
 
+    /// `key`'s record as it is (what a migration copies).
+    pub fn key_copy(&self, key: &[u8]) -> Option<Holders> {
+        self.keys.get(key).cloned()
+    }
+
     /// `key`'s record taken out (`MIGRATE` deletes it on the source).
     pub fn take_key(&mut self, key: &[u8]) -> Option<Holders> {
         self.keys.remove(key)
