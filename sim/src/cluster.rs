@@ -152,13 +152,15 @@ pub enum Event {
     /// A shard's master dies (the resource's shard when `of_resource`,
     /// else the one after it); its replica is promoted `detect_ms` later.
     Failover { of_resource: bool, detect_ms: u64 },
+    /// Client `client` is cut off from shard `shard`'s master for `for_ms`.
+    Partition { client: usize, shard: usize, for_ms: u64 },
 }
 
 /// The clusters of the history of `seed`: none in most histories; in
 /// `per_mille` of them one or two of the `members` quorum members are
 /// clusters of 2 or 3 shards. From a generator of their own: the other
 /// histories' draws stay as they were.
-pub fn draw(seed: u64, per_mille: u32, members: usize) -> Vec<Plan> {
+pub fn draw(seed: u64, per_mille: u32, members: usize, clients: usize) -> Vec<Plan> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xc1a5_7e25);
     if members == 0 || rng.gen_range(0..1000) >= per_mille {
         return Vec::new();
@@ -206,6 +208,16 @@ pub fn draw(seed: u64, per_mille: u32, members: usize) -> Vec<Plan> {
                 if let Event::Migrate { atomic, .. } = event {
                     *atomic = later.gen_range(0..3) == 0;
                 }
+            }
+            // In half of them a client is cut off from one of its masters.
+            if clients > 0 && later.gen_bool(0.5) {
+                let partition = Event::Partition {
+                    client: later.gen_range(0..clients),
+                    shard: later.gen_range(0..shards),
+                    for_ms: later.gen_range(1..500),
+                };
+                events.push((later.gen_range(0..1500), partition));
+                events.sort_by_key(|(at, _)| *at);
             }
             Plan {
                 member,
@@ -297,6 +309,9 @@ pub fn serve(
             let c = clusters.get(k)?;
             let reply = match word(1).as_deref() {
                 Some("SHARDS") => shards(c.views.get(&node)?, client),
+                Some("INFO") if masterless(c, nodes) => {
+                    Reply::Bulk(b"cluster_enabled:1\r\ncluster_state:fail\r\n".to_vec())
+                }
                 Some("INFO") => Reply::Bulk(b"cluster_enabled:1\r\ncluster_state:ok\r\n".to_vec()),
                 _ => Reply::Error(ERR, "unknown subcommand".into()),
             };
@@ -311,6 +326,12 @@ pub fn serve(
         return Some((nodes.get_mut(node)?.call(words, at), true));
     };
     let c = clusters.get_mut(k)?;
+    // A shard without a master (its master dead, its replica not yet
+    // promoted): with `cluster-require-full-coverage yes` every node
+    // refuses every key.
+    if masterless(c, nodes) {
+        return Some((Reply::Error("CLUSTERDOWN", "The cluster is down".into()), false));
+    }
     let slot = key_slot(key);
     let view = c.views.get(&node)?;
     let owner = *view.masters.get(view.owner(slot)?)?;
@@ -349,6 +370,11 @@ pub fn serve(
         }
     }
     Some((reply, true))
+}
+
+/// Whether a shard of `c` has no master now (its master down).
+fn masterless(c: &Cluster, nodes: &[Node]) -> bool {
+    c.truth.masters.iter().any(|&m| nodes.get(m).is_none_or(|n| !n.up))
 }
 
 /// `INFO lock` as the module writes the fields `status()` reads.

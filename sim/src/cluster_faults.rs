@@ -68,6 +68,14 @@ pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str)
                 tokio::time::sleep(Duration::from_millis(done_after_ms)).await;
                 hand_over(&world, k, resource, "");
             }
+            Event::Partition { client, shard, for_ms } => {
+                let node = net::lock(&world).clusters.get(k).and_then(|c| c.truth.masters.get(shard).copied());
+                let Some(node) = node else { continue };
+                change(&world, k, |_| Some(format!("c{client} is cut off from shard {shard}'s master n{node}")));
+                crate::run::set_partition(&world, client, node, true);
+                tokio::time::sleep(Duration::from_millis(for_ms)).await;
+                crate::run::set_partition(&world, client, node, false);
+            }
             Event::Failover { of_resource, detect_ms } => {
                 let Some((shard, old)) = fail(&world, k, slot, of_resource, plan.shards) else { continue };
                 tokio::time::sleep(Duration::from_millis(detect_ms)).await;
@@ -319,7 +327,7 @@ pub async fn recovered(
 /// The quorum members (from 0) none of whose nodes ran a release of
 /// `owner`.
 fn not_released(w: &World, owner: &[u8]) -> Vec<usize> {
-    let members = w.partitioned.first().map_or(0, Vec::len);
+    let members = w.members;
     (0..members)
         .filter(|&member| {
             let nodes = cluster::member_nodes(&w.clusters, member);

@@ -414,7 +414,7 @@ fn run_recorded(seed: u64, setup: &Setup, faults: &[(u64, Fault)], recorded: boo
 }
 
 async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: bool) -> Outcome {
-    let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes);
+    let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes, setup.clients);
     let mut rng = StdRng::seed_from_u64(seed);
     let lock_delay_ms = match setup.rules {
         Rules::Module if setup.lock_delay_max_ms > 0 && rng.gen_range(0..4) == 0 => {
@@ -485,6 +485,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let world: Shared = Arc::new(Mutex::new(World {
         nodes,
         clusters,
+        members: setup.nodes,
         partitioned: vec![vec![false; setup.nodes]; setup.clients],
         rng,
         faults: setup.messages,
@@ -810,12 +811,19 @@ async fn stop_and_restart(
     }
 }
 
-fn set_partition(world: &Shared, client: usize, node: usize, cut: bool) {
+/// Client `client` is cut off from node `node` (a plain node, or a
+/// cluster's), or no longer.
+pub(crate) fn set_partition(world: &Shared, client: usize, node: usize, cut: bool) {
     let mut w = net::lock(world);
     let now = w.now_ms();
     w.history.note(now, format!("c{client} x n{node} {}", if cut { "partitioned" } else { "healed" }));
-    if let Some(slot) = w.partitioned.get_mut(client).and_then(|p| p.get_mut(node)) {
-        *slot = cut;
+    if let Some(row) = w.partitioned.get_mut(client) {
+        if row.len() <= node {
+            row.resize(node + 1, false);
+        }
+        if let Some(slot) = row.get_mut(node) {
+            *slot = cut;
+        }
     }
 }
 
