@@ -460,7 +460,7 @@ mod tests {
 
     fn world() -> World {
         let mut nodes = vec![Node::new(Rules::Module, Persistence::None, 600, 0)];
-        let plan = Plan { member: 0, shards: 2, events: Vec::new(), gossip_ms: 0, lag_ms: 0 };
+        let plan = Plan { member: 0, shards: 2, events: Vec::new(), gossip_ms: 0, lag_ms: 0, later_draws: 0 };
         let clusters = build(&[plan], &mut nodes, Rules::Module, 600, 0);
         World { nodes, clusters }
     }

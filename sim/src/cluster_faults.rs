@@ -69,9 +69,12 @@ pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str)
                 hand_over(&world, k, resource, "");
             }
             Event::Partition { client, shard, for_ms } => {
-                let node = net::lock(&world).clusters.get(k).and_then(|c| c.truth.masters.get(shard).copied());
+                let node =
+                    net::lock(&world).clusters.get(k).and_then(|c| c.truth.masters.get(shard).copied());
                 let Some(node) = node else { continue };
-                change(&world, k, |_| Some(format!("c{client} is cut off from shard {shard}'s master n{node}")));
+                change(&world, k, |_| {
+                    Some(format!("c{client} is cut off from shard {shard}'s master n{node}"))
+                });
                 crate::run::set_partition(&world, client, node, true);
                 tokio::time::sleep(Duration::from_millis(for_ms)).await;
                 crate::run::set_partition(&world, client, node, false);

@@ -355,7 +355,8 @@ impl Node {
             Request::ReleaseAll { keys, .. } => keys.clone(),
             _ => Vec::new(),
         };
-        let releasing: Vec<&[u8]> = releasing.into_iter().filter(|key| self.keys.contains_key(*key)).collect();
+        let releasing: Vec<&[u8]> =
+            releasing.into_iter().filter(|key| self.keys.contains_key(*key)).collect();
         let reply = match request {
             // The simulated node serves no waits for sets: a set with
             // `WAIT` is refused, not answered as without it.

@@ -277,7 +277,9 @@ fn quiet() -> Setup {
     }
 }
 
-/// A fault at a time of the schedule.
+/// A fault at a time of the schedule (`Failover`: the node's master dies;
+/// `detect_ms` later Sentinel promotes its replica, `lag_ms` of writes
+/// behind, at its address).
 #[derive(Clone, Debug)]
 pub enum Fault {
     Crash { node: usize, down_ms: u64, persistence: Persistence },
@@ -285,8 +287,6 @@ pub enum Fault {
     ClockStep { node: usize, step_ms: i64 },
     Lose { node: usize, loss: Loss },
     Upgrade { node: usize, down_ms: u64, persistence: Persistence },
-    /// The node's master dies; `detect_ms` later Sentinel promotes its
-    /// replica, `lag_ms` of writes behind, at its address.
     Failover { node: usize, detect_ms: u64, lag_ms: i64 },
 }
 
@@ -771,7 +771,10 @@ async fn inject(world: Shared, faults: Vec<(u64, Fault)>) {
                 if let Some(slot) = w.nodes.get_mut(node) {
                     *slot = promoted;
                 }
-                w.history.note(now, format!("n{node}'s address reaches its promoted replica (and it quarantines)"));
+                w.history.note(
+                    now,
+                    format!("n{node}'s address reaches its promoted replica (and it quarantines)"),
+                );
             }
             Fault::Partition { client, node, for_ms } => {
                 set_partition(&world, client, node, true);

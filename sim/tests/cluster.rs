@@ -83,10 +83,8 @@ fn cluster_histories_have_their_redirects_and_faults_and_pass() {
 #[test]
 fn an_importing_node_waits_out_its_slot_but_for_the_locks_that_arrived() {
     let slot = key_slot(b"res");
-    let other = (0..)
-        .map(|i| format!("k{i}"))
-        .find(|k| key_slot(k.as_bytes()) == slot)
-        .expect("a key in res's slot");
+    let other =
+        (0..).map(|i| format!("k{i}")).find(|k| key_slot(k.as_bytes()) == slot).expect("a key in res's slot");
     let mut source = Node::new(Rules::Module, Persistence::None, 600, 0);
     let mut importer = Node::new(Rules::Module, Persistence::None, 600, 0);
     let granted = token(source.call(&words("LOCK.ACQUIRE res a 500"), 0));
@@ -160,7 +158,11 @@ fn a_released_lock_s_token_survives_a_reshard() {
         let outcome = run::run(seed, setup, &run::schedule(seed, setup));
         assert!(outcome.violations.is_empty(), "seed {seed}: {:?}\n{}", outcome.violations, outcome.history);
         for fault in faults {
-            assert!(outcome.history.contains(fault), "seed {seed} no longer has `{fault}`:\n{}", outcome.history);
+            assert!(
+                outcome.history.contains(fault),
+                "seed {seed} no longer has `{fault}`:\n{}",
+                outcome.history
+            );
         }
     }
 }
