@@ -33,16 +33,31 @@ use lock_protocol::code::ERR;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::command::Request;
 use crate::node::{Node, Persistence, Rules};
 use crate::resp::Reply;
 
 /// How many hash slots a cluster has.
 pub const SLOTS: u16 = 16_384;
 
-/// The hash slot of `key` (CRC16-XMODEM modulo 16384; the simulator's
-/// keys have no hash tag).
+/// The hash slot of `key` (CRC16-XMODEM of its hash tag, or of the whole
+/// key, modulo 16384).
 pub fn key_slot(key: &[u8]) -> u16 {
-    crc16::State::<crc16::XMODEM>::calculate(key) % SLOTS
+    lock_protocol::slot::key_slot(key)
+}
+
+/// The keys a lock command names (`LOCK.MACQUIRE`, `RENEW` and `MRELEASE`
+/// name several; the others one, after the command's name).
+fn call_keys(words: &[Vec<u8>]) -> Vec<&[u8]> {
+    let multi = words.first().is_some_and(|name| {
+        [&b"LOCK.MACQUIRE"[..], b"LOCK.RENEW", b"LOCK.MRELEASE"].iter().any(|m| name.eq_ignore_ascii_case(m))
+    });
+    let argv: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+    let parsed = multi.then(|| crate::command::parse(&argv, crate::command::limits(i64::MAX), 0).ok()).flatten();
+    match parsed {
+        Some(Request::GrantAll { keys, .. } | Request::Renew { keys, .. } | Request::ReleaseAll { keys, .. }) => keys,
+        _ => words.get(1).map(Vec::as_slice).into_iter().collect(),
+    }
 }
 
 /// The host a client's URLs give node `node` (see `net::url`).
@@ -322,7 +337,8 @@ pub fn serve(
         }
         _ => {}
     }
-    let (Some(k), Some(key)) = (cluster, words.get(1)) else {
+    let keys = call_keys(words);
+    let (Some(k), Some(&key)) = (cluster, keys.first()) else {
         return Some((nodes.get_mut(node)?.call(words, at), true));
     };
     let c = clusters.get_mut(k)?;
@@ -333,23 +349,37 @@ pub fn serve(
         return Some((Reply::Error("CLUSTERDOWN", "The cluster is down".into()), false));
     }
     let slot = key_slot(key);
+    if keys.iter().any(|k| key_slot(k) != slot) {
+        return Some((Reply::Error("CROSSSLOT", "Keys in request don't hash to the same slot".into()), false));
+    }
     let view = c.views.get(&node)?;
     let owner = *view.masters.get(view.owner(slot)?)?;
     let migration = c.migration.filter(|m| m.slot == slot);
     let importer = migration.filter(|m| !m.atomic).and_then(|m| c.truth.masters.get(m.to).copied());
+    let here = keys.iter().filter(|k| nodes.get(node).is_some_and(|n| n.has_key(k))).count();
     let redirect = if owner == node {
-        // The source of a migration serves the keys it still has.
+        // The source of a migration serves the keys it still has, sends
+        // the others on, and a call of several keys, some of them moved,
+        // is sent again later.
         match importer {
-            Some(to) if !nodes.get(node)?.has_key(key) => Some(("ASK", to)),
+            Some(_) if here > 0 && here < keys.len() => Some(("TRYAGAIN", None)),
+            Some(to) if here == 0 => Some(("ASK", Some(to))),
             _ => None,
         }
     } else if was_asking && importer == Some(node) {
-        None
+        // The target serves a call of several keys once all have moved.
+        (keys.len() > 1 && here < keys.len()).then_some(("TRYAGAIN", None))
     } else {
-        Some(("MOVED", owner))
+        Some(("MOVED", Some(owner)))
     };
-    if let Some((code, to)) = redirect {
-        return Some((Reply::Error(code, format!("{slot} {}:6379", host(client, to))), false));
+    match redirect {
+        Some(("TRYAGAIN", _)) => {
+            return Some((Reply::Error("TRYAGAIN", "Multiple keys request during rehashing of slot".into()), false))
+        }
+        Some((code, Some(to))) => {
+            return Some((Reply::Error(code, format!("{slot} {}:6379", host(client, to))), false))
+        }
+        _ => {}
     }
     // The shard's replica catches up before the write: it misses the
     // writes of its last `lag_ms`.
@@ -363,10 +393,13 @@ pub fn serve(
     // Valkey's atomic migration streams the source's writes of the slot to
     // the target, where each lock arrives (or goes).
     if let Some(m) = migration.filter(|m| m.atomic && c.truth.masters.get(m.from) == Some(&node)) {
-        let copy = nodes.get(node)?.key_copy(key);
-        let target = nodes.get_mut(*c.truth.masters.get(m.to)?)?;
-        if target.key_copy(key) != copy {
-            target.lock_arrived(key, copy, at);
+        let to = *c.truth.masters.get(m.to)?;
+        for key in keys {
+            let copy = nodes.get(node)?.key_copy(key);
+            let target = nodes.get_mut(to)?;
+            if target.key_copy(key) != copy {
+                target.lock_arrived(key, copy, at);
+            }
         }
     }
     Some((reply, true))

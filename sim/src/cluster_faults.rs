@@ -60,7 +60,7 @@ pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str)
                     continue;
                 }
                 tokio::time::sleep(Duration::from_millis(keys_after_ms)).await;
-                migrate_keys(&world, k, resource);
+                migrate_keys(&world, k, false);
                 let Some(done_after_ms) = done_after_ms else {
                     change(&world, k, |_| Some(format!("slot {slot} stays open (the reshard stalls)")));
                     continue;
@@ -124,11 +124,13 @@ fn atomic_migration(
         c.migration = Some(Migration { slot, from, to, atomic: true });
         let (source, target) = (*c.truth.masters.get(from)?, *c.truth.masters.get(to)?);
         masters = Some((source, target));
-        let copy = nodes.get(source)?.key_copy(resource.as_bytes());
+        let copies: Vec<_> = (nodes.get(source)?.keys_in_slot(slot).into_iter())
+            .map(|key| (nodes.get(source).and_then(|n| n.key_copy(&key)), key))
+            .collect();
         let target = nodes.get_mut(target)?;
         target.import_started(slot);
-        if copy.is_some() {
-            target.lock_arrived(resource.as_bytes(), copy, now);
+        for (copy, key) in copies {
+            target.lock_arrived(&key, copy, now);
         }
         Some(format!("slot {slot}: atomic import (CLUSTER MIGRATESLOTS) from shard {from} to shard {to}"))
     });
@@ -149,13 +151,19 @@ fn atomic_handover(world: &Shared, k: usize, resource: &str, done: bool, masters
         let (source, target) = (*c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?);
         let done = done && (source, target) == masters;
         if done {
-            nodes.get_mut(source)?.take_key(resource.as_bytes());
+            let exporter = nodes.get_mut(source)?;
+            for key in exporter.keys_in_slot(slot) {
+                exporter.take_key(&key);
+            }
             c.truth.set(slot, m.to);
             for node in [source, target] {
                 c.views.insert(node, c.truth.clone());
             }
         } else {
-            nodes.get_mut(target)?.take_key(resource.as_bytes());
+            let importer = nodes.get_mut(target)?;
+            for key in importer.keys_in_slot(slot) {
+                importer.take_key(&key);
+            }
         }
         nodes.get_mut(target)?.import_ended(slot, now);
         Some(if done {
@@ -174,7 +182,7 @@ const STALL_FIXED_AT_MS: u64 = 2500;
 /// (its slot wait ends a quarantine later), then the source: both know at
 /// once, the others by gossip.
 fn hand_over(world: &Shared, k: usize, resource: &str, why: &str) {
-    migrate_keys(world, k, resource);
+    migrate_keys(world, k, true);
     let slot = key_slot(resource.as_bytes());
     let now = net::lock(world).now_ms();
     change_nodes(world, k, |c, nodes| {
@@ -250,29 +258,32 @@ fn change_nodes(
     Some(done)
 }
 
-/// `MIGRATE` of the migrating slot's lock key from the source master to
-/// the importing one, as it is (holders, tokens, deadlines: the nodes share
-/// a clock); the target takes it as a lock that arrived (its counter
+/// `MIGRATE` of the migrating slot's lock keys (the first only, unless
+/// `all`: a call of several keys meets some moved, `TRYAGAIN`) from the
+/// source master to the importing one, as they are (holders, tokens,
+/// deadlines); the target takes each as a lock that arrived (its counter
 /// raised to the lock's tokens, the key quarantined against a takeover by
 /// expiry, exempt from the slot's wait).
-fn migrate_keys(world: &Shared, k: usize, resource: &str) {
+fn migrate_keys(world: &Shared, k: usize, all: bool) {
     let mut w = net::lock(world);
     let now = w.now_ms();
-    let Some((from, to)) = w.clusters.get(k).and_then(|c| {
+    let Some((slot, from, to)) = w.clusters.get(k).and_then(|c| {
         let m = c.migration?;
-        Some((*c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?))
+        Some((m.slot, *c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?))
     }) else {
         return;
     };
-    let key = resource.as_bytes();
-    if w.nodes.get(to).is_some_and(|n| n.has_key(key)) {
-        return;
+    let mut keys = w.nodes.get(from).map(|n| n.keys_in_slot(slot)).unwrap_or_default();
+    keys.retain(|key| !w.nodes.get(to).is_some_and(|n| n.has_key(key)));
+    keys.truncate(if all { keys.len() } else { 1 });
+    for key in keys {
+        let Some(holders) = w.nodes.get_mut(from).and_then(|n| n.take_key(&key)) else { continue };
+        if let Some(n) = w.nodes.get_mut(to) {
+            n.lock_arrived(&key, Some(holders), now);
+        }
+        let text = String::from_utf8_lossy(&key).into_owned();
+        w.history.note(now, format!("cluster {k}: MIGRATE {text} from n{from} to n{to}"));
     }
-    let Some(holders) = w.nodes.get_mut(from).and_then(|n| n.take_key(key)) else { return };
-    if let Some(n) = w.nodes.get_mut(to) {
-        n.lock_arrived(key, Some(holders), now);
-    }
-    w.history.note(now, format!("cluster {k}: MIGRATE {resource} from n{from} to n{to}"));
 }
 
 /// Each client as it is at the end (its connections, its clusters' slot

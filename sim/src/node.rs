@@ -632,6 +632,11 @@ impl Node {
         self.keys.contains_key(key)
     }
 
+    /// The keys of hash slot `slot` with a lock record here, in order.
+    pub fn keys_in_slot(&self, slot: u16) -> Vec<Vec<u8>> {
+        self.keys.keys().filter(|key| crate::cluster::key_slot(key) == slot).cloned().collect()
+    }
+
     /// `key`'s record as it is (what a migration copies).
     pub fn key_copy(&self, key: &[u8]) -> Option<Holders> {
         self.keys.get(key).cloned()

@@ -929,6 +929,7 @@ async fn client(
         total_max: None,
     };
     let fencing = setup.rules == crate::node::Rules::Module;
+    let in_one_slot = !net::lock(&world).clusters.is_empty();
     let mut set_rng = StdRng::seed_from_u64(seed ^ 0x5e75 ^ (c as u64) << 32);
     for _ in 0..setup.cycles {
         let cycle = draw_cycle(&world, &setup, spread);
@@ -939,6 +940,9 @@ async fn client(
             Family::Plain => sets::draw(&mut set_rng, setup.set_per_mille),
             _ => None,
         };
+        // With a cluster member, in one hash slot (`TRYAGAIN` while it
+        // migrates).
+        let set = set.map(|set| if in_one_slot { sets::in_one_slot(set) } else { set });
         let keys: Vec<String> =
             set.clone().unwrap_or_else(|| vec![RESOURCE]).iter().map(|k| k.to_string()).collect();
         let ttl = Duration::from_millis(cycle.ttl_ms);
