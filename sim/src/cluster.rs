@@ -5,22 +5,29 @@
 //! asked node's own view of the map, `MOVED` for a slot that node does not
 //! serve, and during a slot's migration `ASK` from the source for a key it
 //! no longer has, served by the importing node only after `ASKING` (the
-//! flag lasts one command), as Redis does. Its faults, drawn from the seed:
+//! flag lasts one command), `TRYAGAIN` for a call of several keys of which
+//! some have moved, `CROSSSLOT`, and `CLUSTERDOWN` while a shard has no
+//! master, as Redis does. Its faults, drawn from the seed:
 //! - resharding: the resource's slot migrates to another shard mid-history
-//!   (`MIGRATING`/`IMPORTING`, then `MIGRATE` of the slot's lock keys, as
-//!   they are, then `SETSLOT ... NODE`), or stays open to the end (a
-//!   stalled reshard: clients must still work, through `ASK`);
-//! - a shard's failover: its master dies, and after a detection delay its
-//!   replica, some writes behind, is promoted and quarantines (the
-//!   module's failover quarantine);
+//!   (`IMPORTING`/`MIGRATING`, then `MIGRATE` of the slot's lock keys, as
+//!   they are, then `SETSLOT ... NODE`), or stays open (a stalled reshard:
+//!   clients must still work, through `ASK`) until an operator finishes
+//!   it; or Valkey's atomic slot migration (`CLUSTER MIGRATESLOTS`: the
+//!   source serves the slot and streams its writes until the handover);
+//!   the importing node models the module's import handling (`Node`'s
+//!   `import_started`, `lock_arrived`, `import_ended`: the raise at a
+//!   lock's arrival, its `imported` quarantine, the slot wait);
+//! - a shard's failover: its master dies (`CLUSTERDOWN` meanwhile), and
+//!   after a detection delay its replica, some writes behind, is promoted
+//!   and quarantines (the module's failover quarantine);
+//! - a client cut off from one of its masters for a while;
 //! - stale maps: the nodes a change involves know it at once, the others
 //!   by gossip, later; a node asked for the topology meanwhile gives its
 //!   old view, and a client's map is stale until a `MOVED` or a fetch.
 //!
-//! The nodes of a cluster share one clock, at or ahead of every plain
-//! node's: a migrated key keeps its deadlines, and its tokens once its
-//! lock is gone rest on the clocks agreeing (docs/safety.md, assumption 2);
-//! the plain nodes' clocks are the ones the simulator sets apart.
+//! The nodes' clocks are as far apart as the plain nodes' (within
+//! docs/safety.md's assumption 2): a migrated lock's deadlines are covered
+//! by its `imported` quarantine, a released lock's tokens by the slot wait.
 //!
 //! A node's name for a client is the plain nodes' (`c{client}n{node}`, see
 //! `net.rs`): a real cluster names its nodes alike to every client, the

@@ -56,6 +56,7 @@ fn cluster_histories_have_their_redirects_and_faults_and_pass() {
         "stays open (the reshard stalls)",
         "is promoted (and quarantines)",
         "Error(\"CLUSTERDOWN\"",
+        "Error(\"TRYAGAIN\"",
         "cluster_state:fail",
         "is cut off from shard",
         "atomic import (CLUSTER MIGRATESLOTS)",
