@@ -45,6 +45,28 @@ function tallyOf(native) {
   });
 }
 
+// The same from what a release resolves to: the native TallyRow's
+// Float64Array (TallyInfo's counts in order, NaN for no quarantine time,
+// no failure text), or a TallyInfo when there is a failure text.
+function tallyOfRow(row) {
+  if (!(row instanceof Float64Array)) return tallyOf(row);
+  return Object.freeze({
+    nodes: row[0],
+    need: row[1],
+    yes: row[2],
+    no: row[3],
+    quarantined: row[4],
+    quarantineLeft: Number.isNaN(row[5]) ? null : row[5],
+    unreachable: row[6],
+    timedOut: row[7],
+    failed: row[8],
+    firstFailure: null,
+    pending: row[9],
+    clusterUnavailable: row[10],
+    firstClusterUnavailable: null,
+  });
+}
+
 /** The error for a native failure (its `info`). */
 function fromFailure(info) {
   const cls = info.kind === "no_quorum" ? noQuorumClass(info.tally) : KINDS[info.kind] || errors.RedlockError;
@@ -63,4 +85,4 @@ function invalid(message) {
   return new errors.InvalidArgumentError(`invalid argument: ${message}`);
 }
 
-module.exports = { fromFailure, invalid, tallyOf };
+module.exports = { fromFailure, invalid, tallyOf, tallyOfRow };

@@ -259,6 +259,9 @@ export interface FreedChannel {
   subscribe: "SUBSCRIBE" | "SSUBSCRIBE";
 }
 
+/** The package's version (the workspace's, from Cargo.toml). */
+export const version: string;
+
 export function freedChannel(resource: string, options?: { cluster?: boolean; db?: number }): FreedChannel;
 
 export interface RedlockErrorFields {

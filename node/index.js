@@ -10,7 +10,7 @@
 
 const path = require("node:path");
 const util = require("node:util");
-const { fromFailure, invalid, tallyOf } = require("./failure");
+const { fromFailure, invalid, tallyOfRow } = require("./failure");
 
 const NATIVE = path.join(__dirname, "redlock_client.node");
 
@@ -127,6 +127,9 @@ function resourceNames(resources) {
 
 const ACQUIRE = ["ttl", "mode", "permits", "fence"];
 const RETRY = ["wait", "attempts", "retryDelay", "signal"];
+const ACQUIRE_RETRY = [...ACQUIRE, ...RETRY];
+const SET = ["ttl", "fence"];
+const SET_RETRY = [...SET, ...RETRY];
 const WATCHDOG = ["renewalsMax", "durationMax"];
 
 /** The retry policy of an acquire as the native module takes it (undefined: one attempt). */
@@ -243,36 +246,44 @@ function quorumStatus(status) {
  */
 class Lock {
   #held;
-  #resources;
+  #resources = null;
   #controller = null;
 
   /** @internal Made by Redlock's acquire calls. */
   constructor(held) {
     if (!(held instanceof native.Held)) throw new TypeError("a Lock is made by Redlock's acquire calls");
     this.#held = held;
-    this.#resources = Object.freeze(
-      held.resources.map((r) => Object.freeze(r.permits == null ? { resource: r.resource, mode: r.mode } : r)),
-    );
+  }
+
+  // Read from the native lock at the first use: a lock taken and released
+  // without a look at them never converts them.
+  #list() {
+    if (this.#resources === null) {
+      this.#resources = Object.freeze(
+        this.#held.resources.map((r) => Object.freeze(r.permits == null ? { resource: r.resource, mode: r.mode } : r)),
+      );
+    }
+    return this.#resources;
   }
 
   /** The resource (a set's first). */
   get resource() {
-    return this.#resources[0].resource;
+    return this.#list()[0].resource;
   }
 
   /** Every resource held, in the order given, with its mode (and a semaphore's permits). */
   get resources() {
-    return this.#resources;
+    return this.#list();
   }
 
   /** "plain", "read", "write" or "permit" (a set: its first resource's). */
   get mode() {
-    return this.#resources[0].mode;
+    return this.#list()[0].mode;
   }
 
   /** A semaphore's permit count, or undefined. */
   get permits() {
-    return this.#resources[0].permits ?? undefined;
+    return this.#list()[0].permits ?? undefined;
   }
 
   /** The random token (32 hex digits) the lock is held with. */
@@ -325,7 +336,7 @@ class Lock {
    * under it may have overlapped another holder's.
    */
   async release() {
-    return tallyOf(unwrap(await this.#held.release()));
+    return tallyOfRow(unwrap(await this.#held.release()));
   }
 
   /** Gives the lock up without releasing it: it stays until its TTL, or a release by token. */
@@ -379,6 +390,33 @@ class Lock {
 }
 
 // --- the client -----------------------------------------------------------
+
+/** The native acquire of one resource (`claim`) or a set (`many`: the claims). */
+function acquireNative(client, claim, many, ttl, fence, retry, abortId) {
+  if (many) return client.acquireMany(claim, ttl, fence, retry, abortId);
+  return client.acquire(claim.resource, claim.mode, claim.permits, ttl, fence, retry, abortId);
+}
+
+/**
+ * acquireNative whose wait `signal` stops (the retries); an attempt under
+ * way still ends, and what it took is released. Rejects with the signal's
+ * reason.
+ */
+async function acquireUntil(signal, client, claim, many, ttl, fence, retry) {
+  signal.throwIfAborted();
+  lastAbortId = lastAbortId >= 0xffffffff ? 1 : lastAbortId + 1;
+  const id = lastAbortId;
+  const onAbort = () => client.abort(id);
+  signal.addEventListener("abort", onAbort, { once: true });
+  let out;
+  try {
+    out = await acquireNative(client, claim, many, ttl, fence, retry, id);
+  } finally {
+    signal.removeEventListener("abort", onAbort);
+  }
+  if (out instanceof native.Failure && out.info.kind === "aborted") throw signal.reason;
+  return out;
+}
 
 /**
  * A client for N lock nodes: one connection and one ordered writer per
@@ -436,27 +474,15 @@ class Redlock {
     return unwrap(this.#client.quorum(modeName(mode), optionalCount(permits, "permits", 1)));
   }
 
-  async #take(claims, many, opts, retry) {
+  // The native acquire's Promise (of a Held or a Failure): one resource
+  // (`claim`, as claimOf makes it) or a set (`many`: setClaims').
+  #take(claim, many, opts, retry) {
     const client = this.#open();
     const ttl = ttlOf(opts);
     const fence = flag(opts.fence, "fence");
     const signal = signalOf(opts.signal);
-    if (signal === undefined) return new Lock(unwrap(await client.acquire(claims, many, ttl, fence, retry)));
-    // The signal stops the wait (the retries); an attempt under way still
-    // ends, and what it took is released. Rejects with the signal's reason.
-    signal.throwIfAborted();
-    lastAbortId = lastAbortId >= 0xffffffff ? 1 : lastAbortId + 1;
-    const id = lastAbortId;
-    const onAbort = () => client.abort(id);
-    signal.addEventListener("abort", onAbort, { once: true });
-    let out;
-    try {
-      out = await client.acquire(claims, many, ttl, fence, retry, id);
-    } finally {
-      signal.removeEventListener("abort", onAbort);
-    }
-    if (out instanceof native.Failure && out.info.kind === "aborted") throw signal.reason;
-    return new Lock(unwrap(out));
+    if (signal === undefined) return acquireNative(client, claim, many, ttl, fence, retry, undefined);
+    return acquireUntil(signal, client, claim, many, ttl, fence, retry);
   }
 
   /**
@@ -469,7 +495,7 @@ class Redlock {
    */
   async tryAcquire(resource, acquireOptions) {
     const opts = options(acquireOptions, "the acquire options", ACQUIRE);
-    return this.#take([claimOf(resource, opts)], false, opts, undefined);
+    return new Lock(unwrap(await this.#take(claimOf(resource, opts), false, opts, undefined)));
   }
 
   /**
@@ -480,8 +506,8 @@ class Redlock {
    * an attempt under way releases what it took.
    */
   async acquire(resource, acquireOptions) {
-    const opts = options(acquireOptions, "the acquire options", [...ACQUIRE, ...RETRY]);
-    return this.#take([claimOf(resource, opts)], false, opts, retryOf(opts));
+    const opts = options(acquireOptions, "the acquire options", ACQUIRE_RETRY);
+    return new Lock(unwrap(await this.#take(claimOf(resource, opts), false, opts, retryOf(opts))));
   }
 
   /**
@@ -490,14 +516,14 @@ class Redlock {
    * resource (plain) or [resource, "plain" | "read" | "write"].
    */
   async tryAcquireMany(resources, acquireOptions) {
-    const opts = options(acquireOptions, "the acquire options", ["ttl", "fence"]);
-    return this.#take(setClaims(resources), true, opts, undefined);
+    const opts = options(acquireOptions, "the acquire options", SET);
+    return new Lock(unwrap(await this.#take(setClaims(resources), true, opts, undefined)));
   }
 
   /** tryAcquireMany, retried like acquire. */
   async acquireMany(resources, acquireOptions) {
-    const opts = options(acquireOptions, "the acquire options", ["ttl", "fence", ...RETRY]);
-    return this.#take(setClaims(resources), true, opts, retryOf(opts));
+    const opts = options(acquireOptions, "the acquire options", SET_RETRY);
+    return new Lock(unwrap(await this.#take(setClaims(resources), true, opts, retryOf(opts))));
   }
 
   /**
@@ -538,13 +564,13 @@ class Redlock {
     const opts = options(releaseOptions, "the release options", ["mode", "permits"]);
     const claim = claimOf(resource, opts);
     const out = await this.#open().release([claim.resource], false, text(token, "token"), claim.mode, claim.permits);
-    return tallyOf(unwrap(out));
+    return tallyOfRow(unwrap(out));
   }
 
   /** Release of a set by token. */
   async releaseMany(resources, token) {
     const out = await this.#open().release(resourceNames(resources), true, text(token, "token"), "plain", undefined);
-    return tallyOf(unwrap(out));
+    return tallyOfRow(unwrap(out));
   }
 
   /** Extend by token for { ttl } ms; resolves to the validity left, in ms. */
@@ -642,6 +668,10 @@ function freedChannel(resource, options = {}) {
   return { channel, subscribe };
 }
 
+// The workspace version (Cargo.toml), compiled into the native module; the
+// package.json that scripts/release packs carries the same.
+const version = native.version();
+
 // Shorthand only, and a spread of require(): Node's ES module loader finds
 // these names as named exports (`import { Redlock } from "redlock-client"`).
-module.exports = { Redlock, Lock, freedChannel, ...require("./errors") };
+module.exports = { Redlock, Lock, freedChannel, version, ...require("./errors") };

@@ -154,6 +154,20 @@ pub fn refused(refusal: &Refusal) -> String {
             format!("{QUARANTINE} {}, refusing new locks {scope} for {left_ms} ms", q.cause.describe(q.db))
         }
         Refusal::Evictable(policy) => evictable(policy),
+        Refusal::Importing(wait, left_ms) => {
+            let how_long = if *left_ms < 0 {
+                "while the import runs, and lock.quarantine-ms after it ends".to_string()
+            } else {
+                format!("for {left_ms} ms")
+            };
+            format!(
+                "{QUARANTINE} this key's slot {} was imported by this node: a lock of it released on its \
+                 previous master may have had a token ahead of this node's clock, so new locks in the slot \
+                 wait until lock.quarantine-ms has run since the import ended (a lock that moved with the slot \
+                 is not held back), refusing new locks on this key {how_long}",
+                wait.slot
+            )
+        }
     }
 }
 

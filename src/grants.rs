@@ -49,7 +49,7 @@ pub fn counted_token(stats: &Stats, fence: u64, renewed: bool) -> i64 {
 pub fn counted_refusal(stats: &Stats, refusal: &Refusal) -> String {
     match refusal {
         Refusal::Evictable(_) => stats.refused_evictable.bump(),
-        Refusal::Node(..) | Refusal::Forgotten(..) => stats.quarantined.bump(),
+        Refusal::Node(..) | Refusal::Forgotten(..) | Refusal::Importing(..) => stats.quarantined.bump(),
     }
     errors::refused(refusal)
 }

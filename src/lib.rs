@@ -42,6 +42,36 @@ pub mod node;
 pub mod stats;
 pub mod waiting;
 
+/// The workspace version (Cargo.toml's `[workspace.package]`), as `INFO
+/// lock` shows it (`lock_version`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The same version as one integer, as `MODULE LIST` shows it (`ver`):
+/// major * 10000 + minor * 100 + patch, so 1.2.3 is 10203 and 0.1.0 is 100.
+pub const MODULE_VERSION: i32 = {
+    let (major, minor, patch) = (
+        version_part(env!("CARGO_PKG_VERSION_MAJOR")),
+        version_part(env!("CARGO_PKG_VERSION_MINOR")),
+        version_part(env!("CARGO_PKG_VERSION_PATCH")),
+    );
+    // A minor or patch of 100 or more would run into the next part.
+    assert!(minor < 100 && patch < 100 && major < 21474, "version parts out of range");
+    major * 10000 + minor * 100 + patch
+};
+
+/// The decimal number `digits` (at compile time; a non-digit fails the
+/// build).
+const fn version_part(digits: &str) -> i32 {
+    let mut rest = digits.as_bytes();
+    let mut value = 0i32;
+    while let [digit, tail @ ..] = rest {
+        assert!(digit.is_ascii_digit(), "a version part is not a number");
+        value = value * 10 + (*digit - b'0') as i32;
+        rest = tail;
+    }
+    value
+}
+
 #[cfg(not(test))]
 mod module {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,6 +97,7 @@ mod module {
         let removal = node.removal_quarantines(now);
         let evicting = node.evicting_policy();
         let mut fields = vec![
+            ("version", Text(crate::VERSION)),
             ("grants", Unsigned(st.grants.get())),
             ("renewals", Unsigned(st.renewals.get())),
             ("contended", Unsigned(st.contended.get())),
@@ -90,6 +121,7 @@ mod module {
             ("quarantined_keys", Unsigned(removal.0 as u64)),
             ("quarantined_dbs", Unsigned(removal.1 as u64)),
             ("removal_quarantine_ms_left", Signed(removal.2)),
+            ("slot_waits", Unsigned(node.slot_waits(now) as u64)),
             ("locks_removed", Unsigned(st.locks_removed.get())),
             ("locks_evicted", Unsigned(st.locks_evicted.get())),
             ("db_quarantines", Unsigned(st.db_quarantines.get())),
@@ -151,13 +183,20 @@ mod module {
             promoted: |call| {
                 NODE.on_promoted(clock::now_ms());
                 commands::watch_for_removal(call, &NODE);
+                ffi::schedule_records();
             },
             loaded_from_disk: |call| {
                 if let Some(cause) = NODE.on_loaded_from_disk(clock::now_ms()) {
                     log_start_cause(cause);
                 }
                 commands::watch_for_removal(call, &NODE);
+                ffi::schedule_records();
             },
+            slots_changed: |change, check| {
+                NODE.slots_changed(change, check, clock::now_ms());
+                ffi::schedule_records();
+            },
+            records_due: |call| commands::quarantined::write_records(call, &NODE),
             ledger_save: || NODE.ledger(clock::now_ms()).encode(),
             ledger_load: |bytes| match Ledger::decode(bytes) {
                 Ok(ledger) => NODE.restore_ledger(ledger, clock::now_ms()),
@@ -373,6 +412,13 @@ mod module {
             ctx.log_warning(&format!("lock: {e}"));
             return Status::Err;
         }
+        // A cluster node learns of the slots it takes from the commands that
+        // move them; a quarantine started at load is written once it ends.
+        if let Err(e) = ffi::watch_slots(ctx.ctx, call.in_cluster()) {
+            ctx.log_warning(&format!("lock: {e}"));
+            return Status::Err;
+        }
+        ffi::schedule_records();
         ffi::set_module_options(ctx.ctx);
         if let Some(major) = valkey_major(ctx).filter(|&major| major >= 9) {
             if let Err(e) = ffi::declare_atomic_slot_migration(ctx.ctx) {
@@ -405,7 +451,7 @@ mod module {
 
     redis_module! {
         name: "lock",
-        version: 1,
+        version: crate::MODULE_VERSION,
         allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
         data_types: [LEDGER_TYPE],
         init: init,
@@ -430,5 +476,18 @@ mod module {
             ],
             module_args_as_configuration: true,
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// MODULE LIST's integer is the version's three parts, two digits each
+    /// below the major.
+    #[test]
+    fn module_version_is_the_version_as_one_integer() {
+        let parts: Vec<i32> = super::VERSION.split('.').map(|p| p.parse().unwrap()).collect();
+        assert_eq!(super::MODULE_VERSION, parts[0] * 10000 + parts[1] * 100 + parts[2]);
+        assert_eq!(super::version_part("0"), 0);
+        assert_eq!(super::version_part("42"), 42);
     }
 }

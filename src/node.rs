@@ -15,6 +15,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::config::{EvictionMode, Protection, Settings};
 use crate::core::fencing::Fencer;
 use crate::core::forgetting::{self, Cause, Entry, Forgetting, Quarantined};
+use crate::core::imports::{SlotChange, SlotWaits, OPEN};
 use crate::core::ledger::Ledger;
 use crate::core::quarantine::{self, Quarantine, Reason, Refusal};
 use crate::core::waiting::Waiting;
@@ -74,6 +75,22 @@ pub struct Node {
     /// Set while a key or database quarantine may be in force: a grant
     /// checks this flag, not the mutex, in the common case.
     any_forgotten: AtomicBool,
+    /// The slots waiting after an import (`core::imports`).
+    slot_waits: Mutex<SlotWaits>,
+    /// Set while a slot may wait: a grant checks this flag, not the mutex,
+    /// in the common case (a node that imported nothing).
+    any_slot_wait: AtomicBool,
+    /// The quarantines started since the last write of records: the module
+    /// writes each into its AOF and replication stream
+    /// (`LOCK.QUARANTINED`) from a timer, since what starts them (a load, a
+    /// promotion, a command filter) cannot write.
+    records: Mutex<Vec<Record>>,
+    /// Imports a command filter saw start, to check once the command ran.
+    imports_to_check: Mutex<Vec<u16>>,
+    /// The latest end of a start-up or promotion quarantine read back while
+    /// loading (the ledger, a replayed `LOCK.QUARANTINED NODE`), or
+    /// `i64::MIN`: a start without quarantine goes on with it.
+    written_quarantine_until: AtomicI64,
     /// The eviction policy when it may evict lock keys (`maxmemory` set, not
     /// `noeviction`); `None` when it cannot.
     evicting_policy: Mutex<Option<String>>,
@@ -84,6 +101,19 @@ pub struct Node {
 }
 
 const NO_GRACE: i64 = i64::MIN;
+
+/// A quarantine that the node writes into its AOF and replication stream
+/// when it starts (`LOCK.QUARANTINED`), so that a start from that AOF
+/// without a rewrite in between, which reads an older ledger, still knows
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Record {
+    /// The start-up or promotion quarantine, until this instant.
+    Node { until_ms: i64 },
+    /// A slot's wait after an import, until this instant (`OPEN` while the
+    /// import runs).
+    Slot { slot: u16, until_ms: i64 },
+}
 
 /// Why a start was quarantined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +162,11 @@ impl Node {
             restored_since: AtomicI64::new(NO_GRACE),
             forgetting: Mutex::new(None),
             any_forgotten: AtomicBool::new(false),
+            slot_waits: Mutex::new(SlotWaits::new()),
+            any_slot_wait: AtomicBool::new(false),
+            records: Mutex::new(Vec::new()),
+            imports_to_check: Mutex::new(Vec::new()),
+            written_quarantine_until: AtomicI64::new(i64::MIN),
             evicting_policy: Mutex::new(None),
             evictable: AtomicBool::new(false),
             waiting: Mutex::new(None),
@@ -161,6 +196,18 @@ impl Node {
         self.with_fencer(|f| f.last())
     }
 
+    /// A lock arrived by a migration with tokens up to `top`, issued by
+    /// another node's counter: none is issued again here, even once it is
+    /// released and its key gone. Returns whether the raise must be written
+    /// to the AOF and replicas (it is above what they hold).
+    pub fn raise_to_arrived(&self, top: u64) -> bool {
+        self.with_fencer(|f| {
+            let above = top > f.kept();
+            f.raise_kept(top);
+            above
+        })
+    }
+
     /// After a grant to `owner` on the call's key: when the counter is now
     /// above what the AOF and replicas hold, writes it there (a second of
     /// clock ahead: [`Fencer::to_keep`]) as a counter raise, in the grant's
@@ -178,6 +225,9 @@ impl Node {
     pub fn start_quarantine(&self, reason: Reason, now_ms: i64) {
         *locked(&self.quarantine) = Some(Quarantine { reason, since_ms: now_ms });
         let length = self.quarantine_length_ms();
+        if length > 0 {
+            self.record(Record::Node { until_ms: now_ms.saturating_add(length) });
+        }
         // A quarantine of length 0 is over at once: raising the setting
         // later does not start it after the fact.
         self.quarantine_over.store(length == 0, Ordering::Relaxed);
@@ -289,7 +339,12 @@ impl Node {
             Vec::new()
         };
         let quarantine_until_ms = self.quarantine(now_ms).map_or(0, |(_, left)| now_ms.saturating_add(left));
-        Ledger { kept, issued, quarantine_until_ms, quarantines }
+        let slot_waits = if self.any_slot_wait.load(Ordering::Relaxed) {
+            locked(&self.slot_waits).in_force(now_ms)
+        } else {
+            Vec::new()
+        };
+        Ledger { kept, issued, quarantine_until_ms, quarantines, slot_waits }
     }
 
     /// The ledger read back from an RDB, an AOF's preamble or a master's
@@ -304,18 +359,28 @@ impl Node {
         self.ledger_seen.store(true, Ordering::Relaxed);
         if self.durable_start.load(Ordering::Relaxed) {
             self.with_fencer(|f| f.raise_kept(ledger.kept));
-            // The AOF was written during a quarantine: what that quarantine
-            // covers (grants of a process before it, maybe lost) is not in
-            // it either, so this start goes on with it.
-            if ledger.quarantine_until_ms > now_ms {
-                self.continue_quarantine(ledger.quarantine_until_ms, now_ms);
-            }
+            self.written_quarantine(ledger.quarantine_until_ms);
         } else {
             self.with_fencer(|f| f.raise_to(ledger.issued));
         }
         for entry in ledger.quarantines {
             self.restore_written_quarantine(entry, now_ms);
         }
+        for (slot, until_ms) in ledger.slot_waits {
+            self.restore_slot_wait(slot, until_ms, now_ms, true);
+        }
+    }
+
+    /// A start-up or promotion quarantine in force when the node's ledger
+    /// was saved, or written into the AOF as it started (`LOCK.QUARANTINED
+    /// NODE`), read back while loading: what that quarantine covers (grants
+    /// of a process before it, maybe lost) is not in this AOF either, so a
+    /// start without a quarantine of its own goes on with it
+    /// ([`Node::on_loaded_from_disk`]).
+    /// The latest record wins: the AOF is read in the order it was written
+    /// (the ledger first), and 0 is a quarantine an operator ended.
+    pub fn written_quarantine(&self, until_ms: i64) {
+        self.written_quarantine_until.store(until_ms, Ordering::Relaxed);
     }
 
     /// A removal quarantine read back from a file or a full sync (the
@@ -360,9 +425,13 @@ impl Node {
             }
         }
         let seen = self.ledger_seen.swap(false, Ordering::Relaxed);
-        let no_ledger = self.durable_start.swap(false, Ordering::Relaxed) && !seen;
+        let durable = self.durable_start.swap(false, Ordering::Relaxed);
+        let no_ledger = durable && !seen;
+        let written_until = self.written_quarantine_until.swap(i64::MIN, Ordering::Relaxed);
         if no_ledger {
             self.quarantine_start(now_ms);
+        } else if durable && written_until > now_ms {
+            self.continue_quarantine(written_until, now_ms);
         }
         self.restore_grace(now_ms);
         no_ledger.then_some(StartCause::NoLedger)
@@ -456,6 +525,7 @@ impl Node {
         }
         *locked(&self.quarantine) = None;
         self.quarantine_over.store(true, Ordering::Relaxed);
+        self.record(Record::Node { until_ms: 0 });
         if reason == Reason::Startup {
             self.uncover_restored_locks();
         }
@@ -504,6 +574,11 @@ impl Node {
         if self.evictable.load(Ordering::Relaxed) && self.settings.eviction_mode() == EvictionMode::refuse {
             return Some(Refusal::Evictable(locked(&self.evicting_policy).clone().unwrap_or_default()));
         }
+        if self.any_slot_wait.load(Ordering::Relaxed) {
+            if let Some(refusal) = self.slot_wait_refusal(db, key, now_ms) {
+                return Some(refusal);
+            }
+        }
         if !self.any_forgotten.load(Ordering::Relaxed) {
             return None;
         }
@@ -518,6 +593,140 @@ impl Node {
             let left = q.left_ms(now_ms);
             Refusal::Forgotten(q, left)
         })
+    }
+
+    fn slot_wait_refusal(&self, db: i32, key: &[u8], now_ms: i64) -> Option<Refusal> {
+        let slot = lock_protocol::slot::key_slot(key);
+        let mut waits = locked(&self.slot_waits);
+        let found = waits.refusal(slot, forgetting::key_hash(db, key), now_ms);
+        if waits.is_empty() {
+            self.any_slot_wait.store(false, Ordering::Relaxed);
+        }
+        found.map(|wait| {
+            let left = if wait.until_ms == OPEN { -1 } else { wait.until_ms.saturating_sub(now_ms) };
+            Refusal::Importing(wait, left)
+        })
+    }
+
+    // --- slot imports ------------------------------------------------------
+
+    /// A change of this node's slots (`core::imports::SlotChange`): from a
+    /// command about to run (`check`: an import it starts is checked once it
+    /// ran, [`Node::imports_to_check`]) or from Valkey's atomic import.
+    pub fn slots_changed(&self, change: &SlotChange, check: bool, now_ms: i64) {
+        match change {
+            SlotChange::ImportStarted(slots) => {
+                self.import_started(slots);
+                if check {
+                    locked(&self.imports_to_check).extend_from_slice(slots);
+                }
+            }
+            SlotChange::Owned(slots) => self.import_ended(slots, now_ms),
+            SlotChange::Stable(slots) => {
+                let open: Vec<u16> =
+                    slots.iter().copied().filter(|&s| locked(&self.slot_waits).is_open(s)).collect();
+                self.import_ended(&open, now_ms);
+            }
+        }
+    }
+
+    /// The imports a command filter saw start, to check against the slots
+    /// the node imports now.
+    pub fn imports_to_check(&self) -> Vec<u16> {
+        std::mem::take(&mut *locked(&self.imports_to_check))
+    }
+
+    /// Imports of `slots` started (`CLUSTER SETSLOT <slot> IMPORTING`, an
+    /// atomic import): new grants there wait until the import ends and the
+    /// quarantine has run since (`core::imports`).
+    pub fn import_started(&self, slots: &[u16]) {
+        if self.quarantine_length_ms() <= 0 || slots.is_empty() {
+            return;
+        }
+        let mut waits = locked(&self.slot_waits);
+        for &slot in slots {
+            waits.import_started(slot);
+            self.record(Record::Slot { slot, until_ms: OPEN });
+        }
+        self.any_slot_wait.store(true, Ordering::Relaxed);
+    }
+
+    /// Imports of `slots` ended at `now_ms`, or the node took them without
+    /// one (`CLUSTER SETSLOT <slot> NODE <self>`, `CLUSTER ADDSLOTS`, an
+    /// atomic import's end): their wait lasts the quarantine from now.
+    pub fn import_ended(&self, slots: &[u16], now_ms: i64) {
+        let length = self.quarantine_length_ms();
+        let mut waits = locked(&self.slot_waits);
+        for &slot in slots {
+            if let Some(until_ms) = waits.import_ended(slot, now_ms, length) {
+                self.record(Record::Slot { slot, until_ms });
+                self.any_slot_wait.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// An import this node thought had started did not (the command was
+    /// refused): each slot's wait is what it was before.
+    pub fn import_not_started(&self, slots: &[u16]) {
+        let mut waits = locked(&self.slot_waits);
+        for &slot in slots {
+            if waits.cancel_open(slot) {
+                self.record(Record::Slot { slot, until_ms: waits.closed_end(slot) });
+            }
+        }
+    }
+
+    /// A slot's wait as a record sets it (`OPEN`, 0 for none, or its end):
+    /// from the ledger or the AOF (`written`: its end was on another
+    /// process's clock, so it lasts the clock-jump tolerance longer, as a
+    /// restored removal quarantine does), or from a master.
+    pub fn restore_slot_wait(&self, slot: u16, until_ms: i64, now_ms: i64, written: bool) {
+        let until_ms = if written && until_ms != OPEN && until_ms != 0 {
+            until_ms.saturating_add(self.settings.clock_jump_tolerance_ms.get())
+        } else {
+            until_ms
+        };
+        if locked(&self.slot_waits).set(slot, until_ms, now_ms) {
+            self.any_slot_wait.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// `LOCK.UNQUARANTINE IMPORTS`: every slot's wait ends (an operator's
+    /// act on a brand-new cluster, whose `CLUSTER ADDSLOTS` took slots
+    /// nobody served before). Returns how many were in force.
+    pub fn end_slot_waits(&self, now_ms: i64) -> usize {
+        let mut waits = locked(&self.slot_waits);
+        let ended = waits.in_force(now_ms);
+        waits.clear();
+        self.any_slot_wait.store(false, Ordering::Relaxed);
+        for &(slot, _) in &ended {
+            self.record(Record::Slot { slot, until_ms: 0 });
+        }
+        ended.len()
+    }
+
+    /// The slots waiting at `now_ms`.
+    pub fn slot_waits(&self, now_ms: i64) -> usize {
+        if !self.any_slot_wait.load(Ordering::Relaxed) {
+            return 0;
+        }
+        locked(&self.slot_waits).in_force(now_ms).len()
+    }
+
+    // --- records of quarantines for the AOF --------------------------------
+
+    fn record(&self, record: Record) {
+        locked(&self.records).push(record);
+    }
+
+    /// The quarantines started since the last call, to write now.
+    pub fn take_records(&self) -> Vec<Record> {
+        std::mem::take(&mut *locked(&self.records))
+    }
+
+    /// Whether quarantines wait to be written.
+    pub fn records_due(&self) -> bool {
+        !locked(&self.records).is_empty()
     }
 
     // --- what the node may have forgotten ---------------------------------
@@ -612,6 +821,10 @@ impl Node {
     /// record may be behind its holder's lease: [`Cause::Imported`]).
     /// Returns the quarantine, for the AOF and replicas to hold.
     pub fn lock_arrived(&self, db: i32, key: &[u8], now_ms: i64) -> Option<Quarantined> {
+        if self.any_slot_wait.load(Ordering::Relaxed) {
+            locked(&self.slot_waits)
+                .arrived(lock_protocol::slot::key_slot(key), forgetting::key_hash(db, key));
+        }
         let length = self.quarantine_length_ms();
         if length <= 0 || !self.removal_quarantine_on() {
             return None;

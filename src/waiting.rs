@@ -431,15 +431,14 @@ pub fn on_key_changed(call: &Call<'_>, event: &[u8]) {
         // replicated), before the slot is handed over. The lock arriving,
         // not one removed here.
         note_arrived(call, node, now_ms);
-    } else {
-        if let Some(q) = node.key_changed(call.db(), call.key_name(), Cause::of_event(event), now_ms) {
-            // The AOF and replicas hold the quarantine with the removal.
-            call.replicate_forgotten(q.until_ms, event);
-            removed(call, node, now_ms, &q);
-        }
-        if event == b"restore" {
-            note_arrived(call, node, now_ms);
-        }
+    } else if event == b"restore" {
+        // RESTORE creates a key that was not there (a REPLACE of one that
+        // was fires its own `del` first): a lock arriving, never a removal.
+        note_arrived(call, node, now_ms);
+    } else if let Some(q) = node.key_changed(call.db(), call.key_name(), Cause::of_event(event), now_ms) {
+        // The AOF and replicas hold the quarantine with the removal.
+        call.replicate_forgotten(q.until_ms, event);
+        removed(call, node, now_ms, &q);
     }
     if !node.any_waiters() {
         return;
@@ -499,9 +498,16 @@ fn note_arrived(call: &Call<'_>, node: &Node, now_ms: i64) {
     let Some(key) = call.open_key(false) else { return };
     let rules = node.rules(now_ms);
     if let Ok(lock) = keystate::load(&key, &rules) {
-        if let Some(latest) =
-            crate::core::txn::Stored::holders(&lock).iter().map(|(_, h)| h.deadline_ms).max()
-        {
+        let holders = crate::core::txn::Stored::holders(&lock);
+        // Its tokens were issued by the exporting node's counter: the
+        // importer's rises above them, in its AOF and replicas too.
+        let newest = holders.iter().max_by_key(|(_, h)| h.fence);
+        let top = crate::core::txn::Stored::top_fence(&lock).max(newest.map_or(0, |(_, h)| h.fence));
+        if top > 0 && node.raise_to_arrived(top) {
+            // A replayed or replicated LOCK.FENCE carries the raise alone.
+            call.replicate_raise(newest.map_or(&b"imported"[..], |(owner, _)| owner), top);
+        }
+        if let Some(latest) = holders.iter().map(|(_, h)| h.deadline_ms).max() {
             node.note_lock(call.db(), call.key_name(), latest, now_ms, rules.cool_down_ms);
             if let Some(q) = node.lock_arrived(call.db(), call.key_name(), now_ms) {
                 call.replicate_forgotten(q.until_ms, b"imported");

@@ -714,6 +714,27 @@ fn locks_moved_by_repeated_atomic_imports_are_granted_again_once_released() {
     }
 }
 
+/// Three masters with `appendfsync always` (no start-up quarantine) and
+/// this quarantine, connections to each, and two keys of node 0 named from
+/// `prefix`, in different slots.
+fn quarantined_cluster(quarantine_ms: i64, prefix: &str) -> (RedisCluster, Vec<Connection>, Vec<String>) {
+    let spec = ClusterSpec::new(3, 0)
+        .opts(Opts::new().aof_always().module_arg("quarantine-ms", &quarantine_ms.to_string()));
+    let cluster = RedisCluster::start(spec);
+    let mut direct: Vec<Connection> = cluster.nodes.iter().map(Server::conn).collect();
+    let mut keys: Vec<String> = Vec::new();
+    for key in (0..2000).map(|i| format!("{prefix}{i}")) {
+        let slot = keyslot(&mut direct[0], &key);
+        if owner_of(slot) == 0 && keys.iter().all(|k| keyslot(&mut direct[0], k) != slot) {
+            keys.push(key);
+        }
+        if keys.len() == 2 {
+            break;
+        }
+    }
+    (cluster, direct, keys)
+}
+
 /// A lock that arrives by a slot migration may be behind its holder's lease
 /// (the exporter a promoted replica that missed an extension, in its
 /// failover quarantine): the importer does not take it over by expiry
@@ -725,16 +746,8 @@ fn an_imported_lock_is_not_taken_over_by_expiry_before_the_quarantine_but_its_re
     // Longer than the two migrations take on a loaded machine; the test
     // does not wait it out.
     const QUARANTINE_MS: i64 = 30_000;
-    let spec = ClusterSpec::new(3, 0)
-        .opts(Opts::new().aof_always().module_arg("quarantine-ms", &QUARANTINE_MS.to_string()));
-    let cluster = RedisCluster::start(spec);
+    let (cluster, mut direct, on_node_0) = quarantined_cluster(QUARANTINE_MS, "arrive");
     let nodes = &cluster.nodes;
-    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
-    let on_node_0: Vec<String> = (0..2000)
-        .map(|i| format!("arrive{i}"))
-        .filter(|k| owner_of(keyslot(&mut direct[0], k)) == 0)
-        .take(2)
-        .collect();
     let (expiring, released) = (&on_node_0[0], &on_node_0[1]);
     assert_ne!(keyslot(&mut direct[0], expiring), keyslot(&mut direct[0], released));
     run(&mut direct[0], &[b"LOCK.ACQUIRE", expiring.as_bytes(), b"h1", b"1500"]).unwrap();
@@ -765,4 +778,96 @@ fn an_imported_lock_is_not_taken_over_by_expiry_before_the_quarantine_but_its_re
     assert!(matches!(granted, Ok(Value::Int(_))), "released: granted at once: {granted:?}");
     // The refusal ends with the quarantine that began at the arrival.
     assert!(left <= QUARANTINE_MS - arrived.elapsed().as_millis() as i64 + 50, "{left}");
+}
+
+/// A lock released before its slot moves leaves no key to carry its last
+/// token, which the exporter's counter issued up to a second ahead of its
+/// clock plus what the masters' clocks disagree by (a raise from the
+/// quorum: `LOCK.FENCE`). The importer's counter has only its clock, so
+/// from the import's start until its quarantine has run since the end it
+/// refuses new grants in the slot (code `importing`), and then grants above
+/// that token. A lock that moves with its slot carries its tokens: the
+/// importer's counter rises to them at its arrival, and once its holder
+/// releases it, it is granted again at once, above them. Classic migration
+/// on every server; Valkey's `MIGRATESLOTS` too where it runs.
+#[test]
+fn a_released_locks_token_stays_below_the_next_after_its_slot_moves() {
+    const QUARANTINE_MS: i64 = 3_000;
+    let (cluster, mut direct, on_node_0) = quarantined_cluster(QUARANTINE_MS, "carried");
+    let nodes = &cluster.nodes;
+    let (released, carried) = (&on_node_0[0], &on_node_0[1]);
+    let mut atomic = has_atomic_slot_migration();
+    for key in [released, carried] {
+        // A token two seconds of clock ahead of node 1's, as a raise from a
+        // quorum member whose clock is ahead would put there.
+        as_int(&run(&mut direct[0], &[b"LOCK.ACQUIRE", key.as_bytes(), b"h1", b"30000"]).unwrap());
+        let ahead = (server_clock_ms(&mut direct[1]) + 2_000) * 1000;
+        assert_eq!(int(&mut direct[0], &["LOCK.FENCE", key, "h1", &ahead.to_string()]), 1);
+        if key == released {
+            assert_eq!(int(&mut direct[0], &["LOCK.RELEASE", key, "h1"]), 1);
+        }
+        let slot = keyslot(&mut direct[0], key);
+        if atomic {
+            cluster.migrate_slot_atomically(slot, &nodes[1]);
+        } else {
+            cluster.move_slot(slot, &nodes[1]);
+        }
+        atomic = false;
+        let target = &mut direct[1];
+        if key == released {
+            let refused = run(target, &[b"LOCK.ACQUIRE", key.as_bytes(), b"h2", b"1000"]);
+            assert!(format!("{refused:?}").contains("QUARANTINE"), "right after the import: {refused:?}");
+            let (code, left) = refusal(target, key).expect("LOCK.INFO says why");
+            assert_eq!(code, "importing");
+            assert!(left > 0 && left <= QUARANTINE_MS, "{left}");
+            let mut token = None;
+            wait_until(Duration::from_secs(10), "the slot's wait to end", || {
+                token = match run(target, &[b"LOCK.ACQUIRE", key.as_bytes(), b"h2", b"1000"]) {
+                    Ok(Value::Int(t)) => Some(t),
+                    _ => None,
+                };
+                token.is_some()
+            });
+            assert!(token.unwrap() > ahead, "the next token {token:?} is above the released one {ahead}");
+        } else {
+            assert_eq!(int(target, &["LOCK.RELEASE", key, "h1"]), 1, "its holder releases it on node 1");
+            let granted = run(target, &[b"LOCK.ACQUIRE", key.as_bytes(), b"h2", b"1000"]);
+            let Ok(Value::Int(token)) = granted else {
+                panic!("a carried lock is granted again at once: {granted:?}")
+            };
+            assert!(token > ahead, "the next token {token} is above the carried one {ahead}");
+        }
+    }
+}
+
+/// An import whose command the server refuses (`SETSLOT IMPORTING` of a
+/// slot the node owns) leaves no wait behind; `CLUSTER ADDSLOTS` of a slot
+/// nobody served makes it wait like an import.
+#[test]
+fn a_refused_import_leaves_no_wait_and_addslots_waits() {
+    let spec = ClusterSpec::new(3, 0).opts(Opts::new().aof_always().module_arg("quarantine-ms", "60000"));
+    let cluster = RedisCluster::start(spec);
+    let nodes = &cluster.nodes;
+    let mut direct: Vec<Connection> = nodes.iter().map(Server::conn).collect();
+    let key =
+        (0..1000).map(|i| format!("own{i}")).find(|k| owner_of(keyslot(&mut direct[0], k)) == 0).unwrap();
+    let slot = keyslot(&mut direct[0], &key);
+    let other = myid(&mut direct[1]);
+    let refused: RedisResult<String> =
+        cmd("CLUSTER").arg("SETSLOT").arg(slot).arg("IMPORTING").arg(&other).query(&mut direct[0]);
+    assert!(refused.is_err(), "a node does not import a slot it owns: {refused:?}");
+    wait_until(Duration::from_secs(5), "the import's check", || info_stat(&mut direct[0], "slot_waits") == 0);
+    assert!(matches!(
+        run(&mut direct[0], &[b"LOCK.ACQUIRE", key.as_bytes(), b"h", b"1000"]),
+        Ok(Value::Int(_))
+    ));
+    // A slot no node serves, taken by node 2.
+    for c in direct.iter_mut() {
+        let _: String = cmd("CLUSTER").arg("DELSLOTS").arg(slot).query(c).expect("DELSLOTS");
+    }
+    let _: String = cmd("CLUSTER").arg("ADDSLOTS").arg(slot).query(&mut direct[2]).expect("ADDSLOTS");
+    assert_eq!(info_stat(&mut direct[2], "slot_waits"), 1);
+    let refused = run(&mut direct[2], &[b"LOCK.ACQUIRE", key.as_bytes(), b"h2", b"1000"]);
+    assert!(format!("{refused:?}").contains("slot"), "{refused:?}");
+    assert_eq!(refusal(&mut direct[2], &key).map(|(code, _)| code).as_deref(), Some("importing"));
 }

@@ -163,3 +163,26 @@ fn every_info_field_is_in_the_operations_guide() {
         );
     }
 }
+
+/// `MODULE LIST` and `INFO lock` show the workspace version (Cargo.toml's
+/// `[workspace.package]`): the integer major*10000+minor*100+patch and the
+/// version's text (scripts/release --check compares them with every other
+/// artifact's).
+#[test]
+fn module_list_and_info_show_the_workspace_version() {
+    let server = Server::start();
+    let mut c = server.conn();
+    let version = env!("CARGO_PKG_VERSION");
+    let parts: Vec<i64> = version.split('.').map(|p| p.parse().unwrap()).collect();
+    let number = parts[0] * 10000 + parts[1] * 100 + parts[2];
+    let modules: Vec<Value> = cmd("MODULE").arg("LIST").query(&mut c).unwrap();
+    let lock = modules
+        .iter()
+        .map(fields)
+        .find(|m| text(&m["name"]) == "lock")
+        .unwrap_or_else(|| panic!("MODULE LIST has no lock: {modules:?}"));
+    assert_eq!(lock["ver"], Value::Int(number), "MODULE LIST's ver for {version}: {lock:?}");
+    let info: String = cmd("INFO").arg("lock").query(&mut c).unwrap();
+    let shown = info.lines().find_map(|l| l.trim_end().strip_prefix("lock_version:"));
+    assert_eq!(shown, Some(version), "INFO lock: {info}");
+}

@@ -97,6 +97,36 @@ struct Args {
     /// With --set: K separate acquires (and releases) instead of one set.
     #[arg(long)]
     separate: bool,
+    /// The servers' process ids (Linux): their CPU time over the measured
+    /// cycles is reported per cycle (`server_cpu_us_per_cycle`).
+    #[arg(long, value_delimiter = ',')]
+    server_pids: Vec<u32>,
+}
+
+/// This process's CPU time (user + system, every thread), in µs.
+fn own_cpu_us() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return f64::NAN;
+    }
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    us(usage.ru_utime) + us(usage.ru_stime)
+}
+
+/// The CPU time (user + system) of the processes `pids`, in µs, from
+/// /proc/PID/stat (clock ticks); NaN when one cannot be read.
+fn processes_cpu_us(pids: &[u32]) -> f64 {
+    // SAFETY: sysconf only reads a constant.
+    let tick_us = 1e6 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let ticks = |pid: &u32| -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The fields after the command name (in parentheses): utime and
+        // stime are the 12th and 13th.
+        let mut rest = stat.get(stat.rfind(')')? + 2..)?.split(' ').skip(11);
+        Some(rest.next()?.parse::<f64>().ok()? + rest.next()?.parse::<f64>().ok()?)
+    };
+    pids.iter().map(ticks).sum::<Option<f64>>().map_or(f64::NAN, |t| t * tick_us)
 }
 
 fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
@@ -277,19 +307,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if warm.failures > 0 {
         eprintln!("bench_quorum: {} failures in the warm-up", warm.failures);
     }
+    let (cpu0, servers0) = (own_cpu_us(), processes_cpu_us(&args.server_pids));
     let (mut samples, wall) =
         run(&redlock, &args, args.iterations, Duration::from_secs_f64(args.max_seconds)).await;
+    let (cpu, servers) = (own_cpu_us() - cpu0, processes_cpu_us(&args.server_pids) - servers0);
     // Rounds return at their majority; let the slower nodes' calls (the
     // last releases) end before the process does (not measured).
     redlock.settle().await;
+    let mut cycle: Vec<Duration> =
+        samples.acquire.iter().zip(&samples.release).map(|(a, r)| *a + *r).collect();
+    cycle.sort();
     samples.acquire.sort();
     samples.release.sort();
     let done = samples.acquire.len();
+    let per_cycle = |us: f64| if done == 0 { f64::NAN } else { us / done as f64 };
     println!(
         "{{\"client\":\"redlock-client\",\"label\":{:?},\"n\":{},\"tasks\":{},\"shared\":{},\"fenced\":{},\
          \"set\":{},\"separate\":{},\
          \"iterations\":{},\"completed\":{},\"failures\":{},\"seconds\":{},\"ops_per_s\":{},\
-         \"acquire_p50_ms\":{},\"acquire_p99_ms\":{},\"release_p50_ms\":{}}}",
+         \"acquire_p50_ms\":{},\"acquire_p99_ms\":{},\"release_p50_ms\":{},\
+         \"cycle_p50_ms\":{},\"cycle_p99_ms\":{},\"cpu_us_per_cycle\":{},\"server_cpu_us_per_cycle\":{}}}",
         args.label,
         args.n,
         args.tasks,
@@ -305,6 +342,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         json_num(percentile_ms(&samples.acquire, 0.5)),
         json_num(percentile_ms(&samples.acquire, 0.99)),
         json_num(percentile_ms(&samples.release, 0.5)),
+        json_num(percentile_ms(&cycle, 0.5)),
+        json_num(percentile_ms(&cycle, 0.99)),
+        json_num(per_cycle(cpu)),
+        json_num(per_cycle(servers)),
     );
     Ok(())
 }

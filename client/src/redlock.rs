@@ -83,7 +83,9 @@ impl Redlock {
     /// Parses the members, each one master
     /// (`redis://[[user]:password@]host:port[/db]`) or one cluster
     /// (`redis+cluster://[[user]:password@]host:port[?addr=host:port&addr=host:port]`,
-    /// seeds; one vote), and opens their connections, in parallel (a
+    /// seeds; one vote) or one master under Sentinel
+    /// (`redis+sentinel://[[user]:password@]host:port/master-name[?addr=host:port&sentinel_password=...]`,
+    /// Sentinels; one vote), and opens their connections, in parallel (a
     /// cluster: its topology first, then one connection per master). A
     /// node that cannot be reached now is not an error: it counts as
     /// unreachable, and later calls try it again. A bad spelling is an

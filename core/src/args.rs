@@ -488,6 +488,38 @@ pub fn quarantine_reason(argv: &[&[u8]]) -> Result<Reason, ArgError> {
     }
 }
 
+/// LOCK.QUARANTINED: a quarantine as the node started it (its AOF and
+/// replication stream's record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quarantined {
+    /// `NODE until-ms`: the start-up or promotion quarantine.
+    Node { until_ms: i64 },
+    /// `SLOT until-ms slot`: a slot's wait after an import
+    /// (`imports::OPEN` while it runs; 0: the import did not start).
+    Slot { until_ms: i64, slot: u16 },
+}
+
+pub fn quarantined(argv: &[&[u8]]) -> Result<Quarantined, ArgError> {
+    let (scope, until, slot) = match argv {
+        [_, scope, until] => (scope, until, None),
+        [_, scope, until, slot] => (scope, until, Some(slot)),
+        _ => return Err(ArgError::Arity),
+    };
+    let until_ms = bounded(until, "until-ms", 0, i64::MAX, None)?;
+    match slot {
+        None if scope.eq_ignore_ascii_case(b"NODE") => Ok(Quarantined::Node { until_ms }),
+        Some(slot) if scope.eq_ignore_ascii_case(b"SLOT") => {
+            let max = i64::from(lock_protocol::slot::SLOTS) - 1;
+            let slot = u16::try_from(bounded(slot, "slot", 0, max, None)?).unwrap_or(0);
+            Ok(Quarantined::Slot { until_ms, slot })
+        }
+        _ if scope.eq_ignore_ascii_case(b"NODE") || scope.eq_ignore_ascii_case(b"SLOT") => {
+            Err(ArgError::Arity)
+        }
+        _ => Err(ArgError::UnknownOption(Shown::of(scope))),
+    }
+}
+
 /// LOCK.FORGOTTEN: a removal quarantine of the key as the node started it.
 pub struct Forgotten<'a> {
     pub until_ms: i64,

@@ -8,7 +8,9 @@
 //! The form: a version byte, the counter's kept value and its last token
 //! (two u64), the end of the start-up or failover quarantine in force (i64,
 //! 0 for none), then the key quarantines
-//! and the database quarantines, each a count (u32) and entries. Integers
+//! and the database quarantines, each a count (u32) and entries, and (from
+//! version 2) the slot waits after imports (`imports.rs`): a count (u32)
+//! and, each, a slot (u16) and its end (i64). Integers
 //! are little-endian; a key is a length (u32) and its bytes; a cause is a
 //! tag byte and, for `Changed` its event (a length and bytes), for
 //! `Swapped` the other database (i32). Times are module-clock instants (wall
@@ -17,8 +19,10 @@
 use crate::forgetting::{Cause, Entry};
 
 /// The form's version: a ledger of another version is refused, never
-/// guessed at.
-pub const VERSION: u8 = 1;
+/// guessed at. Version 1 (the first release with a ledger) is read too: it
+/// has no slot waits.
+pub const VERSION: u8 = 2;
+const VERSION_WITHOUT_SLOT_WAITS: u8 = 1;
 
 /// A ledger no real node writes is refused past this many entries (a key
 /// quarantine per key beyond `KEY_QUARANTINES_MAX` turns into its
@@ -43,6 +47,9 @@ pub struct Ledger {
     pub quarantine_until_ms: i64,
     /// The removal quarantines in force (of keys and of databases).
     pub quarantines: Vec<Entry>,
+    /// The slots waiting after an import: (slot, end), the end
+    /// `imports::OPEN` for an import still running.
+    pub slot_waits: Vec<(u16, i64)>,
 }
 
 const TAG_EVICTED: u8 = 1;
@@ -71,13 +78,18 @@ impl Ledger {
                 put_cause(&mut out, &entry.cause);
             }
         }
+        put_u32(&mut out, u32::try_from(self.slot_waits.len()).unwrap_or(u32::MAX));
+        for (slot, until_ms) in &self.slot_waits {
+            out.extend_from_slice(&slot.to_le_bytes());
+            out.extend_from_slice(&until_ms.to_le_bytes());
+        }
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Ledger, String> {
         let mut r = Reader { bytes, at: 0 };
         let version = r.u8()?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_WITHOUT_SLOT_WAITS {
             return Err(format!("a lock ledger of version {version}; this module reads version {VERSION}"));
         }
         let kept = u64::from_le_bytes(r.array()?);
@@ -97,10 +109,20 @@ impl Ledger {
                 quarantines.push(Entry { db, key, until_ms, cause });
             }
         }
+        let mut slot_waits = Vec::new();
+        if version != VERSION_WITHOUT_SLOT_WAITS {
+            let count = r.u32()?;
+            if count > u32::from(lock_protocol::slot::SLOTS) {
+                return Err(format!("a lock ledger with {count} slot waits"));
+            }
+            for _ in 0..count {
+                slot_waits.push((u16::from_le_bytes(r.array()?), i64::from_le_bytes(r.array()?)));
+            }
+        }
         if r.at != bytes.len() {
             return Err(format!("{} bytes after the lock ledger", bytes.len() - r.at));
         }
-        Ok(Ledger { kept, issued, quarantine_until_ms, quarantines })
+        Ok(Ledger { kept, issued, quarantine_until_ms, quarantines, slot_waits })
     }
 }
 
@@ -207,13 +229,13 @@ mod tests {
 
     proptest! {
         #[test]
-        fn a_ledger_reads_back_as_written(kept in any::<u64>(), issued in any::<u64>(), quarantine_until_ms in any::<i64>(), quarantines in proptest::collection::vec(entry(), 0..20)) {
-            let ledger = Ledger { kept, issued, quarantine_until_ms, quarantines };
+        fn a_ledger_reads_back_as_written(kept in any::<u64>(), issued in any::<u64>(), quarantine_until_ms in any::<i64>(), quarantines in proptest::collection::vec(entry(), 0..20), slot_waits in proptest::collection::vec((any::<u16>(), any::<i64>()), 0..8)) {
+            let ledger = Ledger { kept, issued, quarantine_until_ms, quarantines, slot_waits: slot_waits.clone() };
             let back = Ledger::decode(&ledger.encode()).unwrap();
             // Keys first, then databases, each in their order.
             let (mut keys, dbs): (Vec<Entry>, Vec<Entry>) = ledger.quarantines.into_iter().partition(|e| e.key.is_some());
             keys.extend(dbs);
-            prop_assert_eq!(back, Ledger { kept, issued, quarantine_until_ms, quarantines: keys });
+            prop_assert_eq!(back, Ledger { kept, issued, quarantine_until_ms, quarantines: keys, slot_waits });
         }
 
         #[test]
@@ -229,6 +251,7 @@ mod tests {
             issued: 6,
             quarantine_until_ms: 5,
             quarantines: vec![Entry { db: 0, key: Some(b"k".to_vec()), until_ms: 9, cause: Cause::Evicted }],
+            slot_waits: vec![(12, 40)],
         };
         let bytes = ledger.encode();
         for cut in 0..bytes.len() {
@@ -240,5 +263,18 @@ mod tests {
         let mut other = bytes;
         other[0] = VERSION + 1;
         assert!(Ledger::decode(&other).unwrap_err().contains("version"));
+    }
+
+    /// The first release's ledgers (version 1: no slot waits) are read.
+    #[test]
+    fn a_version_1_ledger_reads_with_no_slot_waits() {
+        let ledger =
+            Ledger { kept: 7, issued: 6, quarantine_until_ms: 5, quarantines: vec![], slot_waits: vec![] };
+        let mut bytes = ledger.encode();
+        bytes.truncate(bytes.len() - 4);
+        bytes[0] = VERSION_WITHOUT_SLOT_WAITS;
+        assert_eq!(Ledger::decode(&bytes).unwrap(), ledger);
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        assert!(Ledger::decode(&bytes).is_err(), "a version 1 ledger has nothing after its quarantines");
     }
 }

@@ -48,6 +48,7 @@ pub mod forgetting;
 pub mod hashform;
 pub mod histogram;
 pub mod hotkeys;
+pub mod imports;
 pub mod kind;
 pub mod ledger;
 pub mod lock;

@@ -52,6 +52,9 @@ pub enum Refusal {
     /// `maxmemory-policy` may evict lock keys (`lock.eviction-mode refuse`):
     /// the policy's name.
     Evictable(String),
+    /// The key's slot was imported: it waits (`imports.rs`), with the ms
+    /// left (-1 while the import runs).
+    Importing(super::imports::Waiting, i64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use napi::bindgen_prelude::{BigInt, Either};
+use napi::bindgen_prelude::{BigInt, Either, PromiseRaw};
+use napi::{Env, Result};
 use napi_derive::napi;
 use redlock_client::bindings::{self, mode, Claims, HeldLock, Unit};
 use redlock_client::{Config, Error, Redlock};
@@ -16,9 +17,10 @@ use tokio::sync::Notify;
 
 use crate::convert::{
     node_report, outcome, policy, quorum_status, Failure, NodeReport, Outcome, QuorumStatusInfo, Retry,
-    TallyInfo,
+    TallyInfo, TallyRow,
 };
 use crate::held::Held;
+use crate::settle;
 
 const MS: Unit = Unit::Milliseconds;
 
@@ -107,45 +109,20 @@ impl Abort {
     }
 }
 
-#[napi]
 impl Client {
-    #[napi(getter)]
-    pub fn nodes(&self) -> Vec<String> {
-        self.redlock.node_urls()
-    }
-
-    #[napi(getter)]
-    pub fn majority(&self) -> u32 {
-        u32::try_from(self.redlock.majority()).unwrap_or(u32::MAX)
-    }
-
-    /// The grants a lock taken in this mode needs.
-    #[napi]
-    pub fn quorum(&self, mode_name: String, permits: Option<u32>) -> Outcome<u32> {
-        outcome(mode(&mode_name, permits).map(|m| u32::try_from(self.redlock.quorum(m)).unwrap_or(u32::MAX)))
-    }
-
-    /// One attempt (`retry` absent) or attempts within a retry policy, of
-    /// one resource or (`many`) a set; `fence`: the fencing round too.
-    /// `abort`: the id of the caller's signal ([`Client::abort`]), which
-    /// stops the retries: the call then fails as "aborted". Each attempt is
-    /// a task of its own, so that an attempt under way when the wait stops
-    /// still ends, and if it took the lock, its guard is dropped there,
-    /// which releases it.
-    #[napi]
-    pub async fn acquire(
+    /// The acquire of `claims` (see [`Client::acquire`]) as a Promise.
+    fn take(
         &self,
-        claims: Vec<ClaimArg>,
-        many: bool,
+        env: &Env,
+        claims: redlock_client::Result<Claims>,
         ttl: f64,
         fence: bool,
         retry: Option<Retry>,
         abort: Option<u32>,
-    ) -> Outcome<Held> {
+    ) -> Result<PromiseRaw<'static, Outcome<Held>>> {
         let redlock = self.redlock.clone();
         let taken = async move {
-            let claims = claims.into_iter().map(|c| (c.resource, c.mode, c.permits));
-            let claims = Arc::new(Claims::parse(claims, many)?);
+            let claims = Arc::new(claims?);
             let ttl = MS.duration("ttl", ttl)?;
             let (guard, fenced) = match retry {
                 None => claims.attempt(&redlock, ttl, fence).await?,
@@ -169,14 +146,75 @@ impl Client {
                 Handle::try_current().map_err(|e| Error::InvalidArgument(format!("no runtime: {e}")))?;
             Ok(Held::new(HeldLock::new(guard, fenced, runtime)))
         };
-        let Some(id) = abort else { return outcome(taken.await) };
-        let aborted = self.aborts.get(id);
-        let result = tokio::select! {
-            taken = taken => outcome(taken),
-            () = aborted.fired() => Either::B(Failure::aborted()),
-        };
-        self.aborts.forget(id);
-        result
+        let Some(id) = abort else { return settle::promise(env, async move { outcome(taken.await) }) };
+        let aborts = self.aborts.clone();
+        settle::promise(env, async move {
+            let aborted = aborts.get(id);
+            let result = tokio::select! {
+                taken = taken => outcome(taken),
+                () = aborted.fired() => Either::B(Failure::aborted()),
+            };
+            aborts.forget(id);
+            result
+        })
+    }
+}
+
+#[napi]
+impl Client {
+    #[napi(getter)]
+    pub fn nodes(&self) -> Vec<String> {
+        self.redlock.node_urls()
+    }
+
+    #[napi(getter)]
+    pub fn majority(&self) -> u32 {
+        u32::try_from(self.redlock.majority()).unwrap_or(u32::MAX)
+    }
+
+    /// The grants a lock taken in this mode needs.
+    #[napi]
+    pub fn quorum(&self, mode_name: String, permits: Option<u32>) -> Outcome<u32> {
+        outcome(mode(&mode_name, permits).map(|m| u32::try_from(self.redlock.quorum(m)).unwrap_or(u32::MAX)))
+    }
+
+    /// One attempt (`retry` absent) or attempts within a retry policy, of
+    /// one resource in `mode_name`; `fence`: the fencing round too.
+    /// `abort`: the id of the caller's signal ([`Client::abort`]), which
+    /// stops the retries: the call then fails as "aborted". Each attempt is
+    /// a task of its own, so that an attempt under way when the wait stops
+    /// still ends, and if it took the lock, its guard is dropped there,
+    /// which releases it.
+    #[napi(ts_return_type = "Promise<Held | Failure>")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire(
+        &self,
+        env: Env,
+        resource: String,
+        mode_name: String,
+        permits: Option<u32>,
+        ttl: f64,
+        fence: bool,
+        retry: Option<Retry>,
+        abort: Option<u32>,
+    ) -> Result<PromiseRaw<'static, Outcome<Held>>> {
+        let claims = mode(&mode_name, permits).map(|mode| Claims::One(resource, mode));
+        self.take(&env, claims, ttl, fence, retry, abort)
+    }
+
+    /// `acquire` of a set, all or nothing.
+    #[napi(ts_return_type = "Promise<Held | Failure>")]
+    pub fn acquire_many(
+        &self,
+        env: Env,
+        claims: Vec<ClaimArg>,
+        ttl: f64,
+        fence: bool,
+        retry: Option<Retry>,
+        abort: Option<u32>,
+    ) -> Result<PromiseRaw<'static, Outcome<Held>>> {
+        let claims = Claims::parse(claims.into_iter().map(|c| (c.resource, c.mode, c.permits)), true);
+        self.take(&env, claims, ttl, fence, retry, abort)
     }
 
     /// Stops the wait of the acquire given `id` (its signal fired); one
@@ -188,59 +226,81 @@ impl Client {
 
     /// Releases by token: one resource (`many` false, in `mode`) or a set;
     /// the round's counts (every node answered).
-    #[napi]
-    pub async fn release(
+    #[napi(ts_return_type = "Promise<TallyRow | Failure>")]
+    pub fn release(
         &self,
+        env: Env,
         resources: Vec<String>,
         many: bool,
         token: String,
         mode_name: String,
         permits: Option<u32>,
-    ) -> Outcome<TallyInfo> {
+    ) -> Result<PromiseRaw<'static, Outcome<TallyRow>>> {
         let redlock = self.redlock.clone();
         let mode = mode(&mode_name, permits);
-        let released = bindings::release_by_token(&redlock, &resources, many, &token, mode).await;
-        outcome(released.map(|tally| TallyInfo::of(&tally)))
+        settle::promise(&env, async move {
+            let released = bindings::release_by_token(&redlock, &resources, many, &token, mode).await;
+            outcome(released.map(|tally| TallyRow(TallyInfo::of(&tally))))
+        })
     }
 
     /// Extends by token for `ttl` ms; the validity left, in ms.
-    #[napi]
-    pub async fn extend(
+    #[napi(ts_return_type = "Promise<number | Failure>")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn extend(
         &self,
+        env: Env,
         resources: Vec<String>,
         many: bool,
         token: String,
         ttl: f64,
         mode_name: String,
         permits: Option<u32>,
-    ) -> Outcome<f64> {
+    ) -> Result<PromiseRaw<'static, Outcome<f64>>> {
         let redlock = self.redlock.clone();
-        let extended = async move {
-            let ttl = MS.duration("ttl", ttl)?;
-            let mode = mode(&mode_name, permits);
-            bindings::extend_by_token(&redlock, &resources, many, &token, mode, ttl).await
-        };
-        outcome(extended.await.map(|left| MS.of(left)))
+        settle::promise(&env, async move {
+            let extended = async move {
+                let ttl = MS.duration("ttl", ttl)?;
+                let mode = mode(&mode_name, permits);
+                bindings::extend_by_token(&redlock, &resources, many, &token, mode, ttl).await
+            };
+            outcome(extended.await.map(|left| MS.of(left)))
+        })
     }
 
     /// Reentrant enter: the fencing token and the validity left.
-    #[napi]
-    pub async fn enter(&self, resource: String, owner: String, ttl: f64) -> Outcome<EnteredInfo> {
+    #[napi(ts_return_type = "Promise<EnteredInfo | Failure>")]
+    pub fn enter(
+        &self,
+        env: Env,
+        resource: String,
+        owner: String,
+        ttl: f64,
+    ) -> Result<PromiseRaw<'static, Outcome<EnteredInfo>>> {
         let redlock = self.redlock.clone();
-        let entered =
-            async move { bindings::enter(&redlock, &resource, &owner, MS.duration("ttl", ttl)?).await };
-        outcome(entered.await.map(|(fencing_token, left)| EnteredInfo {
-            fencing_token: BigInt::from(fencing_token),
-            validity: MS.of(left),
-        }))
+        settle::promise(&env, async move {
+            let entered =
+                async move { bindings::enter(&redlock, &resource, &owner, MS.duration("ttl", ttl)?).await };
+            outcome(entered.await.map(|(fencing_token, left)| EnteredInfo {
+                fencing_token: BigInt::from(fencing_token),
+                validity: MS.of(left),
+            }))
+        })
     }
 
     /// Reentrant exit: the holds left.
-    #[napi]
-    pub async fn exit(&self, resource: String, owner: String) -> Outcome<f64> {
+    #[napi(ts_return_type = "Promise<number | Failure>")]
+    pub fn exit(
+        &self,
+        env: Env,
+        resource: String,
+        owner: String,
+    ) -> Result<PromiseRaw<'static, Outcome<f64>>> {
         let redlock = self.redlock.clone();
         // Hold counts are small; a double carries them exactly.
-        outcome(redlock.exit(&resource, &owner).await.map(|left| left as f64))
+        settle::promise(&env, async move {
+            outcome(redlock.exit(&resource, &owner).await.map(|left| left as f64))
+        })
     }
 
     /// `LOCK.INFO` on every node, in node order.

@@ -3,14 +3,15 @@
 
 use std::sync::Arc;
 
-use napi::bindgen_prelude::BigInt;
+use napi::bindgen_prelude::{BigInt, PromiseRaw};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::Status as NapiStatus;
+use napi::{Env, Result, Status as NapiStatus};
 use napi_derive::napi;
 use redlock_client::bindings::{mode_out, wait_for_loss, HeldLock, Unit};
 use redlock_client::{Error, Watchdog};
 
-use crate::convert::{outcome, Failure, FailureInfo, Outcome, TallyInfo};
+use crate::convert::{outcome, Failure, FailureInfo, Outcome, TallyInfo, TallyRow};
+use crate::settle;
 
 /// Called once, on the JavaScript thread, with the failure that says why
 /// the lock is lost. Weak: waiting for a loss does not keep the process
@@ -92,53 +93,66 @@ impl Held {
 
     /// The fencing round (the first call; later ones return the same
     /// token without a round).
-    #[napi]
-    pub async fn fence(&self) -> Outcome<BigInt> {
+    #[napi(ts_return_type = "Promise<bigint | Failure>")]
+    pub fn fence(&self, env: Env) -> Result<PromiseRaw<'static, Outcome<BigInt>>> {
         let held = self.held.clone();
-        outcome(held.fence().await.map(BigInt::from))
+        settle::promise(&env, async move { outcome(held.fence().await.map(BigInt::from)) })
     }
 
     /// Extends the lock for `ttl` ms (default: the TTL it was taken with);
     /// the validity left, in ms.
-    #[napi]
-    pub async fn extend(&self, ttl: Option<f64>) -> Outcome<f64> {
+    #[napi(ts_return_type = "Promise<number | Failure>")]
+    pub fn extend(&self, env: Env, ttl: Option<f64>) -> Result<PromiseRaw<'static, Outcome<f64>>> {
         let held = self.held.clone();
-        let extended = async move {
-            let ttl = ttl.map(|ttl| Unit::Milliseconds.duration("ttl", ttl)).transpose()?;
-            held.extend(ttl).await
-        };
-        outcome(extended.await.map(|left| Unit::Milliseconds.of(left)))
+        settle::promise(&env, async move {
+            let extended = async move {
+                let ttl = ttl.map(|ttl| Unit::Milliseconds.duration("ttl", ttl)).transpose()?;
+                held.extend(ttl).await
+            };
+            outcome(extended.await.map(|left| Unit::Milliseconds.of(left)))
+        })
     }
 
     /// Releases on every node; the release round's counts.
-    #[napi]
-    pub async fn release(&self) -> Outcome<TallyInfo> {
+    #[napi(ts_return_type = "Promise<TallyRow | Failure>")]
+    pub fn release(&self, env: Env) -> Result<PromiseRaw<'static, Outcome<TallyRow>>> {
         let held = self.held.clone();
-        outcome(held.release().await.map(|tally| TallyInfo::of(&tally)))
+        settle::promise(&env, async move {
+            outcome(held.release().await.map(|tally| TallyRow(TallyInfo::of(&tally))))
+        })
     }
 
     /// Gives the guard up without releasing: the lock stays until its TTL
     /// or a release by token.
-    #[napi]
-    pub async fn detach(&self) -> Outcome<DetachedInfo> {
+    #[napi(ts_return_type = "Promise<DetachedInfo | Failure>")]
+    pub fn detach(&self, env: Env) -> Result<PromiseRaw<'static, Outcome<DetachedInfo>>> {
         let held = self.held.clone();
-        outcome(held.detach().await.map(|detached| DetachedInfo {
-            token: detached.token,
-            fencing_token: detached.fencing_token.map(BigInt::from),
-            validity: Unit::Milliseconds.of(detached.validity),
-        }))
+        settle::promise(&env, async move {
+            outcome(held.detach().await.map(|detached| DetachedInfo {
+                token: detached.token,
+                fencing_token: detached.fencing_token.map(BigInt::from),
+                validity: Unit::Milliseconds.of(detached.validity),
+            }))
+        })
     }
 
     /// Starts (or restarts) the watchdog: renews every ttl/3 within the
     /// bounds (`duration_max` in ms).
-    #[napi]
-    pub async fn start_watchdog(&self, renewals_max: u32, duration_max: f64) -> Outcome<()> {
+    #[napi(ts_return_type = "Promise<undefined | Failure>")]
+    pub fn start_watchdog(
+        &self,
+        env: Env,
+        renewals_max: u32,
+        duration_max: f64,
+    ) -> Result<PromiseRaw<'static, Outcome<()>>> {
         let held = self.held.clone();
-        let started = async move {
-            let duration_max = Unit::Milliseconds.duration("durationMax", duration_max)?;
-            held.start_watchdog(Watchdog { renewals_max, duration_max }).await
-        };
-        outcome(started.await)
+        settle::promise(&env, async move {
+            let started = async move {
+                let duration_max = Unit::Milliseconds.duration("durationMax", duration_max)?;
+                held.start_watchdog(Watchdog { renewals_max, duration_max }).await
+            };
+            outcome(started.await)
+        })
     }
 
     /// Calls `callback(failure)` once, on the JavaScript thread, when the

@@ -6,10 +6,13 @@
 //! `redlock_client` crate. This layer only converts: JavaScript arguments
 //! into the crate's types (modes, milliseconds, retry policies), its
 //! results into JavaScript values, and its futures into Promises, run on
-//! napi-rs's Tokio runtime (one per process).
+//! napi-rs's Tokio runtime (one per process) and settled through one
+//! queue per JavaScript thread (`settle.rs`).
 //!
 //! - `client.rs`: [`client::Client`], a `Redlock`, and [`client::connect`];
 //! - `held.rs`: [`held::Held`], a `Guard`, and its loss report;
+//! - `settle.rs`: the Promises of the calls, settled on the JavaScript
+//!   thread in batches;
 //! - `convert.rs`: modes, durations, tallies, lock reports, and errors,
 //!   which come back as a [`convert::Failure`] for `errors.js` to turn into
 //!   its error classes.
@@ -27,3 +30,11 @@
 pub mod client;
 pub mod convert;
 pub mod held;
+pub mod settle;
+
+/// The workspace's version (Cargo.toml), as the package's `version`
+/// export; scripts/release stamps the same into the packed package.json.
+#[napi_derive::napi]
+pub fn version() -> String {
+    env!("CARGO_PKG_VERSION").to_string()
+}

@@ -18,6 +18,15 @@ const { test } = require("node:test");
 
 const { Cluster, REPO, resourceName } = require("./nodes");
 
+/** The folder of the package under test: the installed one when NODE_PATH leads to it, as package.js finds it. */
+function packageDir() {
+  try {
+    return path.dirname(require.resolve("redlock-client/package.json"));
+  } catch {
+    return path.resolve(__dirname, "..");
+  }
+}
+
 function tsc() {
   const tool = process.env.REDLOCK_TSC || path.join(REPO, "target", "node-tools", "node_modules", ".bin", "tsc");
   return fs.existsSync(tool) ? tool : null;
@@ -37,9 +46,10 @@ test("the types accept the typed example and refuse its mistakes; the example ru
       timeout: 90_000,
     });
     assert.equal(compiled.status, 0, `tsc:\n${compiled.stdout}${compiled.stderr}`);
-    // The compiled example requires the package by name.
+    // The compiled example requires the package by name: the one under
+    // test (package.js), installed or this folder.
     fs.mkdirSync(path.join(out, "node_modules"));
-    fs.symlinkSync(path.resolve(__dirname, ".."), path.join(out, "node_modules", "redlock-client"));
+    fs.symlinkSync(packageDir(), path.join(out, "node_modules", "redlock-client"));
     const run = spawnSync(process.execPath, [path.join(out, "example.js"), JSON.stringify(cluster.urls), resourceName(t)], {
       encoding: "utf8",
       timeout: 30_000,

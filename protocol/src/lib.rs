@@ -69,6 +69,7 @@ pub mod command {
     pub const REVOKE: &CStr = c"lock.revoke";
     pub const UNQUARANTINE: &CStr = c"lock.unquarantine";
     pub const FORGOTTEN: &CStr = c"lock.forgotten";
+    pub const QUARANTINED: &CStr = c"lock.quarantined";
 
     /// A name as text, for a client building a command.
     pub fn text(name: &'static CStr) -> &'static str {

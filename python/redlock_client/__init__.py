@@ -76,7 +76,9 @@ __all__ = [
 ]
 __all__ += errors.__all__
 
-__version__ = "0.1.0"
+# The workspace version (Cargo.toml), compiled into the extension: the
+# wheel's own version too (pyproject.toml takes it from Cargo.toml).
+__version__: str = _native.__version__
 
 
 def freed_channel(resource: str, *, cluster: bool = False, db: int = 0) -> _Tuple[str, str]:

@@ -12,6 +12,8 @@ _Info = Tuple[str, str, int, int, int, int, int, Optional[int], List[_Holder]]
 
 _Waiter = Tuple["Bridge", Any]
 
+__version__: str
+
 def shutdown() -> None: ...
 def freed_channel(resource: str, cluster: bool, db: int) -> Tuple[str, str]: ...
 

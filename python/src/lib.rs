@@ -226,5 +226,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Task>()?;
     m.add_function(wrap_pyfunction!(convert::shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(convert::freed_channel, m)?)?;
+    // The workspace's version (Cargo.toml), as redlock_client.__version__.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

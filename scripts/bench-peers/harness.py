@@ -17,12 +17,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
+sys.path.insert(0, str(REPO / "scripts" / "lib"))
 
+import loadavg  # noqa: E402
 from nodes import Cluster, server_name  # noqa: E402
 from report import fmt  # noqa: E402  (scripts/bench-client's number format)
 
 # The fields each driver's JSON line gives, whose medians the table shows.
-MEASURED = ("ops_per_s", "acquire_p50_ms", "cycle_p50_ms", "cycle_p99_ms", "cpu_us_per_cycle")
+MEASURED = ("ops_per_s", "acquire_p50_ms", "cycle_p50_ms", "cycle_p99_ms", "cpu_us_per_cycle",
+            "server_cpu_us_per_cycle")
 
 
 def arguments(more):
@@ -36,6 +39,8 @@ def arguments(more):
     ap.add_argument("--run-limit", type=float, default=0,
                     help="seconds one run may take before it is killed and reported as not finished "
                          "(0: 10 x --seconds + 60)")
+    ap.add_argument("--rust-bin", default="",
+                    help="client/examples/bench_quorum, built: the Rust client's rows (none: no such rows)")
     more(ap)
     args = ap.parse_args()
     args.server_prefix = ["taskset", "-c", "0"] if args.pin else []
@@ -56,6 +61,7 @@ def run_driver(bench, what, command, args, cluster, prefix, key):
     (the table says so in its cells) with `key`'s fields (those the
     table's rows are told apart by), and the bench goes on."""
     limit = run_limit(args)
+    load_before = loadavg.now()[0]
     try:
         done = subprocess.run([*args.client_prefix, *command], capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
@@ -66,7 +72,34 @@ def run_driver(bench, what, command, args, cluster, prefix, key):
             raise SystemExit(f"{bench}: {what} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         row = json.loads(done.stdout.strip().splitlines()[-1])
     row["left_keys"] = sum(len(s.call("KEYS", f"{prefix}:*")) for s in cluster.servers)  # type: ignore[arg-type]
+    row["load"] = max(load_before, loadavg.now()[0])
     return row
+
+
+def server_pids(cluster):
+    """The driver arguments that make it report the servers' CPU time per
+    cycle (from /proc/PID/stat, over the measured part)."""
+    return ["--server-pids", ",".join(str(s.pid) for s in cluster.servers)]
+
+
+def rust_command(args, cluster, tasks, shared, prefix):
+    """The Rust client's run (client/examples/bench_quorum, `--rust-bin`)
+    of the same scenario as the drivers': N=5, `tasks` tasks on one client,
+    each on 4 resources of its own, or with `shared` on that many shared
+    ones, retrying within 30 s after 2-10 ms; the drivers' warm-up (a tenth
+    per task with many tasks), then cycles for `args.seconds`."""
+    warmup = args.warmup if tasks == 1 else tasks * max(2, args.warmup // 10)
+    return [
+        args.rust_bin, "--ports", ",".join(str(s.port) for s in cluster.servers), "--n", str(len(cluster.servers)),
+        "--tasks", str(tasks), "--shared", str(shared), "--iterations", str(10**9),
+        "--max-seconds", str(args.seconds), "--warmup", str(warmup), "--prefix", prefix,
+        *server_pids(cluster),
+    ]  # fmt: skip
+
+
+def rust_row(row):
+    """A bench_quorum JSON line as a driver's row."""
+    return {**row, "client": "the Rust client (redlock-client crate)", "refused": row.get("failures", 0)}
 
 
 def log(bench, row):
@@ -80,7 +113,7 @@ def measure(args, jobs, step, run):
     the table's header, the masters stopped."""
     cluster = Cluster(5, prefix=args.server_prefix)
     try:
-        load_before = os.getloadavg()
+        load_before = loadavg.now()
         started = time.monotonic()
         rows = []
         for round_no in range(1, args.runs + 1):
@@ -88,7 +121,7 @@ def measure(args, jobs, step, run):
             for job in jobs[shift:] + jobs[:shift]:
                 rows.append(run(cluster, job, round_no))
         took = time.monotonic() - started
-        load_after = os.getloadavg()
+        load_after = loadavg.now()
         server = server_name().split(" (")[0]
     finally:
         cluster.close()
@@ -108,8 +141,7 @@ class Header:
         print(f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores ({pinning}), "
               f"5 masters ({self.server}) with the module, loopback; {runtime}.")
         print(f"Each cell: median of {self.args.runs} runs of {self.args.seconds:g} s of {cells}")
-        print(f"Measurements took {self.took:.0f} s; load average before {b[0]:.2f} {b[1]:.2f} {b[2]:.2f}, "
-              f"after {a[0]:.2f} {a[1]:.2f} {a[2]:.2f}.")
+        print(f"Measurements took {self.took:.0f} s; {loadavg.line(b, a)}.")
         print()
 
 
@@ -126,12 +158,23 @@ def medians(rows, key, refused_field):
         unfinished = [r["did_not_finish_s"] for r in all_runs if "did_not_finish_s" in r]
         m = {"runs": len(all_runs), "unfinished": len(unfinished), "limit": max(unfinished, default=None),
              "left": sum(r["left_keys"] for r in all_runs)}
+        m["load"] = max((r["load"] for r in all_runs), default=0.0)
         if rs:
-            m.update({f: statistics.median(r[f] for r in rs if r.get(f) is not None) for f in MEASURED})
+            m.update({f: median([r[f] for r in rs if r.get(f) is not None]) for f in MEASURED})
             ops = [r["ops_per_s"] for r in rs]
             m.update(lo=min(ops), hi=max(ops), refused=sum(r[refused_field] for r in rs), client=rs[0]["client"])
         med[k] = m
     return med
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def comparable(m):
+    """A row's label suffix: empty, or that a run of it was taken above the
+    load average that keeps runs comparable."""
+    return loadavg.mark(m["load"])
 
 
 def finished(m):
@@ -144,11 +187,11 @@ def cells(m):
     did not finish are said so (alone, or beside the others' medians)."""
     if not finished(m):
         return (f"did not finish in {m['limit']:g} s ({m['unfinished']} of {m['runs']} runs) "
-                f"| - | - | - | - | - | {m['left']} |")
+                f"| - | - | - | - | - | - | {m['left']} |")
     late = f"; {m['unfinished']} of {m['runs']} runs did not finish in {m['limit']:g} s" if m["unfinished"] else ""
     return (f"{fmt(m['ops_per_s'])} ({fmt(m['lo'])}-{fmt(m['hi'])}{late}) | {fmt(m['acquire_p50_ms'], 3)} "
             f"| {fmt(m['cycle_p50_ms'], 3)} | {fmt(m['cycle_p99_ms'], 3)} | {fmt(m['cpu_us_per_cycle'], 0)} "
-            f"| {m['refused']} | {m['left']} |")
+            f"| {fmt(m['server_cpu_us_per_cycle'], 0)} | {m['refused']} | {m['left']} |")
 
 
 def versions(med):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The measurements and the table of scripts/bench-node (run by it; see that
-script for the knobs).
+script for the knobs), the Rust client's rows beside the Node.js clients'.
 
 Starts 5 masters with the module (python/tests/nodes.py: free loopback
 ports, own temp dirs, killed by PID at the end), then runs
@@ -19,12 +19,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import arguments, cells, finished, log, measure, medians, run_driver, versions  # noqa: E402
+import os  # noqa: E402
+
+from harness import (  # noqa: E402
+    arguments, cells, comparable, finished, log, measure, medians, run_driver, rust_command, rust_row, server_pids,
+    versions,
+)
 from report import fmt  # noqa: E402  (scripts/bench-client's number format)
 
 DRIVER = Path(__file__).with_name("node_locks.js")
 # (family, label) in table order.
 CLIENTS = [
+    ("rust", "the Rust client (same scenario)"),
     ("ours", "redlock-client"),
     ("ours-fenced", "redlock-client, fencing token read"),
     ("node-redlock", "node-redlock (redlock v5)"),
@@ -42,14 +48,21 @@ def scenarios(tasks):
 def run_one(args, cluster, job, round_no):
     family, scenario, tasks, shared = job
     prefix = f"bench:{family}:{tasks}:{shared}:{round_no}"
-    command = [
-        "node", str(DRIVER), "--client", family,
-        "--ports", ",".join(str(s.port) for s in cluster.servers), "--n", str(len(cluster.servers)),
-        "--tasks", str(tasks), "--shared", str(shared), "--seconds", str(args.seconds),
-        "--warmup", str(args.warmup), "--prefix", prefix,
-    ]  # fmt: skip
+    if family == "rust":
+        command = rust_command(args, cluster, tasks, shared, prefix)
+    else:
+        command = [
+            "node", str(DRIVER), "--client", family,
+            "--ports", ",".join(str(s.port) for s in cluster.servers), "--n", str(len(cluster.servers)),
+            "--tasks", str(tasks), "--shared", str(shared), "--seconds", str(args.seconds),
+            "--warmup", str(args.warmup), "--prefix", prefix,
+            *server_pids(cluster), "--tick-us", str(1e6 / os.sysconf("SC_CLK_TCK")),
+        ]  # fmt: skip
     row = run_driver("bench-node", f"{family} {scenario}", command, args, cluster, prefix,
                      {"family": family, "scenario": scenario})
+    if family == "rust":
+        row = rust_row(row)
+    row["family"] = family
     row["scenario"] = scenario
     row["round"] = round_no
     log("bench-node", row)
@@ -58,22 +71,31 @@ def run_one(args, cluster, job, round_no):
 
 def report(rows, args):
     med = medians(rows, lambda r: (r["family"], r["scenario"]), "refused")
-    print("| scenario | client | cycles/s (min-max) | acquire p50 ms | cycle p50 ms | cycle p99 ms | CPU µs/cycle | refused | keys left |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| scenario | client | cycles/s (min-max) | acquire p50 ms | cycle p50 ms | cycle p99 ms "
+          "| client CPU µs/cycle | servers' CPU µs/cycle | refused | keys left |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for scenario, _, _ in scenarios(args.tasks):
         for family, label in CLIENTS:
             m = med.get((family, scenario))
             if m is None:
                 continue
-            print(f"| {scenario} | {label} | {cells(m)}")
+            print(f"| {scenario} | {label}{comparable(m)} | {cells(m)}")
     print(versions(med))
-    goals = {"one caller": "2x node-redlock's cycles/s", f"{args.tasks} tasks": "5x, with a lower p99",
-             f"{args.tasks} tasks, contended": "more cycles and a lower p99"}
-    factors = {"one caller": 2.0, f"{args.tasks} tasks": 5.0, f"{args.tasks} tasks, contended": 1.0}
     for scenario, _, _ in scenarios(args.tasks):
         ours = med.get(("ours", scenario))
         if ours is None or not finished(ours):
             continue
+        rust = med.get(("rust", scenario))
+        if rust is not None and finished(rust):
+            # The goal: within 10% of the Rust client with one caller and
+            # with many tasks on resources of their own.
+            verdict = ""
+            if scenario in ("one caller", f"{args.tasks} tasks"):
+                met = ours["ops_per_s"] >= 0.9 * rust["ops_per_s"]
+                verdict = f" (goal: at least 0.9x: {judged(met, ours, rust)})"
+            print(f"- {scenario}: redlock-client {fmt(ours['ops_per_s'])}/s vs the Rust client "
+                  f"{fmt(rust['ops_per_s'])}/s: {ours['ops_per_s'] / rust['ops_per_s']:.2f}x{verdict}; "
+                  f"CPU/cycle (client + servers) {cpu_cycle(ours)} vs {cpu_cycle(rust)} µs")
         for peer in PEERS:
             theirs = med.get((peer, scenario))
             if theirs is None or not finished(theirs):
@@ -82,18 +104,42 @@ def report(rows, args):
             p99 = ours["cycle_p99_ms"] / theirs["cycle_p99_ms"]
             verdict = ""
             if peer == "node-redlock":
-                lower_p99 = scenario == "one caller" or ours["cycle_p99_ms"] < theirs["cycle_p99_ms"]
-                met = ratio >= factors[scenario] and lower_p99
-                verdict = f" (goal: {goals[scenario]}: {'met' if met else 'NOT met'})"
+                met = ours["cycle_p99_ms"] < theirs["cycle_p99_ms"]
+                verdict = f" (goal: a lower p99: {judged(met, ours, theirs)})"
             print(f"- {scenario}: redlock-client {fmt(ours['ops_per_s'])}/s vs {peer} {fmt(theirs['ops_per_s'])}/s: "
                   f"{ratio:.2f}x; p99 {fmt(ours['cycle_p99_ms'], 3)} vs {fmt(theirs['cycle_p99_ms'], 3)} ms "
-                  f"({p99:.2f}x); CPU/cycle {fmt(ours['cpu_us_per_cycle'], 0)} vs "
-                  f"{fmt(theirs['cpu_us_per_cycle'], 0)} µs{verdict}")
+                  f"({p99:.2f}x){verdict}; CPU/cycle (client + servers) {cpu_cycle(ours)} vs {cpu_cycle(theirs)} µs")
+
+
+def judged(met, *rows):
+    """A goal's verdict; none from runs taken under load."""
+    load = max(m["load"] for m in rows)
+    return f"no verdict{comparable({'load': load})}" if comparable({"load": load}) else ("met" if met else "NOT met")
+
+
+def cpu_cycle(m):
+    """The client's and the servers' CPU time per cycle, summed (the
+    client's alone when the servers' is unknown)."""
+    client, servers = m["cpu_us_per_cycle"], m["server_cpu_us_per_cycle"]
+    if client is None:
+        return "-"
+    return fmt(client + servers, 0) if servers is not None else f"{fmt(client, 0)} (client only)"
 
 
 def main():
-    args = arguments(lambda ap: ap.add_argument("--tasks", type=int, default=64))
-    jobs = [(f, *s) for s in scenarios(args.tasks) for f, _ in CLIENTS]
+    def more(ap):
+        ap.add_argument("--tasks", type=int, default=64)
+        ap.add_argument("--clients", default=",".join(f for f, _ in CLIENTS),
+                        help="the clients measured, comma-separated (default: all; rust needs --rust-bin)")
+
+    args = arguments(more)
+    families = args.clients.split(",")
+    unknown = [f for f in families if f not in dict(CLIENTS)]
+    if unknown:
+        raise SystemExit(f"bench-node: unknown clients {unknown} (known: {', '.join(f for f, _ in CLIENTS)})")
+    if "rust" in families and not args.rust_bin:
+        families.remove("rust")
+    jobs = [(f, *s) for s in scenarios(args.tasks) for f, _ in CLIENTS if f in families]
     rows, header = measure(args, jobs, 5, lambda cluster, job, round_no: run_one(args, cluster, job, round_no))
     node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
     header.print(f"Node.js {node}",

@@ -24,13 +24,16 @@
 // has no jitter). The cycle latency is one acquire, from its first
 // attempt, plus its release; the CPU time is this process's (every
 // thread: the Rust client's runtime too) over the measured part, warm-up
-// excluded.
+// excluded; with --server-pids, the servers' CPU time over the same part.
 
 const TTL_MS = 10_000;
 const RETRY_WITHIN_MS = 30_000;
 
 function parseArgs(argv) {
-  const out = { client: "", ports: [], n: 0, tasks: 1, seconds: 2, warmup: 100, prefix: "bench:node", shared: 0 };
+  const out = {
+    client: "", ports: [], n: 0, tasks: 1, seconds: 2, warmup: 100, prefix: "bench:node", shared: 0, serverPids: [], tickUs: 10_000,
+    cycles: 0, commandTimeout: 250,
+  };
   for (let i = 0; i < argv.length; i += 2) {
     const [flag, value] = [argv[i], argv[i + 1]];
     switch (flag) {
@@ -42,11 +45,29 @@ function parseArgs(argv) {
       case "--warmup": out.warmup = Number(value); break;
       case "--prefix": out.prefix = value; break;
       case "--shared": out.shared = Number(value); break;
+      case "--server-pids": out.serverPids = value.split(",").map(Number); break;
+      case "--tick-us": out.tickUs = Number(value); break;
+      case "--cycles": out.cycles = Number(value); break;
+      case "--command-timeout": out.commandTimeout = Number(value); break;
       default: throw new Error(`unknown argument ${flag}`);
     }
   }
   if (!(out.n >= 1 && out.n <= out.ports.length)) throw new Error(`--n ${out.n}: only ${out.ports.length} ports given`);
   return out;
+}
+
+// The CPU time (user + system) of the processes `pids`, in µs, from
+// /proc/PID/stat (in clock ticks of `tickUs` µs).
+function processesCpuUs(pids, tickUs) {
+  const fs = require("node:fs");
+  let ticks = 0;
+  for (const pid of pids) {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+    // The fields after the command name (in parentheses): utime and stime are the 12th and 13th.
+    const rest = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    ticks += Number(rest[11]) + Number(rest[12]);
+  }
+  return ticks * tickUs;
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -75,7 +96,7 @@ async function makeClient(args) {
   const contended = args.shared > 0;
   if (args.client === "ours" || args.client === "ours-fenced") {
     const { Redlock, LockHeldError, NoQuorumError } = require("redlock-client");
-    const locks = await Redlock.connect(ports.map((p) => `redis://127.0.0.1:${p}/`));
+    const locks = await Redlock.connect(ports.map((p) => `redis://127.0.0.1:${p}/`), { commandTimeout: args.commandTimeout });
     const fenced = args.client === "ours-fenced";
     const options = contended ? { ttl: TTL_MS, wait: RETRY_WITHIN_MS, retryDelay: [2, 10] } : { ttl: TTL_MS };
     return {
@@ -177,13 +198,16 @@ async function main() {
   const acquire = [];
   const cycle = [];
   let refused = 0;
+  let started = 0;
   const cpu0 = process.cpuUsage();
+  const servers0 = processesCpuUs(args.serverPids, args.tickUs);
   const t0 = process.hrtime.bigint();
   const end = t0 + BigInt(Math.round(args.seconds * 1e9));
   await Promise.all(
     Array.from({ length: args.tasks }, async (_, task) => {
       const own = resources(task);
-      for (let i = 0; process.hrtime.bigint() < end; i++) {
+      for (let i = 0; process.hrtime.bigint() < end && (args.cycles === 0 || started < args.cycles); i++) {
+        started += 1;
         const start = process.hrtime.bigint();
         const acquired = await client.cycle(own[i % own.length]);
         if (acquired === null) {
@@ -197,6 +221,7 @@ async function main() {
   );
   const wall = Number(process.hrtime.bigint() - t0) / 1e9;
   const cpu = process.cpuUsage(cpu0);
+  const servers = processesCpuUs(args.serverPids, args.tickUs) - servers0;
   await client.close();
   const cmp = (a, b) => (a < b ? -1 : a > b ? 1 : 0);
   acquire.sort(cmp);
@@ -216,6 +241,7 @@ async function main() {
       cycle_p50_ms: percentileMs(cycle, 0.5),
       cycle_p99_ms: percentileMs(cycle, 0.99),
       cpu_us_per_cycle: (cpu.user + cpu.system) / Math.max(1, cycle.length),
+      server_cpu_us_per_cycle: args.serverPids.length ? servers / Math.max(1, cycle.length) : null,
       node: process.versions.node,
     }),
   );

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import arguments, cells, finished, log, measure, medians, run_driver, versions  # noqa: E402
+from harness import arguments, cells, comparable, finished, log, measure, medians, run_driver, versions  # noqa: E402
 from report import fmt  # noqa: E402  (scripts/bench-client's number format)
 
 DRIVER = Path(__file__).with_name("python_locks.py")
@@ -51,15 +51,16 @@ def run_one(args, cluster, job, round_no):
 
 def report(rows, args):
     med = medians(rows, lambda r: (r["family"], r["n"], r["concurrency"]), "failures")
-    print("| client | N | callers | cycles/s (min-max) | acquire p50 ms | cycle p50 ms | cycle p99 ms | CPU µs/cycle | refused | keys left |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| client | N | callers | cycles/s (min-max) | acquire p50 ms | cycle p50 ms | cycle p99 ms "
+          "| client CPU µs/cycle | servers' CPU µs/cycle | refused | keys left |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for family, ns, label in CLIENTS:
         for n in ns:
             for conc in (1, args.concurrency):
                 m = med.get((family, n, conc))
                 if m is None:
                     continue
-                print(f"| {label} | {n} | {conc} | {cells(m)}")
+                print(f"| {label}{comparable(m)} | {n} | {conc} | {cells(m)}")
     print(versions(med))
     for n in (1, 5):
         for conc, goal in ((1, 3.0), (args.concurrency, 5.0)):

@@ -9,6 +9,11 @@ performance goals.
 import argparse
 import json
 import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+import loadavg  # noqa: E402
 
 OURS, OURS_FENCED, NODE, PY = "redlock-client", "redlock-client, fenced", "node-redlock", "pottery"
 # Three resources per cycle: one set, or three separate acquires.
@@ -73,6 +78,7 @@ def main():
         m["runs"] = len(rs)
         for field in ("completed", "failures", "left_keys"):
             m[field] = sum(r.get(field, 0) for r in rs)
+        m["load"] = max(r.get("load", 0.0) for r in rs)
         by[key] = m
 
     scenarios = [
@@ -96,7 +102,7 @@ def main():
                 ops = fmt(r["ops_per_s"])
                 if r["runs"] > 1:
                     ops += f" ({fmt(r['ops_min'])}-{fmt(r['ops_max'])})"
-                print(f"| {title} | {n} | {names[fam]} | {ops} | "
+                print(f"| {title} | {n} | {names[fam]}{loadavg.mark(r['load'])} | {ops} | "
                       f"{fmt(r['acquire_p50_ms'])} | {fmt(r['acquire_p99_ms'])} | "
                       f"{fmt(r['release_p50_ms'])} | {fmt(r['client_us'])} | {fmt(r['server_us'])} | "
                       f"{rounds(fam, n)} | {r['completed']} ({r['failures']}) | {r['left_keys']} |")

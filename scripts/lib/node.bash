@@ -17,6 +17,11 @@
 #                                       (node/build.js); its node_modules is
 #                                       then what NODE_PATH names for the
 #                                       tests
+#   node_install_tarball DIR TGZ        the same with a packed package
+#                                       (scripts/release's npm tarball, in
+#                                       dist/): its install script must use
+#                                       the prebuilt native module and build
+#                                       nothing
 
 # The versions the tests run with: tsc checks the bundled types.
 NODE_TEST_PACKAGES=("typescript@5.9.3")
@@ -53,6 +58,24 @@ node_install_package() {
   # says it may not always); the tests need what it built.
   [ -f "$top/node/redlock_client.node" ] || {
     echo "node: npm install did not build node/redlock_client.node" >&2
+    return 1
+  }
+}
+
+node_install_tarball() {
+  local dir=$1 tarball out
+  tarball=$(realpath "$2")
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  echo '{ "name": "redlock-client-tests", "private": true }' >"$dir/package.json"
+  # setsid: no terminal, so that what build.js says reaches npm's output.
+  out=$(cd "$dir" && timeout 600 setsid -w npm install --offline --foreground-scripts --no-audit --no-fund \
+    --loglevel=error "$tarball" 2>&1) || {
+    echo "node: npm install $tarball failed: $out" >&2
+    return 1
+  }
+  grep -q "using the prebuilt native module" <<<"$out" || {
+    echo "node: npm install $tarball did not use the prebuilt native module: $out" >&2
     return 1
   }
 }

@@ -10,6 +10,9 @@
 #                                `pip install ./python` (maturin builds the
 #                                extension in release through pyproject.toml;
 #                                CARGO_TARGET_DIR, when set, is where)
+#   python_install_wheel DIR WHEEL   installs a built wheel (scripts/release's,
+#                                in dist/) into the venv, in place of the
+#                                package there, building nothing
 
 # The versions the tests run with.
 PYTHON_TEST_PACKAGES=("pytest==9.2.0" "pytest-timeout==2.4.0")
@@ -43,4 +46,10 @@ python_install_package() {
   # pyproject.toml's build-system), as a user's `pip install ./python` does.
   (cd "$top" && timeout 1200 "$dir/bin/python" -m pip install --quiet --disable-pip-version-check \
     --force-reinstall --no-deps ./python) >&2
+}
+
+python_install_wheel() {
+  local dir=$1 wheel=$2
+  timeout 600 "$dir/bin/python" -m pip install --quiet --disable-pip-version-check --no-index \
+    --force-reinstall --no-deps "$wheel" >&2
 }

@@ -9,6 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use lock_core::fencing::Fencer;
+use lock_core::forgetting;
+use lock_core::imports::{self, SlotWaits};
 use lock_core::lock::{self, Admission, AllGrant, Exit, Grant};
 use lock_core::memory::Holders;
 use lock_core::quarantine;
@@ -117,8 +119,11 @@ pub struct Node {
     /// meant to keep (property 6), as the checker saw them.
     pub misstored: Vec<String>,
     /// The hash slots this node imports or imported a short while ago
-    /// (the module's slot wait; a cluster's master only).
-    slot_waits: Vec<SlotWait>,
+    /// (the module's slot waits, the core's `imports::SlotWaits`: from an
+    /// import's start until the node's quarantine after its end, a new
+    /// grant in the slot is refused, but for the keys whose lock arrived by
+    /// it; a cluster's master only).
+    slot_waits: SlotWaits,
     /// A replica that Sentinel promotes in this node's place (a plain
     /// member's failover), if it has one.
     pub replica: Option<Follower>,
@@ -131,21 +136,6 @@ pub struct Follower {
     pub lag_ms: i64,
     pub copy: (BTreeMap<Vec<u8>, Holders>, u64),
     pub synced_ms: i64,
-}
-
-/// A slot import's wait on the importing node (src/ `slot wait`): from the
-/// import's start until the node's quarantine length after its end, a new
-/// grant of a key of the slot is refused, but for the keys whose lock
-/// arrived by the import (the counter was raised to their tokens at their
-/// arrival). A released lock's token is not carried by a migration; the
-/// wait lets the node's clock pass it before its first grant in the slot.
-#[derive(Clone, Debug)]
-struct SlotWait {
-    slot: u16,
-    /// When it ends, on the module clock (`None`: the import runs).
-    ends_ms: Option<i64>,
-    /// The keys whose lock arrived by the import: exempt.
-    arrived: BTreeSet<Vec<u8>>,
 }
 
 impl Node {
@@ -183,7 +173,7 @@ impl Node {
             legacy_start: false,
             legacy: BTreeSet::new(),
             misstored: Vec::new(),
-            slot_waits: Vec::new(),
+            slot_waits: SlotWaits::new(),
             replica: None,
         }
     }
@@ -469,20 +459,18 @@ impl Node {
     }
 
     /// Why a new grant of `key` is refused while its slot's import waits
-    /// (`SlotWait`), if it is.
+    /// (`slot_waits`), if it is.
     fn slot_wait_refusal(&mut self, key: &[u8], now: i64) -> Option<String> {
         if self.slot_waits.is_empty() {
             return None;
         }
-        self.slot_waits.retain(|w| w.ends_ms.is_none_or(|ends_ms| ends_ms > now));
         let slot = crate::cluster::key_slot(key);
-        let wait = self.slot_waits.iter().find(|w| w.slot == slot && !w.arrived.contains(key))?;
-        Some(match wait.ends_ms {
-            None => format!("this key's hash slot {slot} is being imported, refusing new locks in it"),
-            Some(ends_ms) => format!(
-                "this key's hash slot {slot} was imported, refusing new locks in it for {} ms",
-                ends_ms - now
-            ),
+        let wait = self.slot_waits.refusal(slot, forgetting::key_hash(0, key), now)?;
+        Some(match wait.until_ms {
+            imports::OPEN => format!("this key's hash slot {slot} is being imported, refusing new locks in it"),
+            until_ms => {
+                format!("this key's hash slot {slot} was imported, refusing new locks in it for {} ms", until_ms - now)
+            }
         })
     }
 
@@ -670,10 +658,7 @@ impl Node {
             self.fencer.raise_kept(top);
             self.ledger.reached(self.fencer.last(), virtual_ms, self.epoch);
             self.forgotten.arrived(key, now.saturating_add(self.quarantine_ms), now);
-            let slot = crate::cluster::key_slot(key);
-            for wait in self.slot_waits.iter_mut().filter(|w| w.slot == slot) {
-                wait.arrived.insert(key.to_vec());
-            }
+            self.slot_waits.arrived(crate::cluster::key_slot(key), forgetting::key_hash(0, key));
         }
         self.keys.insert(key.to_vec(), holders);
     }
@@ -683,22 +668,18 @@ impl Node {
     /// import ends. A wait of the slot still running goes on, its exempt
     /// keys with it.
     pub fn import_started(&mut self, slot: u16) {
-        if self.rules != Rules::Module {
-            return;
-        }
-        match self.slot_waits.iter_mut().find(|w| w.slot == slot) {
-            Some(wait) => wait.ends_ms = None,
-            None => self.slot_waits.push(SlotWait { slot, ends_ms: None, arrived: BTreeSet::new() }),
+        if self.rules == Rules::Module {
+            self.slot_waits.import_started(slot);
         }
     }
 
     /// The import of `slot` ends at `virtual_ms` (`CLUSTER SETSLOT ...
     /// NODE`, Valkey's `IMPORT_COMPLETED` or `IMPORT_ABORTED`): its wait
-    /// lasts the node's quarantine longer.
+    /// lasts the node's quarantine longer (one starts if none ran: the node
+    /// took the slot without an import it knew of, as a promoted replica).
     pub fn import_ended(&mut self, slot: u16, virtual_ms: i64) {
-        let ends_ms = self.now_ms(virtual_ms).saturating_add(self.quarantine_ms);
-        for wait in self.slot_waits.iter_mut().filter(|w| w.slot == slot && w.ends_ms.is_none()) {
-            wait.ends_ms = Some(ends_ms);
+        if self.rules == Rules::Module {
+            self.slot_waits.import_ended(slot, self.now_ms(virtual_ms), self.quarantine_ms);
         }
     }
 
@@ -736,7 +717,7 @@ impl Node {
             legacy: BTreeSet::new(),
             misstored: self.misstored.clone(),
             // It quarantines as a whole: it keeps no slot's wait.
-            slot_waits: Vec::new(),
+            slot_waits: SlotWaits::new(),
             replica: None,
             ..*self
         }

@@ -85,7 +85,7 @@ fn not_held(cx: &Cx<'_>, lock: &Loaded<'_, '_>) -> Reply {
     let waiters = cx.waiters();
     let (code, left_ms, reason) = if let Some(refusal) = cx.refusal() {
         let left_ms = match &refusal {
-            Refusal::Node(_, left) | Refusal::Forgotten(_, left) => *left,
+            Refusal::Node(_, left) | Refusal::Forgotten(_, left) | Refusal::Importing(_, left) => *left,
             Refusal::Evictable(_) => -1,
         };
         (refusal_code(&refusal), left_ms, errors::refused(&refusal))
@@ -125,5 +125,6 @@ fn refusal_code(refusal: &Refusal) -> &'static str {
         Refusal::Node(reason, _) => reason.name(),
         Refusal::Forgotten(q, _) => q.cause.code(),
         Refusal::Evictable(_) => "evictable",
+        Refusal::Importing(..) => "importing",
     }
 }

@@ -113,7 +113,7 @@ macro_rules! commands {
 commands! {
     acquire, enter, shared, exclusive, semaphore, macquire,
     release, mrelease, extend, renew, exit, fence,
-    check, info, waiters, contended, revoke, unquarantine, forgotten,
+    check, info, waiters, contended, revoke, unquarantine, forgotten, quarantined,
 }
 
 /// Runs `command` for a call: its context is built here, with the one

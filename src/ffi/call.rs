@@ -341,6 +341,62 @@ impl<'a> Call<'a> {
         }
     }
 
+    /// The text of a two-word command's string reply (`CLUSTER NODES`);
+    /// `None` if it fails or answers something else.
+    pub fn call_text(&self, command: &std::ffi::CStr, sub: &std::ffi::CStr) -> Option<String> {
+        // SAFETY: the format "c" matches the one C-string argument; the
+        // reply's bytes are copied out while it lives, and it is freed
+        // before returning.
+        unsafe {
+            let reply = api(raw::RedisModule_Call)(self.ctx, command.as_ptr(), c"c".as_ptr(), sub.as_ptr());
+            if reply.is_null() {
+                return None;
+            }
+            let mut len: usize = 0;
+            let ptr = api(raw::RedisModule_CallReplyStringPtr)(reply, &mut len);
+            let text = (!ptr.is_null())
+                .then(|| String::from_utf8_lossy(slice::from_raw_parts(ptr.cast::<u8>(), len)).into_owned());
+            api(raw::RedisModule_FreeCallReply)(reply);
+            text
+        }
+    }
+
+    /// Replicates `<command> <args...>` (two or three arguments), a
+    /// command with no key (`LOCK.QUARANTINED`), from a timer.
+    pub fn replicate_keyless(&self, command: &std::ffi::CStr, args: &[&[u8]]) {
+        // SAFETY: ctx is the live context of a timer or a callback; each
+        // format matches its buffers with their lengths (copied by Redis).
+        unsafe {
+            match args {
+                [a, b] => {
+                    api(raw::RedisModule_Replicate)(
+                        self.ctx,
+                        command.as_ptr(),
+                        c"bb".as_ptr(),
+                        a.as_ptr().cast::<c_char>(),
+                        a.len(),
+                        b.as_ptr().cast::<c_char>(),
+                        b.len(),
+                    );
+                }
+                [a, b, c] => {
+                    api(raw::RedisModule_Replicate)(
+                        self.ctx,
+                        command.as_ptr(),
+                        c"bbb".as_ptr(),
+                        a.as_ptr().cast::<c_char>(),
+                        a.len(),
+                        b.as_ptr().cast::<c_char>(),
+                        b.len(),
+                        c.as_ptr().cast::<c_char>(),
+                        c.len(),
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Replicates `LOCK.FENCE <key> <owner> <fence>` after a grant of the
     /// call's key that took the counter above what the AOF and replicas
     /// hold (see `Fencer::to_keep`): a replica or an AOF replay applies the

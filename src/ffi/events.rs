@@ -19,6 +19,7 @@ use super::api::{api, RawCtx, TimerId};
 use super::block::with_key_context;
 use super::call::Call;
 use super::handlers::handlers;
+use crate::core::imports::SlotChange;
 use crate::core::queue::KeyId;
 
 static WATCHING: AtomicBool = AtomicBool::new(false);
@@ -185,6 +186,8 @@ const VALKEY_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 /// `VALKEYMODULE_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED`, same
 /// header (Valkey 9.0+).
 const VALKEY_EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+const VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_STARTED: u64 = 0;
+const VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_ABORTED: u64 = 2;
 const VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_COMPLETED: u64 = 4;
 const VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED: u64 = 5;
 
@@ -193,20 +196,34 @@ const VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED: u64 = 5;
 /// at again, as after a FLUSHALL (the waiters of moved keys are told to
 /// retry). A slot import finished on this (target) node: its keys, locks
 /// among them, arrived without keyspace events.
+///
+/// An import's start, end and abort also drive the slot's wait on the
+/// importing master (`core::imports`); its replicas, which track the job
+/// too, grant nothing.
 extern "C" fn slot_migration_callback(
     ctx: RawCtx,
     _eid: raw::RedisModuleEvent,
     subevent: u64,
-    _data: *mut c_void,
+    data: *mut c_void,
 ) {
     let Some(h) = handlers() else { return };
     let call = Call::bare(ctx);
+    let master = !call.is_replica();
     match subevent {
         VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_EXPORT_COMPLETED => {
             let _ = catch_unwind(AssertUnwindSafe(|| (h.keys_dropped)(&call, -1)));
         }
+        VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_STARTED if master => {
+            super::slots::migration_changed(SlotChange::ImportStarted(super::slots::migration_slots(data)));
+        }
+        VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_ABORTED if master => {
+            super::slots::migration_changed(SlotChange::Stable(super::slots::migration_slots(data)));
+        }
         VALKEY_SUBEVENT_ATOMIC_SLOT_MIGRATION_IMPORT_COMPLETED => {
             let _ = catch_unwind(AssertUnwindSafe(|| (h.keys_imported)(&call)));
+            if master {
+                super::slots::migration_changed(SlotChange::Owned(super::slots::migration_slots(data)));
+            }
         }
         _ => {}
     }

@@ -23,6 +23,13 @@ pub struct Handlers {
     /// Keys arrived without keyspace events (Valkey's atomic slot import
     /// ended).
     pub keys_imported: fn(&Call<'_>),
+    /// A command about to run (`verified`: it may still be refused, so
+    /// an import it starts is checked after), or a Valkey atomic import
+    /// event, changes this node's slots. No context: no calls, no writes.
+    pub slots_changed: fn(&crate::core::imports::SlotChange, bool),
+    /// The records timer fired (`schedule_records`): quarantines started
+    /// since are written into the AOF and replication stream.
+    pub records_due: fn(&Call<'_>),
     /// This node became a master.
     pub promoted: fn(&Call<'_>),
     /// The start-up load of the AOF or RDB file ended (not a replica's

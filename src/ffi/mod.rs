@@ -12,6 +12,8 @@
 //! - `events.rs`: keyspace and server events, post-notification jobs;
 //! - `register.rs`: commands, INFO, the API check at load;
 //! - `ledger.rs`: the node's ledger as aux data of every RDB;
+//! - `slots.rs`: slot imports (a command filter, Valkey's events) and the
+//!   timer that writes quarantine records;
 //! - `handlers.rs`: the callbacks the upper layers register;
 //! - `api.rs`: the API table, string helpers and handle types all of these use.
 //!
@@ -28,6 +30,7 @@ mod key;
 mod ledger;
 mod register;
 mod reply;
+mod slots;
 
 pub use api::{server_wall_ms, RawArgv, RawCtx, TimerId, WaiterHandle};
 pub use block::{unblock, WaitResult};
@@ -41,3 +44,4 @@ pub use register::{
     InfoValue, Keys,
 };
 pub use reply::{Field, Reply};
+pub use slots::{importing_slots, schedule_records, watch_slots};

@@ -297,7 +297,7 @@ pub fn has_defrag_callbacks() -> bool {
 pub fn missing_api() -> Option<&'static str> {
     // SAFETY: the API table is written once by Redis before OnLoad runs and
     // only read afterwards.
-    let checks: [(&str, bool); 26] = unsafe {
+    let checks: [(&str, bool); 31] = unsafe {
         [
             ("IsKeysPositionRequest", { raw::RedisModule_IsKeysPositionRequest }.is_some()),
             ("KeyAtPos", { raw::RedisModule_KeyAtPos }.is_some()),
@@ -325,6 +325,11 @@ pub fn missing_api() -> Option<&'static str> {
             ("PublishMessage", { raw::RedisModule_PublishMessage }.is_some()),
             ("PublishMessageShard", { raw::RedisModule_PublishMessageShard }.is_some()),
             ("SubscribeToServerEvent", { raw::RedisModule_SubscribeToServerEvent }.is_some()),
+            ("GetDetachedThreadSafeContext", { raw::RedisModule_GetDetachedThreadSafeContext }.is_some()),
+            ("RegisterCommandFilter", { raw::RedisModule_RegisterCommandFilter }.is_some()),
+            ("CommandFilterArgsCount", { raw::RedisModule_CommandFilterArgsCount }.is_some()),
+            ("CommandFilterArgGet", { raw::RedisModule_CommandFilterArgGet }.is_some()),
+            ("GetMyClusterID", { raw::RedisModule_GetMyClusterID }.is_some()),
         ]
     };
     checks.iter().find(|(_, present)| !present).map(|(name, _)| *name)

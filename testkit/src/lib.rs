@@ -28,6 +28,7 @@ mod nodes;
 mod ports;
 mod rediscluster;
 mod replies;
+mod sentinel;
 mod server;
 mod wait;
 
@@ -48,6 +49,7 @@ pub use replies::{
     command_calls, err_text, holders_in, info_field, info_int, info_stat, int, is_held, lock_info,
     lock_snapshot, refusal, refused_code, run, stored_bytes, LockSnapshot,
 };
+pub use sentinel::{SentinelGroup, SentinelProcess, DOWN_AFTER_MS, SENTINEL_MASTER};
 pub use server::{
     fast_sync, replicate, rewrite_aof, server_bin, server_clock_ms, server_name, server_version, Opts, Server,
 };

@@ -136,6 +136,12 @@ impl RedisCluster {
             }
         }
         cluster.wait_ok();
+        // A brand-new cluster: the slots its masters took with ADDSLOTSRANGE
+        // were nobody's before, so their waits end (an operator's step).
+        for shard in 0..shards {
+            let master = &cluster.nodes[shard * per_shard];
+            let _: i64 = cmd("LOCK.UNQUARANTINE").arg("IMPORTS").query(&mut master.conn()).unwrap_or(0);
+        }
         eprintln!(
             "cluster of {shards} shards x {} nodes (ports {:?}) ok after {:?}",
             per_shard,

@@ -196,8 +196,10 @@ Example:
 #[derive(Parser, Debug)]
 #[command(name = "redlock", version, after_help = SHORT_HELP, disable_help_subcommand = true)]
 pub struct Cli {
-    /// The quorum's members, each one master (redis://host:port[/db]) or one
-    /// cluster (redis+cluster://host:port[?addr=host:port&addr=host:port])
+    /// The quorum's members, each one master (redis://host:port[/db]), one
+    /// cluster (redis+cluster://host:port[?addr=host:port&addr=host:port]) or
+    /// one master under Sentinel
+    /// (redis+sentinel://host:port/master-name[?addr=host:port&addr=host:port])
     #[arg(long, env = "REDLOCK_NODES", value_name = "URL,...", value_delimiter = ',', required = true)]
     pub nodes: Vec<String>,
 

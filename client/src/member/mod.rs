@@ -14,10 +14,15 @@
 //!   call never overtakes an earlier one of its slot. All pure and
 //!   unit-tested.
 //! - `cluster`: the routing of one cluster member (I/O).
+//! - `sentinels`: how a Sentinel-managed member is written
+//!   (`redis+sentinel://host:port/master-name?addr=host:port`), pure;
+//!   `sentinel`: finding its master through the Sentinels (I/O).
 
 mod cluster;
 mod gate;
 mod redirect;
+mod sentinel;
+mod sentinels;
 mod spelling;
 mod throttle;
 mod topology;
@@ -35,6 +40,7 @@ use crate::node::{as_value, Inbox, Limits, Node, Request};
 use crate::quorum::Raw;
 use cluster::Cluster;
 pub(crate) use lock_protocol::slot::key_slot;
+use sentinel::Sentinel;
 pub(crate) use spelling::is_cluster;
 
 /// Each node's address with its answer (see [`Member::query_every_node`]).
@@ -50,6 +56,7 @@ pub(crate) struct Member {
 enum Kind {
     Master(Node),
     Cluster(Cluster),
+    Sentinel(Sentinel),
 }
 
 /// How a member answers a call of a round ([`Member::issue`]).
@@ -80,6 +87,14 @@ impl Member {
                 limits,
                 command_timeout,
             ))
+        } else if sentinels::is_sentinel(text) {
+            let spelling = sentinels::parse_sentinel(text)?;
+            Kind::Sentinel(Sentinel::new(
+                format!("member {number} ({text})"),
+                spelling,
+                limits,
+                command_timeout,
+            ))
         } else {
             Kind::Master(Node::new(text, limits)?)
         };
@@ -95,6 +110,7 @@ impl Member {
         match &self.kind {
             Kind::Master(node) => node.warm_up().await,
             Kind::Cluster(cluster) => cluster.warm_up().await,
+            Kind::Sentinel(sentinel) => sentinel.warm_up().await,
         }
     }
 
@@ -107,6 +123,7 @@ impl Member {
             // Boxed: a cluster call's future is many times the size of
             // what a round keeps per master's call.
             Kind::Cluster(cluster) => Issued::Wait(Box::pin(cluster.call(request, timeout))),
+            Kind::Sentinel(sentinel) => Issued::Wait(Box::pin(sentinel.call(request, timeout))),
         }
     }
 
@@ -122,7 +139,10 @@ impl Member {
                 let replies = node.send(request, node.deadline(timeout), false, None);
                 Either::Left(async move { (as_value(replies.await), None) })
             }
-            Kind::Cluster(cluster) => Either::Right(Box::pin(cluster.query(request, timeout))),
+            Kind::Cluster(cluster) => Either::Right(Either::Left(Box::pin(cluster.query(request, timeout)))),
+            Kind::Sentinel(sentinel) => {
+                Either::Right(Either::Right(Box::pin(sentinel.query(request, timeout))))
+            }
         }
     }
 
@@ -143,9 +163,12 @@ impl Member {
             }
             Kind::Cluster(cluster) => {
                 let masters = cluster.query_masters(request, timeout);
-                Either::Right(async move {
+                Either::Right(Either::Left(async move {
                     masters.await.unwrap_or_else(|why| vec![(text, Err(Raw::ClusterUnavailable(why)))])
-                })
+                }))
+            }
+            Kind::Sentinel(sentinel) => {
+                Either::Right(Either::Right(Box::pin(sentinel.query_master(request, timeout))))
             }
         }
     }

@@ -49,34 +49,56 @@ pub(crate) fn is_cluster(text: &str) -> bool {
     text.split_once("://").is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case(CLUSTER_SCHEME))
 }
 
-/// `text` (`redis+cluster://...`) as a cluster member, or why not.
-pub(crate) fn parse_cluster(text: &str) -> Result<ClusterSpelling, String> {
-    let form = |what: String| format!("{what}: write it as {CLUSTER_FORM}");
-    let parsed = url::Url::parse(text).map_err(|e| form(e.to_string()))?;
-    let host = parsed.host_str().unwrap_or_default();
+/// What the authority of a member's URL gives: the URL parsed, the
+/// address in it, and the credentials (the data nodes').
+pub(crate) struct Authority {
+    pub url: url::Url,
+    pub first: Addr,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+/// Reads a member's URL up to its path: `form` turns what is wrong into
+/// a message that says what to write.
+pub(crate) fn authority(
+    text: &str,
+    default_port: u16,
+    form: &dyn Fn(String) -> String,
+) -> Result<Authority, String> {
+    let url = url::Url::parse(text).map_err(|e| form(e.to_string()))?;
+    let host = url.host_str().unwrap_or_default();
     if host.is_empty() {
         return Err(form("no host".into()));
     }
-    let port = parsed.port().unwrap_or(6379);
+    let port = url.port().unwrap_or(default_port);
     if port == 0 {
         return Err(form("port 0".into()));
     }
+    if url.fragment().is_some() {
+        return Err(form("a #fragment".into()));
+    }
+    let username = Some(url.username()).filter(|u| !u.is_empty()).map(|u| decode(u, form)).transpose()?;
+    let password = url.password().map(|p| decode(p, form)).transpose()?;
+    let first = Addr::parse(&format!("[{}]:{port}", host.trim_matches(|c| c == '[' || c == ']')), "")
+        .ok_or_else(|| form(format!("{host}:{port} is not a node address")))?;
+    Ok(Authority { url, first, username, password })
+}
+
+/// A percent-encoded part of a URL, decoded, or why not.
+pub(crate) fn decode(part: &str, form: &dyn Fn(String) -> String) -> Result<String, String> {
+    percent_decode(part).ok_or_else(|| form(format!("{part:?} is not valid percent-encoded UTF-8")))
+}
+
+/// `text` (`redis+cluster://...`) as a cluster member, or why not.
+pub(crate) fn parse_cluster(text: &str) -> Result<ClusterSpelling, String> {
+    let form = |what: String| format!("{what}: write it as {CLUSTER_FORM}");
+    let Authority { url: parsed, first, username, password } = authority(text, 6379, &form)?;
     let db = parsed.path().trim_matches('/');
     if !db.is_empty() && db != "0" {
         return Err(format!(
             "a cluster has database 0 only, not {db:?}: remove the /{db} (write it as {CLUSTER_FORM})"
         ));
     }
-    if parsed.fragment().is_some() {
-        return Err(form("a #fragment".into()));
-    }
-    let decode = |part: &str| -> Result<String, String> {
-        percent_decode(part).ok_or_else(|| form(format!("{part:?} is not valid percent-encoded UTF-8")))
-    };
-    let username = Some(parsed.username()).filter(|u| !u.is_empty()).map(decode).transpose()?;
-    let password = parsed.password().map(decode).transpose()?;
-    let first = Addr::parse(&format!("[{}]:{port}", host.trim_matches(|c| c == '[' || c == ']')), "")
-        .ok_or_else(|| form(format!("{host}:{port} is not a node address")))?;
     let mut seeds = vec![first];
     for (name, value) in parsed.query_pairs() {
         if name != "addr" {

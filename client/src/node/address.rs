@@ -25,7 +25,8 @@ pub(crate) fn parse_url(url: &str) -> Result<ConnectionInfo, String> {
         }
         other => {
             return Err(format!(
-                "the scheme is {other}://, not redis:// (one master) or redis+cluster:// (a cluster): \
+                "the scheme is {other}://, not redis:// (one master), redis+cluster:// (a cluster) or \
+                 redis+sentinel:// (a master under Sentinel): \
                  write it as {URL_FORM}"
             ))
         }

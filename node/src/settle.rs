@@ -1,0 +1,242 @@
+//! The Promises of the client's calls: each call's future runs on the
+//! runtime, and what it returns settles its Promise on the JavaScript
+//! thread, many at a time.
+//!
+//! napi-rs's own `async fn` makes a thread-safe function per call (a libuv
+//! handle opened and closed, a cleanup hook added and removed) and wakes
+//! the JavaScript thread once per call. Here one thread-safe function per
+//! JavaScript thread serves every call: a finished call joins a queue, and
+//! only the call that finds the queue empty wakes the JavaScript thread,
+//! which then settles every call the queue holds. With many calls under
+//! way, one wake-up settles a batch of them.
+//!
+//! The thread-safe function keeps the process alive only while a call is
+//! under way (it is referenced then, unreferenced when none is), as a
+//! pending Promise of napi-rs's does. When the environment goes away, Node
+//! finalizes it; calls that end later are dropped with their values.
+
+use std::cell::RefCell;
+use std::ffi::c_void;
+use std::future::Future;
+use std::ptr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use napi::bindgen_prelude::{spawn, PromiseRaw, ToNapiValue};
+use napi::{sys, Env, Error, JsError, Result, Status};
+
+/// Makes the settled value on the JavaScript thread.
+type Make = Box<dyn FnOnce(sys::napi_env) -> Result<sys::napi_value> + Send>;
+
+/// A finished call: its Promise's deferred (a pointer of the JavaScript
+/// thread, carried as a number) and its value.
+struct Finished {
+    deferred: usize,
+    value: Make,
+}
+
+/// What the runtime's threads and the JavaScript thread share.
+struct Shared {
+    /// Finished calls the JavaScript thread has not settled yet.
+    queue: Mutex<Vec<Finished>>,
+    /// The thread-safe function, until Node finalizes it.
+    wake: Mutex<Option<Tsfn>>,
+    /// Calls under way (started and not settled); the JavaScript thread's
+    /// alone.
+    pending: AtomicUsize,
+}
+
+struct Tsfn(sys::napi_threadsafe_function);
+
+// SAFETY: a thread-safe function is made to be called from any thread;
+// `Shared::wake`'s mutex keeps a call from racing Node's finalizer.
+unsafe impl Send for Tsfn {}
+
+thread_local! {
+    /// The JavaScript thread's queue (each worker thread has its own).
+    static LOCAL: RefCell<Option<Rc<Local>>> = const { RefCell::new(None) };
+}
+
+struct Local {
+    shared: Arc<Shared>,
+    tsfn: sys::napi_threadsafe_function,
+}
+
+fn check(status: sys::napi_status, what: &str) -> Result<()> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(Error::new(Status::from(status), format!("{what} failed")))
+    }
+}
+
+impl Local {
+    /// This thread's, made with its thread-safe function at the first call.
+    fn get(env: sys::napi_env) -> Result<Rc<Local>> {
+        if let Some(local) = LOCAL.with(|l| l.borrow().clone()) {
+            return Ok(local);
+        }
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Vec::new()),
+            wake: Mutex::new(None),
+            pending: AtomicUsize::new(0),
+        });
+        let mut name = ptr::null_mut();
+        let label = "redlock-client settle";
+        // SAFETY: a valid env and a UTF-8 string of the given length.
+        check(
+            unsafe {
+                sys::napi_create_string_utf8(env, label.as_ptr().cast(), label.len() as isize, &mut name)
+            },
+            "napi_create_string_utf8",
+        )?;
+        let context = Arc::into_raw(shared.clone()) as *mut c_void;
+        let mut tsfn = ptr::null_mut();
+        // SAFETY: no JavaScript function (call_js settles), unlimited queue,
+        // one thread using it for ever; `context` is an Arc that the
+        // finalizer takes back.
+        let made = unsafe {
+            sys::napi_create_threadsafe_function(
+                env,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                name,
+                0,
+                1,
+                context,
+                Some(finalize),
+                context,
+                Some(call_js),
+                &mut tsfn,
+            )
+        };
+        if let Err(e) = check(made, "napi_create_threadsafe_function") {
+            // SAFETY: not handed to Node: ours to take back.
+            drop(unsafe { Arc::from_raw(context as *const Shared) });
+            return Err(e);
+        }
+        // Idle until a call is under way.
+        // SAFETY: made above, on this thread.
+        check(unsafe { sys::napi_unref_threadsafe_function(env, tsfn) }, "napi_unref_threadsafe_function")?;
+        *shared.wake.lock().unwrap_or_else(PoisonError::into_inner) = Some(Tsfn(tsfn));
+        let local = Rc::new(Local { shared, tsfn });
+        LOCAL.with(|l| *l.borrow_mut() = Some(local.clone()));
+        Ok(local)
+    }
+}
+
+/// Runs `call` on the runtime; returns its Promise, which `call`'s value
+/// (made into a JavaScript value on the JavaScript thread) settles.
+pub fn promise<T, F>(env: &Env, call: F) -> Result<PromiseRaw<'static, T>>
+where
+    T: ToNapiValue + Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    let env = env.raw();
+    let local = Local::get(env)?;
+    let mut deferred = ptr::null_mut();
+    let mut promise = ptr::null_mut();
+    // SAFETY: a valid env, on its thread.
+    check(unsafe { sys::napi_create_promise(env, &mut deferred, &mut promise) }, "napi_create_promise")?;
+    if local.shared.pending.fetch_add(1, Ordering::Relaxed) == 0 {
+        // SAFETY: this thread's thread-safe function, alive while `LOCAL` has it.
+        check(unsafe { sys::napi_ref_threadsafe_function(env, local.tsfn) }, "napi_ref_threadsafe_function")?;
+    }
+    let mut done = Done { shared: local.shared.clone(), deferred: deferred as usize };
+    spawn(async move {
+        let value = call.await;
+        // SAFETY: on the JavaScript thread, with its env.
+        done.finish(Box::new(move |env| unsafe { T::to_napi_value(env, value) }));
+    });
+    Ok(PromiseRaw::new(env, promise))
+}
+
+/// A call under way: settles its Promise once, with the call's value or,
+/// if the task is dropped before (a panic, the runtime shutting down),
+/// with an error.
+struct Done {
+    shared: Arc<Shared>,
+    /// 0 once handed to the queue.
+    deferred: usize,
+}
+
+impl Done {
+    fn finish(&mut self, value: Make) {
+        let deferred = std::mem::take(&mut self.deferred);
+        let was_empty = {
+            let mut queue = self.shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            let was_empty = queue.is_empty();
+            queue.push(Finished { deferred, value });
+            was_empty
+        };
+        // A queue that was not empty has a wake-up on its way already: the
+        // JavaScript thread takes the whole queue when it comes.
+        if was_empty {
+            if let Some(tsfn) = &*self.shared.wake.lock().unwrap_or_else(PoisonError::into_inner) {
+                // SAFETY: alive while `wake` has it (the finalizer clears it
+                // under the same lock). Fails only once Node is closing it.
+                unsafe {
+                    sys::napi_call_threadsafe_function(
+                        tsfn.0,
+                        ptr::null_mut(),
+                        sys::ThreadsafeFunctionCallMode::nonblocking,
+                    )
+                };
+            }
+        }
+    }
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        if self.deferred != 0 {
+            self.finish(Box::new(|_| {
+                Err(Error::new(Status::GenericFailure, "the call ended before its result"))
+            }));
+        }
+    }
+}
+
+/// On the JavaScript thread: settles every finished call.
+unsafe extern "C" fn call_js(
+    env: sys::napi_env,
+    _js: sys::napi_value,
+    context: *mut c_void,
+    _data: *mut c_void,
+) {
+    // SAFETY: the Arc given at creation, alive until the finalizer.
+    let shared = unsafe { &*(context as *const Shared) };
+    let finished = std::mem::take(&mut *shared.queue.lock().unwrap_or_else(PoisonError::into_inner));
+    if env.is_null() || finished.is_empty() {
+        // Closing (env gone): the values are dropped unsettled.
+        return;
+    }
+    let settled = finished.len();
+    for Finished { deferred, value } in finished {
+        let deferred = deferred as sys::napi_deferred;
+        // SAFETY: each deferred is settled once, on its env's thread.
+        unsafe {
+            match value(env) {
+                Ok(value) => sys::napi_resolve_deferred(env, deferred, value),
+                Err(error) => sys::napi_reject_deferred(env, deferred, JsError::from(error).into_value(env)),
+            };
+        }
+    }
+    if shared.pending.fetch_sub(settled, Ordering::Relaxed) == settled {
+        if let Some(tsfn) = &*shared.wake.lock().unwrap_or_else(PoisonError::into_inner) {
+            // SAFETY: on its JavaScript thread, while alive.
+            unsafe { sys::napi_unref_threadsafe_function(env, tsfn.0) };
+        }
+    }
+}
+
+/// Node finalizes the thread-safe function (the environment goes away):
+/// no call wakes it any more, and this thread makes a new one if it runs
+/// JavaScript again.
+unsafe extern "C" fn finalize(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    // SAFETY: the Arc given at creation, taken back once.
+    let shared = unsafe { Arc::from_raw(data as *const Shared) };
+    shared.wake.lock().unwrap_or_else(PoisonError::into_inner).take();
+    let _ = LOCAL.try_with(|l| l.borrow_mut().take());
+}

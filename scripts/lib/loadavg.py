@@ -1,0 +1,44 @@
+"""The machine's load average around a benchmark run, for the benchmark
+scripts' tables (the bash ones use scripts/lib/load.bash, the same rule).
+
+Other work on the machine slows some clients more than others (a
+single-threaded peer more than a client whose I/O runs on threads of its
+own), so figures taken under load are no evidence for a comparison: a run
+taken above a 1-minute load average of COMPARABLE is marked "not
+comparable". Instruction counts (callgrind) do not depend on the load; the
+scripts that count them print it all the same.
+"""
+
+import os
+
+COMPARABLE = 1.0
+
+
+def now():
+    """The 1, 5 and 15 minute load averages."""
+    return os.getloadavg()
+
+
+def text(load):
+    return " ".join(f"{x:.2f}" for x in load)
+
+
+def line(before, after):
+    """The load average before and after a run, and, when either is above
+    COMPARABLE, the line that says the run is not comparable."""
+    out = f"load average before {text(before)}, after {text(after)}"
+    if max(before[0], after[0]) > COMPARABLE:
+        out += ("\nNOT COMPARABLE: taken above a load average of "
+                f"{COMPARABLE:g} (other work on the machine slows some clients more than others)")
+    return out
+
+
+def mark(load):
+    """A table row's suffix for a run whose highest 1-minute load average
+    was `load`: empty, or that it is not comparable."""
+    return "" if load <= COMPARABLE else f" (not comparable: load {load:.2f})"
+
+
+def counted_line(before, after):
+    """The same for instruction counts: the load, which they do not depend on."""
+    return f"load average before {text(before)}, after {text(after)} (instruction counts do not depend on it)"
