@@ -60,9 +60,12 @@ fn call_keys(words: &[Vec<u8>]) -> Vec<&[u8]> {
         [&b"LOCK.MACQUIRE"[..], b"LOCK.RENEW", b"LOCK.MRELEASE"].iter().any(|m| name.eq_ignore_ascii_case(m))
     });
     let argv: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
-    let parsed = multi.then(|| crate::command::parse(&argv, crate::command::limits(i64::MAX), 0).ok()).flatten();
+    let parsed =
+        multi.then(|| crate::command::parse(&argv, crate::command::limits(i64::MAX), 0).ok()).flatten();
     match parsed {
-        Some(Request::GrantAll { keys, .. } | Request::Renew { keys, .. } | Request::ReleaseAll { keys, .. }) => keys,
+        Some(
+            Request::GrantAll { keys, .. } | Request::Renew { keys, .. } | Request::ReleaseAll { keys, .. },
+        ) => keys,
         _ => words.get(1).map(Vec::as_slice).into_iter().collect(),
     }
 }
@@ -357,7 +360,10 @@ pub fn serve(
     }
     let slot = key_slot(key);
     if keys.iter().any(|k| key_slot(k) != slot) {
-        return Some((Reply::Error("CROSSSLOT", "Keys in request don't hash to the same slot".into()), false));
+        return Some((
+            Reply::Error("CROSSSLOT", "Keys in request don't hash to the same slot".into()),
+            false,
+        ));
     }
     let view = c.views.get(&node)?;
     let owner = *view.masters.get(view.owner(slot)?)?;
@@ -381,7 +387,10 @@ pub fn serve(
     };
     match redirect {
         Some(("TRYAGAIN", _)) => {
-            return Some((Reply::Error("TRYAGAIN", "Multiple keys request during rehashing of slot".into()), false))
+            return Some((
+                Reply::Error("TRYAGAIN", "Multiple keys request during rehashing of slot".into()),
+                false,
+            ))
         }
         Some((code, Some(to))) => {
             return Some((Reply::Error(code, format!("{slot} {}:6379", host(client, to))), false))

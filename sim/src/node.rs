@@ -467,9 +467,14 @@ impl Node {
         let slot = crate::cluster::key_slot(key);
         let wait = self.slot_waits.refusal(slot, forgetting::key_hash(0, key), now)?;
         Some(match wait.until_ms {
-            imports::OPEN => format!("this key's hash slot {slot} is being imported, refusing new locks in it"),
+            imports::OPEN => {
+                format!("this key's hash slot {slot} is being imported, refusing new locks in it")
+            }
             until_ms => {
-                format!("this key's hash slot {slot} was imported, refusing new locks in it for {} ms", until_ms - now)
+                format!(
+                    "this key's hash slot {slot} was imported, refusing new locks in it for {} ms",
+                    until_ms - now
+                )
             }
         })
     }
