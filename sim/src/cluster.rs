@@ -5,22 +5,29 @@
 //! asked node's own view of the map, `MOVED` for a slot that node does not
 //! serve, and during a slot's migration `ASK` from the source for a key it
 //! no longer has, served by the importing node only after `ASKING` (the
-//! flag lasts one command), as Redis does. Its faults, drawn from the seed:
+//! flag lasts one command), `TRYAGAIN` for a call of several keys of which
+//! some have moved, `CROSSSLOT`, and `CLUSTERDOWN` while a shard has no
+//! master, as Redis does. Its faults, drawn from the seed:
 //! - resharding: the resource's slot migrates to another shard mid-history
-//!   (`MIGRATING`/`IMPORTING`, then `MIGRATE` of the slot's lock keys, as
-//!   they are, then `SETSLOT ... NODE`), or stays open to the end (a
-//!   stalled reshard: clients must still work, through `ASK`);
-//! - a shard's failover: its master dies, and after a detection delay its
-//!   replica, some writes behind, is promoted and quarantines (the
-//!   module's failover quarantine);
+//!   (`IMPORTING`/`MIGRATING`, then `MIGRATE` of the slot's lock keys, as
+//!   they are, then `SETSLOT ... NODE`), or stays open (a stalled reshard:
+//!   clients must still work, through `ASK`) until an operator finishes
+//!   it; or Valkey's atomic slot migration (`CLUSTER MIGRATESLOTS`: the
+//!   source serves the slot and streams its writes until the handover);
+//!   the importing node models the module's import handling (`Node`'s
+//!   `import_started`, `lock_arrived`, `import_ended`: the raise at a
+//!   lock's arrival, its `imported` quarantine, the slot wait);
+//! - a shard's failover: its master dies (`CLUSTERDOWN` meanwhile), and
+//!   after a detection delay its replica, some writes behind, is promoted
+//!   and quarantines (the module's failover quarantine);
+//! - a client cut off from one of its masters for a while;
 //! - stale maps: the nodes a change involves know it at once, the others
 //!   by gossip, later; a node asked for the topology meanwhile gives its
 //!   old view, and a client's map is stale until a `MOVED` or a fetch.
 //!
-//! The nodes of a cluster share one clock, at or ahead of every plain
-//! node's: a migrated key keeps its deadlines, and its tokens once its
-//! lock is gone rest on the clocks agreeing (docs/safety.md, assumption 2);
-//! the plain nodes' clocks are the ones the simulator sets apart.
+//! The nodes' clocks are as far apart as the plain nodes' (within
+//! docs/safety.md's assumption 2): a migrated lock's deadlines are covered
+//! by its `imported` quarantine, a released lock's tokens by the slot wait.
 //!
 //! A node's name for a client is the plain nodes' (`c{client}n{node}`, see
 //! `net.rs`): a real cluster names its nodes alike to every client, the
@@ -33,16 +40,34 @@ use lock_protocol::code::ERR;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::command::Request;
 use crate::node::{Node, Persistence, Rules};
 use crate::resp::Reply;
 
 /// How many hash slots a cluster has.
 pub const SLOTS: u16 = 16_384;
 
-/// The hash slot of `key` (CRC16-XMODEM modulo 16384; the simulator's
-/// keys have no hash tag).
+/// The hash slot of `key` (CRC16-XMODEM of its hash tag, or of the whole
+/// key, modulo 16384).
 pub fn key_slot(key: &[u8]) -> u16 {
-    crc16::State::<crc16::XMODEM>::calculate(key) % SLOTS
+    lock_protocol::slot::key_slot(key)
+}
+
+/// The keys a lock command names (`LOCK.MACQUIRE`, `RENEW` and `MRELEASE`
+/// name several; the others one, after the command's name).
+fn call_keys(words: &[Vec<u8>]) -> Vec<&[u8]> {
+    let multi = words.first().is_some_and(|name| {
+        [&b"LOCK.MACQUIRE"[..], b"LOCK.RENEW", b"LOCK.MRELEASE"].iter().any(|m| name.eq_ignore_ascii_case(m))
+    });
+    let argv: Vec<&[u8]> = words.iter().map(Vec::as_slice).collect();
+    let parsed =
+        multi.then(|| crate::command::parse(&argv, crate::command::limits(i64::MAX), 0).ok()).flatten();
+    match parsed {
+        Some(
+            Request::GrantAll { keys, .. } | Request::Renew { keys, .. } | Request::ReleaseAll { keys, .. },
+        ) => keys,
+        _ => words.get(1).map(Vec::as_slice).into_iter().collect(),
+    }
 }
 
 /// The host a client's URLs give node `node` (see `net::url`).
@@ -87,6 +112,10 @@ pub(crate) struct Migration {
     pub(crate) slot: u16,
     pub(crate) from: usize,
     pub(crate) to: usize,
+    /// Valkey's atomic slot migration (`CLUSTER MIGRATESLOTS`): the source
+    /// serves the whole slot until the handover (no `ASK`), and its writes
+    /// are streamed to the target.
+    pub(crate) atomic: bool,
 }
 
 /// What a shard's replica has: its master's locks and fencing counter
@@ -129,6 +158,9 @@ pub struct Plan {
     /// How long the nodes a change does not involve take to learn it.
     pub gossip_ms: u64,
     pub lag_ms: i64,
+    /// Seeds the draws added since the first cluster members (its nodes'
+    /// clocks): the earlier draws stay as they were.
+    pub later_draws: u64,
 }
 
 /// A fault of a cluster.
@@ -137,18 +169,23 @@ pub enum Event {
     /// The resource's slot migrates to the shard `1 + to_offset` after
     /// its own: its keys move after `keys_after_ms`, and the slot is
     /// handed over `done_after_ms` later, or never (`None`: the reshard
-    /// stalls with the slot open).
-    Migrate { to_offset: usize, keys_after_ms: u64, done_after_ms: Option<u64> },
+    /// stalls with the slot open). When `atomic` (Valkey's `CLUSTER
+    /// MIGRATESLOTS`), the keys are copied at once and the source's writes
+    /// streamed; the handover comes after both delays, and a stall is an
+    /// abort (`IMPORT_ABORTED`).
+    Migrate { to_offset: usize, keys_after_ms: u64, done_after_ms: Option<u64>, atomic: bool },
     /// A shard's master dies (the resource's shard when `of_resource`,
     /// else the one after it); its replica is promoted `detect_ms` later.
     Failover { of_resource: bool, detect_ms: u64 },
+    /// Client `client` is cut off from shard `shard`'s master for `for_ms`.
+    Partition { client: usize, shard: usize, for_ms: u64 },
 }
 
 /// The clusters of the history of `seed`: none in most histories; in
 /// `per_mille` of them one or two of the `members` quorum members are
 /// clusters of 2 or 3 shards. From a generator of their own: the other
 /// histories' draws stay as they were.
-pub fn draw(seed: u64, per_mille: u32, members: usize) -> Vec<Plan> {
+pub fn draw(seed: u64, per_mille: u32, members: usize, clients: usize) -> Vec<Plan> {
     let mut rng = StdRng::seed_from_u64(seed ^ 0xc1a5_7e25);
     if members == 0 || rng.gen_range(0..1000) >= per_mille {
         return Vec::new();
@@ -171,6 +208,7 @@ pub fn draw(seed: u64, per_mille: u32, members: usize) -> Vec<Plan> {
                     to_offset: rng.gen_range(0..shards - 1),
                     keys_after_ms: rng.gen_range(0..200),
                     done_after_ms: Some(rng.gen_range(0..300)),
+                    atomic: false,
                 };
                 events.push((rng.gen_range(0..1500), migrate));
             }
@@ -188,7 +226,32 @@ pub fn draw(seed: u64, per_mille: u32, members: usize) -> Vec<Plan> {
                     *done_after_ms = None;
                 }
             }
-            Plan { member, shards, events, gossip_ms: rng.gen_range(0..300), lag_ms: rng.gen_range(0..300) }
+            let later_draws = seed ^ 0x1a7e_d4a5 ^ (member as u64) << 40;
+            // A third of the migrations are Valkey's atomic ones.
+            let mut later = StdRng::seed_from_u64(later_draws ^ 0xa70);
+            for (_, event) in &mut events {
+                if let Event::Migrate { atomic, .. } = event {
+                    *atomic = later.gen_range(0..3) == 0;
+                }
+            }
+            // In half of them a client is cut off from one of its masters.
+            if clients > 0 && later.gen_bool(0.5) {
+                let partition = Event::Partition {
+                    client: later.gen_range(0..clients),
+                    shard: later.gen_range(0..shards),
+                    for_ms: later.gen_range(1..500),
+                };
+                events.push((later.gen_range(0..1500), partition));
+                events.sort_by_key(|(at, _)| *at);
+            }
+            Plan {
+                member,
+                shards,
+                events,
+                gossip_ms: rng.gen_range(0..300),
+                lag_ms: rng.gen_range(0..300),
+                later_draws,
+            }
         })
         .collect()
 }
@@ -204,18 +267,21 @@ pub fn build(
     ttl_max_ms: i64,
     lock_delay_ms: i64,
 ) -> Vec<Cluster> {
-    // One clock for every cluster node, at or ahead of every plain node's
-    // (see the module's comment).
-    let rate = nodes.iter().map(|n| n.rate_per_mille).max().unwrap_or(0);
-    let offset = nodes.iter().map(|n| n.clock_offset_ms()).max().unwrap_or(0);
+    // Each cluster node's clocks as far from the others as the plain
+    // nodes' are (see the module's comment).
+    let rates = nodes.iter().map(|n| n.rate_per_mille);
+    let (rate_min, rate_max) = (rates.clone().min().unwrap_or(0), rates.max().unwrap_or(0));
+    let offsets = nodes.iter().map(|n| n.clock_offset_ms());
+    let (offset_min, offset_max) = (offsets.clone().min().unwrap_or(0), offsets.max().unwrap_or(0));
     plans
         .iter()
         .map(|plan| {
+            let mut clocks = StdRng::seed_from_u64(plan.later_draws);
             let masters: Vec<usize> = (0..plan.shards)
                 .map(|_| {
                     let mut node = Node::new(rules, Persistence::None, ttl_max_ms, lock_delay_ms);
-                    node.rate_per_mille = rate;
-                    node.set_clock_offset(offset);
+                    node.rate_per_mille = clocks.gen_range(rate_min..=rate_max);
+                    node.set_clock_offset(clocks.gen_range(offset_min..=offset_max));
                     nodes.push(node);
                     nodes.len() - 1
                 })
@@ -268,6 +334,9 @@ pub fn serve(
             let c = clusters.get(k)?;
             let reply = match word(1).as_deref() {
                 Some("SHARDS") => shards(c.views.get(&node)?, client),
+                Some("INFO") if masterless(c, nodes) => {
+                    Reply::Bulk(b"cluster_enabled:1\r\ncluster_state:fail\r\n".to_vec())
+                }
                 Some("INFO") => Reply::Bulk(b"cluster_enabled:1\r\ncluster_state:ok\r\n".to_vec()),
                 _ => Reply::Error(ERR, "unknown subcommand".into()),
             };
@@ -278,28 +347,55 @@ pub fn serve(
         }
         _ => {}
     }
-    let (Some(k), Some(key)) = (cluster, words.get(1)) else {
+    let keys = call_keys(words);
+    let (Some(k), Some(&key)) = (cluster, keys.first()) else {
         return Some((nodes.get_mut(node)?.call(words, at), true));
     };
     let c = clusters.get_mut(k)?;
+    // A shard without a master (its master dead, its replica not yet
+    // promoted): with `cluster-require-full-coverage yes` every node
+    // refuses every key.
+    if masterless(c, nodes) {
+        return Some((Reply::Error("CLUSTERDOWN", "The cluster is down".into()), false));
+    }
     let slot = key_slot(key);
+    if keys.iter().any(|k| key_slot(k) != slot) {
+        return Some((
+            Reply::Error("CROSSSLOT", "Keys in request don't hash to the same slot".into()),
+            false,
+        ));
+    }
     let view = c.views.get(&node)?;
     let owner = *view.masters.get(view.owner(slot)?)?;
     let migration = c.migration.filter(|m| m.slot == slot);
-    let importer = migration.and_then(|m| c.truth.masters.get(m.to).copied());
+    let importer = migration.filter(|m| !m.atomic).and_then(|m| c.truth.masters.get(m.to).copied());
+    let here = keys.iter().filter(|k| nodes.get(node).is_some_and(|n| n.has_key(k))).count();
     let redirect = if owner == node {
-        // The source of a migration serves the keys it still has.
+        // The source of a migration serves the keys it still has, sends
+        // the others on, and a call of several keys, some of them moved,
+        // is sent again later.
         match importer {
-            Some(to) if !nodes.get(node)?.has_key(key) => Some(("ASK", to)),
+            Some(_) if here > 0 && here < keys.len() => Some(("TRYAGAIN", None)),
+            Some(to) if here == 0 => Some(("ASK", Some(to))),
             _ => None,
         }
     } else if was_asking && importer == Some(node) {
-        None
+        // The target serves a call of several keys once all have moved.
+        (keys.len() > 1 && here < keys.len()).then_some(("TRYAGAIN", None))
     } else {
-        Some(("MOVED", owner))
+        Some(("MOVED", Some(owner)))
     };
-    if let Some((code, to)) = redirect {
-        return Some((Reply::Error(code, format!("{slot} {}:6379", host(client, to))), false));
+    match redirect {
+        Some(("TRYAGAIN", _)) => {
+            return Some((
+                Reply::Error("TRYAGAIN", "Multiple keys request during rehashing of slot".into()),
+                false,
+            ))
+        }
+        Some((code, Some(to))) => {
+            return Some((Reply::Error(code, format!("{slot} {}:6379", host(client, to))), false))
+        }
+        _ => {}
     }
     // The shard's replica catches up before the write: it misses the
     // writes of its last `lag_ms`.
@@ -309,7 +405,25 @@ pub fn serve(
             *replica = Replica { copy: n.replica_copy(), synced_ms: at };
         }
     }
-    Some((nodes.get_mut(node)?.call(words, at), true))
+    let reply = nodes.get_mut(node)?.call(words, at);
+    // Valkey's atomic migration streams the source's writes of the slot to
+    // the target, where each lock arrives (or goes).
+    if let Some(m) = migration.filter(|m| m.atomic && c.truth.masters.get(m.from) == Some(&node)) {
+        let to = *c.truth.masters.get(m.to)?;
+        for key in keys {
+            let copy = nodes.get(node)?.key_copy(key);
+            let target = nodes.get_mut(to)?;
+            if target.key_copy(key) != copy {
+                target.lock_arrived(key, copy, at);
+            }
+        }
+    }
+    Some((reply, true))
+}
+
+/// Whether a shard of `c` has no master now (its master down).
+fn masterless(c: &Cluster, nodes: &[Node]) -> bool {
+    c.truth.masters.iter().any(|&m| nodes.get(m).is_none_or(|n| !n.up))
 }
 
 /// `INFO lock` as the module writes the fields `status()` reads.
@@ -395,7 +509,7 @@ mod tests {
 
     fn world() -> World {
         let mut nodes = vec![Node::new(Rules::Module, Persistence::None, 600, 0)];
-        let plan = Plan { member: 0, shards: 2, events: Vec::new(), gossip_ms: 0, lag_ms: 0 };
+        let plan = Plan { member: 0, shards: 2, events: Vec::new(), gossip_ms: 0, lag_ms: 0, later_draws: 0 };
         let clusters = build(&[plan], &mut nodes, Rules::Module, 600, 0);
         World { nodes, clusters }
     }
@@ -436,7 +550,7 @@ mod tests {
             call(&mut w, 1, &["LOCK.ACQUIRE", "res", "a", "300"], &mut asking),
             (Reply::Int(_), true)
         ));
-        w.clusters[0].migration = Some(Migration { slot, from: 0, to: 1 });
+        w.clusters[0].migration = Some(Migration { slot, from: 0, to: 1, atomic: false });
         // The source still has the key: it serves it.
         assert_eq!(call(&mut w, 1, &["LOCK.EXTEND", "res", "a", "300"], &mut asking), (Reply::Int(1), true));
         // Moved: the source asks, the target refuses without ASKING.

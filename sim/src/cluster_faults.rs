@@ -28,44 +28,56 @@ pub fn urls(world: &Shared, client: usize, members: usize) -> Vec<String> {
         .collect()
 }
 
-/// Cluster `k`'s faults at their times; ends after its last one (a
-/// stalled migration stays open).
+/// Cluster `k`'s faults at their times; ends after its last one, or once
+/// an operator finished a stalled migration.
 pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str) {
     let started = net::lock(&world).started;
     let slot = key_slot(resource.as_bytes());
     for (at, event) in plan.events {
         tokio::time::sleep_until(started + Duration::from_millis(at)).await;
         match event {
-            Event::Migrate { to_offset, keys_after_ms, done_after_ms } => {
-                settle_quarantines(&world).await;
-                let migration = change(&world, k, |c| {
+            Event::Migrate { to_offset, keys_after_ms, done_after_ms, atomic: true } => {
+                let Some(masters) = atomic_migration(&world, k, plan.shards, to_offset, resource) else {
+                    continue;
+                };
+                tokio::time::sleep(Duration::from_millis(keys_after_ms)).await;
+                if let Some(done_after_ms) = done_after_ms {
+                    tokio::time::sleep(Duration::from_millis(done_after_ms)).await;
+                }
+                atomic_handover(&world, k, resource, done_after_ms.is_some(), masters);
+            }
+            Event::Migrate { to_offset, keys_after_ms, done_after_ms, atomic: false } => {
+                // SETSLOT IMPORTING on the target (its slot wait starts),
+                // then MIGRATING on the source.
+                let migration = change_nodes(&world, k, |c, nodes| {
                     let from = c.truth.owner(slot)?;
                     let to = (from + 1 + to_offset) % plan.shards;
-                    c.migration = Some(Migration { slot, from, to });
+                    c.migration = Some(Migration { slot, from, to, atomic: false });
+                    nodes.get_mut(*c.truth.masters.get(to)?)?.import_started(slot);
                     Some(format!("slot {slot} migrating from shard {from} to shard {to}"))
                 });
                 if migration.is_none() {
                     continue;
                 }
                 tokio::time::sleep(Duration::from_millis(keys_after_ms)).await;
-                migrate_keys(&world, k, resource);
+                migrate_keys(&world, k, false);
                 let Some(done_after_ms) = done_after_ms else {
                     change(&world, k, |_| Some(format!("slot {slot} stays open (the reshard stalls)")));
                     continue;
                 };
                 tokio::time::sleep(Duration::from_millis(done_after_ms)).await;
-                migrate_keys(&world, k, resource);
-                // SETSLOT NODE on the target, then the source: both know
-                // at once, the others by gossip.
-                change(&world, k, |c| {
-                    let m = c.migration.take()?;
-                    c.truth.set(slot, m.to);
-                    for shard in [m.from, m.to] {
-                        let node = *c.truth.masters.get(shard)?;
-                        c.views.insert(node, c.truth.clone());
-                    }
-                    Some(format!("slot {slot} now served by shard {}", m.to))
+                hand_over(&world, k, resource, "");
+            }
+            Event::Partition { client, shard, for_ms } => {
+                let node =
+                    net::lock(&world).clusters.get(k).and_then(|c| c.truth.masters.get(shard).copied());
+                let Some(node) = node else { continue };
+                change(&world, k, |_| {
+                    Some(format!("c{client} is cut off from shard {shard}'s master n{node}"))
                 });
+                crate::run::set_partition(&world, client, node, true);
+                tokio::time::sleep(Duration::from_millis(for_ms)).await;
+                crate::run::set_partition(&world, client, node, false);
             }
             Event::Failover { of_resource, detect_ms } => {
                 let Some((shard, old)) = fail(&world, k, slot, of_resource, plan.shards) else { continue };
@@ -81,6 +93,110 @@ pub async fn inject(world: Shared, k: usize, plan: Plan, resource: &'static str)
             Some("every node knows the change (gossip)".to_string())
         });
     }
+    // An operator finishes a stalled reshard (`redis-cli --cluster fix`)
+    // once the clients are done with it: while it stays open its importer
+    // refuses new grants in the slot (the slot's wait), so a member would
+    // refuse the resource for good.
+    if net::lock(&world).clusters.get(k).is_some_and(|c| c.migration.is_some()) {
+        tokio::time::sleep_until(started + Duration::from_millis(STALL_FIXED_AT_MS)).await;
+        hand_over(&world, k, resource, " (an operator finishes the stalled reshard)");
+    }
+}
+
+/// Valkey's atomic import of the resource's slot starts (`CLUSTER
+/// MIGRATESLOTS`, `IMPORT_STARTED` on the target: its slot wait starts):
+/// the slot's lock keys are copied to the target, where they arrive; the
+/// source goes on serving the slot and streams its writes (`cluster.rs`).
+/// Returns the source's and the target's masters.
+fn atomic_migration(
+    world: &Shared,
+    k: usize,
+    shards: usize,
+    to_offset: usize,
+    resource: &str,
+) -> Option<(usize, usize)> {
+    let slot = key_slot(resource.as_bytes());
+    let now = net::lock(world).now_ms();
+    let mut masters = None;
+    change_nodes(world, k, |c, nodes| {
+        let from = c.truth.owner(slot)?;
+        let to = (from + 1 + to_offset) % shards;
+        c.migration = Some(Migration { slot, from, to, atomic: true });
+        let (source, target) = (*c.truth.masters.get(from)?, *c.truth.masters.get(to)?);
+        masters = Some((source, target));
+        let copies: Vec<_> = (nodes.get(source)?.keys_in_slot(slot).into_iter())
+            .map(|key| (nodes.get(source).and_then(|n| n.key_copy(&key)), key))
+            .collect();
+        let target = nodes.get_mut(target)?;
+        target.import_started(slot);
+        for (copy, key) in copies {
+            target.lock_arrived(&key, copy, now);
+        }
+        Some(format!("slot {slot}: atomic import (CLUSTER MIGRATESLOTS) from shard {from} to shard {to}"))
+    });
+    masters
+}
+
+/// The atomic import ends: completed (`done`: the target owns the slot;
+/// the source deletes its keys without keyspace events), or aborted (the
+/// target drops what it copied; the source keeps the slot), as it is when
+/// either shard's master is not the one it started with (`masters`: a
+/// failover cancels it). The target's slot wait lasts a quarantine longer
+/// either way (`IMPORT_COMPLETED`, `IMPORT_ABORTED`).
+fn atomic_handover(world: &Shared, k: usize, resource: &str, done: bool, masters: (usize, usize)) {
+    let slot = key_slot(resource.as_bytes());
+    let now = net::lock(world).now_ms();
+    change_nodes(world, k, |c, nodes| {
+        let m = c.migration.take()?;
+        let (source, target) = (*c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?);
+        let done = done && (source, target) == masters;
+        if done {
+            let exporter = nodes.get_mut(source)?;
+            for key in exporter.keys_in_slot(slot) {
+                exporter.take_key(&key);
+            }
+            c.truth.set(slot, m.to);
+            for node in [source, target] {
+                c.views.insert(node, c.truth.clone());
+            }
+        } else {
+            let importer = nodes.get_mut(target)?;
+            for key in importer.keys_in_slot(slot) {
+                importer.take_key(&key);
+            }
+        }
+        nodes.get_mut(target)?.import_ended(slot, now);
+        Some(if done {
+            format!("slot {slot} now served by shard {} (the atomic import completed)", m.to)
+        } else {
+            format!("slot {slot}: the atomic import to shard {} is aborted", m.to)
+        })
+    });
+}
+
+/// When an operator finishes a reshard that stalled (ms from the start):
+/// after every drawn event and its gossip.
+const STALL_FIXED_AT_MS: u64 = 2500;
+
+/// The migrating slot's last keys move, then `SETSLOT NODE` on the target
+/// (its slot wait ends a quarantine later), then the source: both know at
+/// once, the others by gossip.
+fn hand_over(world: &Shared, k: usize, resource: &str, why: &str) {
+    migrate_keys(world, k, true);
+    let slot = key_slot(resource.as_bytes());
+    let now = net::lock(world).now_ms();
+    change_nodes(world, k, |c, nodes| {
+        let m = c.migration.take()?;
+        c.truth.set(slot, m.to);
+        if let Some(n) = c.truth.masters.get(m.to).and_then(|&to| nodes.get_mut(to)) {
+            n.import_ended(slot, now);
+        }
+        for shard in [m.from, m.to] {
+            let node = *c.truth.masters.get(shard)?;
+            c.views.insert(node, c.truth.clone());
+        }
+        Some(format!("slot {slot} now served by shard {}{why}", m.to))
+    });
 }
 
 /// The master of the resource's shard (`of_resource`) or of the one after
@@ -118,28 +234,6 @@ fn promote(world: &Shared, k: usize, shard: usize, old: usize) {
     w.history.note(now, format!("cluster {k}: its replica n{new} is promoted (and quarantines)"));
 }
 
-/// Waits until no master of cluster `k` is in quarantine: a slot migrated
-/// out of a promoted replica in its failover quarantine carries the lock
-/// records it had replicated, some writes behind, to a node that grants
-/// (docs/evidence.md, "Findings": the simulator found two holders so;
-/// the simulator leaves that reshard out).
-async fn settle_quarantines(world: &Shared) {
-    loop {
-        let quarantined = {
-            let w = net::lock(world);
-            let now = w.now_ms();
-            w.clusters
-                .iter()
-                .flat_map(|c| &c.truth.masters)
-                .any(|&m| w.nodes.get(m).is_some_and(|n| n.quarantine_left_ms(now) > 0))
-        };
-        if !quarantined {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Applies `what` to cluster `k` and notes what it says happened.
 fn change(world: &Shared, k: usize, what: impl FnOnce(&mut Cluster) -> Option<String>) -> Option<String> {
     let mut w = net::lock(world);
@@ -149,27 +243,47 @@ fn change(world: &Shared, k: usize, what: impl FnOnce(&mut Cluster) -> Option<St
     Some(done)
 }
 
-/// `MIGRATE` of the migrating slot's lock key from the source master to
-/// the importing one, as it is (holders, tokens, deadlines: the nodes share
-/// a clock); the target's counter is raised by it when it reads it.
-fn migrate_keys(world: &Shared, k: usize, resource: &str) {
+/// Applies `what` to cluster `k` and its nodes, and notes what it says
+/// happened.
+fn change_nodes(
+    world: &Shared,
+    k: usize,
+    what: impl FnOnce(&mut Cluster, &mut [crate::node::Node]) -> Option<String>,
+) -> Option<String> {
     let mut w = net::lock(world);
     let now = w.now_ms();
-    let Some((from, to)) = w.clusters.get(k).and_then(|c| {
+    let World { clusters, nodes, .. } = &mut *w;
+    let done = what(clusters.get_mut(k)?, nodes)?;
+    w.history.note(now, format!("cluster {k}: {done}"));
+    Some(done)
+}
+
+/// `MIGRATE` of the migrating slot's lock keys (the first only, unless
+/// `all`: a call of several keys meets some moved, `TRYAGAIN`) from the
+/// source master to the importing one, as they are (holders, tokens,
+/// deadlines); the target takes each as a lock that arrived (its counter
+/// raised to the lock's tokens, the key quarantined against a takeover by
+/// expiry, exempt from the slot's wait).
+fn migrate_keys(world: &Shared, k: usize, all: bool) {
+    let mut w = net::lock(world);
+    let now = w.now_ms();
+    let Some((slot, from, to)) = w.clusters.get(k).and_then(|c| {
         let m = c.migration?;
-        Some((*c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?))
+        Some((m.slot, *c.truth.masters.get(m.from)?, *c.truth.masters.get(m.to)?))
     }) else {
         return;
     };
-    let key = resource.as_bytes();
-    if w.nodes.get(to).is_some_and(|n| n.has_key(key)) {
-        return;
+    let mut keys = w.nodes.get(from).map(|n| n.keys_in_slot(slot)).unwrap_or_default();
+    keys.retain(|key| !w.nodes.get(to).is_some_and(|n| n.has_key(key)));
+    keys.truncate(if all { keys.len() } else { 1 });
+    for key in keys {
+        let Some(holders) = w.nodes.get_mut(from).and_then(|n| n.take_key(&key)) else { continue };
+        if let Some(n) = w.nodes.get_mut(to) {
+            n.lock_arrived(&key, Some(holders), now);
+        }
+        let text = String::from_utf8_lossy(&key).into_owned();
+        w.history.note(now, format!("cluster {k}: MIGRATE {text} from n{from} to n{to}"));
     }
-    let Some(holders) = w.nodes.get_mut(from).and_then(|n| n.take_key(key)) else { return };
-    if let Some(n) = w.nodes.get_mut(to) {
-        n.put_key(key.to_vec(), holders);
-    }
-    w.history.note(now, format!("cluster {k}: MIGRATE {resource} from n{from} to n{to}"));
 }
 
 /// Each client as it is at the end (its connections, its clusters' slot
@@ -227,7 +341,7 @@ pub async fn recovered(
 /// The quorum members (from 0) none of whose nodes ran a release of
 /// `owner`.
 fn not_released(w: &World, owner: &[u8]) -> Vec<usize> {
-    let members = w.partitioned.first().map_or(0, Vec::len);
+    let members = w.members;
     (0..members)
         .filter(|&member| {
             let nodes = cluster::member_nodes(&w.clusters, member);

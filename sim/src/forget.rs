@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use lock_core::forgetting::{self, Cause, Forgetting, ALL_DBS};
+use lock_core::forgetting::{self, Cause, Entry, Forgetting, ALL_DBS};
 use lock_core::quarantine;
 use lock_core::txn::Changes;
 
@@ -80,6 +80,20 @@ impl Forgotten {
             next.rules.restore(entry, now_ms);
         }
         next
+    }
+
+    /// A lock arrived at `key` by a slot migration: it is not taken over
+    /// by expiry before `until_ms` (cause `imported`, as the module's
+    /// `lock_arrived`).
+    pub fn arrived(&mut self, key: &[u8], until_ms: i64, now_ms: i64) {
+        let entry = Entry { db: DB, key: Some(key.to_vec()), until_ms, cause: Cause::Imported };
+        self.rules.restore(entry, now_ms);
+    }
+
+    /// Its holder released the lock at `key`: a quarantine for its arrival
+    /// ends (the module's `lock_released`).
+    pub fn released(&mut self, key: &[u8]) {
+        self.rules.end_imported(DB, key);
     }
 
     /// A write of `key` stored `changes`: its latest deadline is noted, as

@@ -37,6 +37,8 @@ pub struct MessageFaults {
 pub struct World {
     pub nodes: Vec<Node>,
     /// Client x node pairs cut off from each other.
+    /// The quorum's members (the plain nodes; a cluster stands in for one).
+    pub members: usize,
     pub partitioned: Vec<Vec<bool>>,
     pub rng: StdRng,
     pub faults: MessageFaults,

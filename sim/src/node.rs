@@ -9,6 +9,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use lock_core::fencing::Fencer;
+use lock_core::forgetting;
+use lock_core::imports::{self, SlotWaits};
 use lock_core::lock::{self, Admission, AllGrant, Exit, Grant};
 use lock_core::memory::Holders;
 use lock_core::quarantine;
@@ -116,6 +118,24 @@ pub struct Node {
     /// Writes whose stored value lost or changed a holder the transaction
     /// meant to keep (property 6), as the checker saw them.
     pub misstored: Vec<String>,
+    /// The hash slots this node imports or imported a short while ago
+    /// (the module's slot waits, the core's `imports::SlotWaits`: from an
+    /// import's start until the node's quarantine after its end, a new
+    /// grant in the slot is refused, but for the keys whose lock arrived by
+    /// it; a cluster's master only).
+    slot_waits: SlotWaits,
+    /// A replica that Sentinel promotes in this node's place (a plain
+    /// member's failover), if it has one.
+    pub replica: Option<Follower>,
+}
+
+/// A plain member's replica: what it has of its master (its locks and
+/// fencing counter) as of its last catch-up, `lag_ms` behind.
+#[derive(Clone, Debug, Default)]
+pub struct Follower {
+    pub lag_ms: i64,
+    pub copy: (BTreeMap<Vec<u8>, Holders>, u64),
+    pub synced_ms: i64,
 }
 
 impl Node {
@@ -153,6 +173,8 @@ impl Node {
             legacy_start: false,
             legacy: BTreeSet::new(),
             misstored: Vec::new(),
+            slot_waits: SlotWaits::new(),
+            replica: None,
         }
     }
 
@@ -261,6 +283,11 @@ impl Node {
         } else {
             Forgotten::started(loaded, now, self.ttl_max_ms)
         };
+        // A slot's wait is kept with the removal quarantines (the ledger
+        // and the AOF's records): only an `always` start has it still.
+        if !always || self.legacy_start {
+            self.slot_waits.clear();
+        }
         self.up = true;
     }
 
@@ -268,6 +295,14 @@ impl Node {
     /// parser (`command.rs`), then the core on the keys it names.
     pub fn call(&mut self, words: &[Vec<u8>], virtual_ms: i64) -> Reply {
         let now = self.now_ms(virtual_ms);
+        // The replica catches up before the call: it misses the writes of
+        // its last `lag_ms`.
+        if self.replica.as_ref().is_some_and(|r| virtual_ms - r.synced_ms >= r.lag_ms) {
+            let copy = self.replica_copy();
+            if let Some(replica) = self.replica.as_mut() {
+                (replica.copy, replica.synced_ms) = (copy, virtual_ms);
+            }
+        }
         if self.persistence == Persistence::EverySec && now - self.synced_ms >= 1000 {
             self.on_disk = self.keys.clone();
             self.on_disk_counter = self.fencer.kept();
@@ -304,6 +339,14 @@ impl Node {
                 Reply::Int(*grants as i64)
             }
         };
+        // The keys a holder's release may free, of those the node has.
+        let releasing: Vec<&[u8]> = match &request {
+            Request::Release { key, .. } | Request::Exit { key, .. } => vec![*key],
+            Request::ReleaseAll { keys, .. } => keys.clone(),
+            _ => Vec::new(),
+        };
+        let releasing: Vec<&[u8]> =
+            releasing.into_iter().filter(|key| self.keys.contains_key(*key)).collect();
         let reply = match request {
             // The simulated node serves no waits for sets: a set with
             // `WAIT` is refused, not answered as without it.
@@ -391,6 +434,11 @@ impl Node {
                 }
             }),
         };
+        // A holder's release that freed its key ends the key's quarantine
+        // for a lock's arrival (the module's `lock_released`).
+        for key in releasing.into_iter().filter(|key| !self.keys.contains_key(*key)) {
+            self.forgotten.released(key);
+        }
         if let Some(key) = single.filter(|key| self.waits.queued(key) > 0) {
             self.hand_off(key, now);
         }
@@ -400,10 +448,35 @@ impl Node {
         reply
     }
 
-    /// Why a new grant of `key` is refused for a lock the node lost, if it
-    /// is (and the node is not in quarantine already).
+    /// Why a new grant of `key` is refused for a lock the node lost, or
+    /// while its slot's import waits, if it is (and the node is not in
+    /// quarantine already).
     fn forgotten_refusal(&mut self, key: &[u8], left_ms: i64, now: i64) -> Option<String> {
-        (self.rules == Rules::Module && left_ms == 0).then(|| self.forgotten.refusal(key, now)).flatten()
+        if self.rules != Rules::Module || left_ms > 0 {
+            return None;
+        }
+        self.forgotten.refusal(key, now).or_else(|| self.slot_wait_refusal(key, now))
+    }
+
+    /// Why a new grant of `key` is refused while its slot's import waits
+    /// (`slot_waits`), if it is.
+    fn slot_wait_refusal(&mut self, key: &[u8], now: i64) -> Option<String> {
+        if self.slot_waits.is_empty() {
+            return None;
+        }
+        let slot = crate::cluster::key_slot(key);
+        let wait = self.slot_waits.refusal(slot, forgetting::key_hash(0, key), now)?;
+        Some(match wait.until_ms {
+            imports::OPEN => {
+                format!("this key's hash slot {slot} is being imported, refusing new locks in it")
+            }
+            until_ms => {
+                format!(
+                    "this key's hash slot {slot} was imported, refusing new locks in it for {} ms",
+                    until_ms - now
+                )
+            }
+        })
     }
 
     /// The node loses `key` or its database at `virtual_ms` behind the
@@ -552,6 +625,16 @@ impl Node {
         self.keys.contains_key(key)
     }
 
+    /// The keys of hash slot `slot` with a lock record here, in order.
+    pub fn keys_in_slot(&self, slot: u16) -> Vec<Vec<u8>> {
+        self.keys.keys().filter(|key| crate::cluster::key_slot(key) == slot).cloned().collect()
+    }
+
+    /// `key`'s record as it is (what a migration copies).
+    pub fn key_copy(&self, key: &[u8]) -> Option<Holders> {
+        self.keys.get(key).cloned()
+    }
+
     /// `key`'s record taken out (`MIGRATE` deletes it on the source).
     pub fn take_key(&mut self, key: &[u8]) -> Option<Holders> {
         self.keys.remove(key)
@@ -561,6 +644,48 @@ impl Node {
     /// holders, tokens and deadlines).
     pub fn put_key(&mut self, key: Vec<u8>, holders: Holders) {
         self.keys.insert(key, holders);
+    }
+
+    /// `key`'s lock arrives by a slot migration at `virtual_ms` (`RESTORE`,
+    /// or the writes of Valkey's import), stored as it was: the module
+    /// raises the fencing counter to its top token at once, quarantines the
+    /// key against a takeover by expiry for the node's quarantine (cause
+    /// `imported`; the holder's release ends it), and exempts it from its
+    /// slot's wait. `None` (a copy without a lock): the key is gone.
+    pub fn lock_arrived(&mut self, key: &[u8], holders: Option<Holders>, virtual_ms: i64) {
+        let Some(holders) = holders.filter(|h| !h.records().is_empty()) else {
+            self.keys.remove(key);
+            return;
+        };
+        let now = self.now_ms(virtual_ms);
+        if self.rules == Rules::Module {
+            let top = holders.records().iter().map(|(_, hold)| hold.fence).max().unwrap_or(0);
+            self.fencer.raise_kept(top);
+            self.ledger.reached(self.fencer.last(), virtual_ms, self.epoch);
+            self.forgotten.arrived(key, now.saturating_add(self.quarantine_ms), now);
+            self.slot_waits.arrived(crate::cluster::key_slot(key), forgetting::key_hash(0, key));
+        }
+        self.keys.insert(key.to_vec(), holders);
+    }
+
+    /// An import of `slot` starts on this node (`CLUSTER SETSLOT ...
+    /// IMPORTING`, Valkey's `IMPORT_STARTED`): its wait runs until the
+    /// import ends. A wait of the slot still running goes on, its exempt
+    /// keys with it.
+    pub fn import_started(&mut self, slot: u16) {
+        if self.rules == Rules::Module {
+            self.slot_waits.import_started(slot);
+        }
+    }
+
+    /// The import of `slot` ends at `virtual_ms` (`CLUSTER SETSLOT ...
+    /// NODE`, Valkey's `IMPORT_COMPLETED` or `IMPORT_ABORTED`): its wait
+    /// lasts the node's quarantine longer (one starts if none ran: the node
+    /// took the slot without an import it knew of, as a promoted replica).
+    pub fn import_ended(&mut self, slot: u16, virtual_ms: i64) {
+        if self.rules == Rules::Module {
+            self.slot_waits.import_ended(slot, self.now_ms(virtual_ms), self.quarantine_ms);
+        }
     }
 
     /// What a replica has of this node now: its locks and its fencing
@@ -596,6 +721,9 @@ impl Node {
             ledger: self.ledger.of_another_process(),
             legacy: BTreeSet::new(),
             misstored: self.misstored.clone(),
+            // It quarantines as a whole: it keeps no slot's wait.
+            slot_waits: SlotWaits::new(),
+            replica: None,
             ..*self
         }
     }

@@ -15,7 +15,7 @@ use crate::forget::{self, Loss};
 use crate::history::{History, Hold};
 use crate::link;
 use crate::net::{self, MessageFaults, Shared, World};
-use crate::node::{Node, Persistence, Rules};
+use crate::node::{Follower, Node, Persistence, Rules};
 use crate::reentrant;
 use crate::resp::Reply;
 use crate::sets;
@@ -117,6 +117,11 @@ pub struct Setup {
     /// stale maps; each client then takes the lock once more at the end,
     /// as it is, and every member must answer.
     pub cluster_per_mille: u32,
+    /// Per mille of histories in which a plain member's master dies and
+    /// Sentinel promotes its replica, some writes behind, in its place
+    /// (the member's address reaches the promoted replica, which
+    /// quarantines).
+    pub sentinel_per_mille: u32,
 }
 
 /// The kind of lock a history's clients take.
@@ -181,6 +186,7 @@ impl Setup {
             reentrant_per_mille: 100,
             wait_per_mille: 100,
             cluster_per_mille: 200,
+            sentinel_per_mille: 100,
         }
     }
 
@@ -260,6 +266,7 @@ fn quiet() -> Setup {
         reentrant_per_mille: 0,
         wait_per_mille: 0,
         cluster_per_mille: 0,
+        sentinel_per_mille: 0,
         messages: MessageFaults {
             delay_per_mille: 0,
             delay_max_ms: 1,
@@ -270,7 +277,9 @@ fn quiet() -> Setup {
     }
 }
 
-/// A fault at a time of the schedule.
+/// A fault at a time of the schedule (`Failover`: the node's master dies;
+/// `detect_ms` later Sentinel promotes its replica, `lag_ms` of writes
+/// behind, at its address).
 #[derive(Clone, Debug)]
 pub enum Fault {
     Crash { node: usize, down_ms: u64, persistence: Persistence },
@@ -278,6 +287,7 @@ pub enum Fault {
     ClockStep { node: usize, step_ms: i64 },
     Lose { node: usize, loss: Loss },
     Upgrade { node: usize, down_ms: u64, persistence: Persistence },
+    Failover { node: usize, detect_ms: u64, lag_ms: i64 },
 }
 
 /// Faults at their times (ms from the start), in order.
@@ -357,38 +367,19 @@ pub fn schedule(seed: u64, setup: &Setup) -> Schedule {
         faults.push((at, Fault::Upgrade { node, down_ms, persistence }));
     }
     faults.extend(losses.into_iter().map(|(at, node, loss)| (at, Fault::Lose { node, loss })));
+    // A plain member's failover, from a generator of its own (the other
+    // draws stay as they were).
+    let mut sentinel = StdRng::seed_from_u64(seed ^ 0x5e47_1e15);
+    if setup.nodes > 0 && sentinel.gen_range(0..1000) < setup.sentinel_per_mille {
+        let failover = Fault::Failover {
+            node: sentinel.gen_range(0..setup.nodes),
+            detect_ms: sentinel.gen_range(20..200),
+            lag_ms: sentinel.gen_range(0..300),
+        };
+        faults.push((sentinel.gen_range(0..1500), failover));
+    }
     faults.sort_by_key(|(at, _)| *at);
     faults
-}
-
-/// A history with a cluster member has no restart (a crash's, an
-/// upgrade's) from an `always` AOF among its plain nodes (an `everysec`
-/// one instead), for an open gap (docs/safety.md, "Known gaps", 1: a
-/// released lock's token and a reshard). Such a restart grants at once
-/// from the counter it kept, up to a second ahead of its clock (the
-/// module's `KEEP_AHEAD_MS`); a fencing round raises a cluster's shard to that token, and once the
-/// lock is released and its slot migrates, the importing node has only its
-/// clock: its next token on the key can be below it (seeds 8100047251,
-/// 8100079681 and 8100166437 fail without this, token order). An
-/// `everysec` restart waits out its quarantine first, by when that lead is
-/// behind its clock. (Until 2026-11-28 the lead was the start floor, a
-/// quarantine ahead of the clock.)
-fn always_restarts_as_everysec(faults: Vec<(u64, Fault)>, clusters: bool) -> Vec<(u64, Fault)> {
-    if !clusters {
-        return faults;
-    }
-    faults
-        .into_iter()
-        .map(|(at, fault)| match fault {
-            Fault::Crash { node, down_ms, persistence: Persistence::Always } => {
-                (at, Fault::Crash { node, down_ms, persistence: Persistence::EverySec })
-            }
-            Fault::Upgrade { node, down_ms, persistence: Persistence::Always } => {
-                (at, Fault::Upgrade { node, down_ms, persistence: Persistence::EverySec })
-            }
-            other => (at, other),
-        })
-        .collect()
 }
 
 /// What one run found.
@@ -423,8 +414,7 @@ fn run_recorded(seed: u64, setup: &Setup, faults: &[(u64, Fault)], recorded: boo
 }
 
 async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: bool) -> Outcome {
-    let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes);
-    let faults = always_restarts_as_everysec(faults, !plans.is_empty());
+    let plans = cluster::draw(seed, setup.cluster_per_mille, setup.nodes, setup.clients);
     let mut rng = StdRng::seed_from_u64(seed);
     let lock_delay_ms = match setup.rules {
         Rules::Module if setup.lock_delay_max_ms > 0 && rng.gen_range(0..4) == 0 => {
@@ -446,6 +436,13 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
         if let Fault::Crash { node, persistence, .. } | Fault::Upgrade { node, persistence, .. } = fault {
             if let Some(n) = nodes.get_mut(*node) {
                 n.persistence = *persistence;
+            }
+        }
+    }
+    for (_, fault) in &faults {
+        if let (Fault::Failover { node, lag_ms, .. }, Rules::Module) = (fault, setup.rules) {
+            if let Some(n) = nodes.get_mut(*node) {
+                n.replica = Some(Follower { lag_ms: *lag_ms, ..Follower::default() });
             }
         }
     }
@@ -488,6 +485,7 @@ async fn simulate(seed: u64, setup: Setup, faults: Vec<(u64, Fault)>, recorded: 
     let world: Shared = Arc::new(Mutex::new(World {
         nodes,
         clusters,
+        members: setup.nodes,
         partitioned: vec![vec![false; setup.nodes]; setup.clients],
         rng,
         faults: setup.messages,
@@ -754,6 +752,30 @@ async fn inject(world: Shared, faults: Vec<(u64, Fault)>) {
                 };
                 w.history.note(now, format!("n{node} loses {RESOURCE} ({loss:?}): {what}"));
             }
+            Fault::Failover { node, detect_ms, .. } => {
+                {
+                    let mut w = net::lock(&world);
+                    let now = w.now_ms();
+                    w.history.note(now, format!("n{node}'s master dies (Sentinel promotes its replica)"));
+                    if let Some(n) = w.nodes.get_mut(node) {
+                        n.crash();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(detect_ms)).await;
+                let mut w = net::lock(&world);
+                let now = w.now_ms();
+                let Some(n) = w.nodes.get(node) else { continue };
+                let Some(copy) = n.replica.as_ref().map(|r| r.copy.clone()) else { continue };
+                let mut promoted = n.promoted(copy, now);
+                promoted.epoch = n.epoch + 1;
+                if let Some(slot) = w.nodes.get_mut(node) {
+                    *slot = promoted;
+                }
+                w.history.note(
+                    now,
+                    format!("n{node}'s address reaches its promoted replica (and it quarantines)"),
+                );
+            }
             Fault::Partition { client, node, for_ms } => {
                 set_partition(&world, client, node, true);
                 tokio::time::sleep(Duration::from_millis(for_ms)).await;
@@ -792,12 +814,19 @@ async fn stop_and_restart(
     }
 }
 
-fn set_partition(world: &Shared, client: usize, node: usize, cut: bool) {
+/// Client `client` is cut off from node `node` (a plain node, or a
+/// cluster's), or no longer.
+pub(crate) fn set_partition(world: &Shared, client: usize, node: usize, cut: bool) {
     let mut w = net::lock(world);
     let now = w.now_ms();
     w.history.note(now, format!("c{client} x n{node} {}", if cut { "partitioned" } else { "healed" }));
-    if let Some(slot) = w.partitioned.get_mut(client).and_then(|p| p.get_mut(node)) {
-        *slot = cut;
+    if let Some(row) = w.partitioned.get_mut(client) {
+        if row.len() <= node {
+            row.resize(node + 1, false);
+        }
+        if let Some(slot) = row.get_mut(node) {
+            *slot = cut;
+        }
     }
 }
 
@@ -901,6 +930,7 @@ async fn client(
         total_max: None,
     };
     let fencing = setup.rules == crate::node::Rules::Module;
+    let in_one_slot = !net::lock(&world).clusters.is_empty();
     let mut set_rng = StdRng::seed_from_u64(seed ^ 0x5e75 ^ (c as u64) << 32);
     for _ in 0..setup.cycles {
         let cycle = draw_cycle(&world, &setup, spread);
@@ -911,6 +941,9 @@ async fn client(
             Family::Plain => sets::draw(&mut set_rng, setup.set_per_mille),
             _ => None,
         };
+        // With a cluster member, in one hash slot (`TRYAGAIN` while it
+        // migrates).
+        let set = set.map(|set| if in_one_slot { sets::in_one_slot(set) } else { set });
         let keys: Vec<String> =
             set.clone().unwrap_or_else(|| vec![RESOURCE]).iter().map(|k| k.to_string()).collect();
         let ttl = Duration::from_millis(cycle.ttl_ms);

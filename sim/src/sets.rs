@@ -32,6 +32,19 @@ pub fn draw(rng: &mut StdRng, per_mille: u32) -> Option<Vec<&'static str>> {
     Some(keys)
 }
 
+/// The same resources in one hash slot (a common hash tag, `res`'s own):
+/// what sets take in a history with a cluster member, where the client
+/// takes a set only within one slot.
+pub const IN_ONE_SLOT: [&str; 3] = ["res", "{res}2", "{res}3"];
+
+/// `set` (of [`RESOURCES`]) spelt in one hash slot ([`IN_ONE_SLOT`]).
+pub fn in_one_slot(set: Vec<&'static str>) -> Vec<&'static str> {
+    let spelt = |key: &'static str| {
+        RESOURCES.iter().position(|r| *r == key).and_then(|i| IN_ONE_SLOT.get(i).copied()).unwrap_or(key)
+    };
+    set.into_iter().map(spelt).collect()
+}
+
 /// The owner and keys of a `LOCK.MACQUIRE` call, read with the module's
 /// parser; `None` for any other call or one it refuses.
 pub fn macquire(words: &[Vec<u8>]) -> Option<(Vec<u8>, Vec<Vec<u8>>)> {

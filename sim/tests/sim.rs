@@ -310,3 +310,45 @@ fn a_wall_clock_step_before_an_always_restart_does_not_shorten_a_removal_quarant
         }
     }
 }
+
+/// A plain member's master dies and Sentinel promotes its replica, some
+/// writes behind, at the member's address: the promoted replica refuses
+/// new grants for its failover quarantine (it may have missed grants),
+/// then grants above the tokens it replicated. Histories have it, and
+/// pass.
+#[test]
+fn a_plain_member_s_replica_promoted_by_sentinel_quarantines() {
+    use lock_sim::node::{Follower, Node, Persistence};
+    use lock_sim::resp::Reply;
+    let mut master = Node::new(Rules::Module, Persistence::None, 600, 0);
+    master.replica = Some(Follower { lag_ms: 100, ..Follower::default() });
+    let Reply::Int(first) = master.call(&words("LOCK.ACQUIRE res a 500"), 0) else { panic!("a granted") };
+    // The replica catches up before this call: it has a's lock.
+    assert_eq!(master.call(&words("LOCK.RELEASE res a"), 150), Reply::Int(1));
+    master.crash();
+    let copy = master.replica.as_ref().map(|r| r.copy.clone()).expect("a replica");
+    let mut promoted = master.promoted(copy, 200);
+    // It has a's lock (the release came after its catch-up), and refuses
+    // any other key.
+    assert_eq!(promoted.call(&words("LOCK.ACQUIRE res b 500"), 210), Reply::Nil);
+    let refused = promoted.call(&words("LOCK.ACQUIRE other b 500"), 210);
+    assert!(matches!(refused, Reply::Error("QUARANTINE", _)), "it may have missed grants: {refused:?}");
+    let Reply::Int(next) = promoted.call(&words("LOCK.ACQUIRE res b 500"), 200 + 1600) else {
+        panic!("b granted after the quarantine")
+    };
+    assert!(next > first, "{next} after {first}");
+
+    let promotions = (0..200)
+        .filter(|&seed| {
+            let outcome = history(seed, &Setup::module());
+            assert!(
+                outcome.violations.is_empty(),
+                "seed {seed}: {:?}\n{}",
+                outcome.violations,
+                outcome.history
+            );
+            outcome.history.contains("'s address reaches its promoted replica (and it quarantines)")
+        })
+        .count();
+    assert!((5..=40).contains(&promotions), "a tenth of the histories have one: {promotions} of 200");
+}
