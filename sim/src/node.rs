@@ -464,7 +464,7 @@ impl Node {
         if self.slot_waits.is_empty() {
             return None;
         }
-        let slot = crate::cluster::key_slot(key);
+        let slot = lock_protocol::slot::key_slot(key);
         let wait = self.slot_waits.refusal(slot, forgetting::key_hash(0, key), now)?;
         Some(match wait.until_ms {
             imports::OPEN => {
@@ -627,7 +627,7 @@ impl Node {
 
     /// The keys of hash slot `slot` with a lock record here, in order.
     pub fn keys_in_slot(&self, slot: u16) -> Vec<Vec<u8>> {
-        self.keys.keys().filter(|key| crate::cluster::key_slot(key) == slot).cloned().collect()
+        self.keys.keys().filter(|key| lock_protocol::slot::key_slot(key) == slot).cloned().collect()
     }
 
     /// `key`'s record as it is (what a migration copies).
@@ -663,7 +663,7 @@ impl Node {
             self.fencer.raise_kept(top);
             self.ledger.reached(self.fencer.last(), virtual_ms, self.epoch);
             self.forgotten.arrived(key, now.saturating_add(self.quarantine_ms), now);
-            self.slot_waits.arrived(crate::cluster::key_slot(key), forgetting::key_hash(0, key));
+            self.slot_waits.arrived(lock_protocol::slot::key_slot(key), forgetting::key_hash(0, key));
         }
         self.keys.insert(key.to_vec(), holders);
     }

@@ -20,6 +20,7 @@
 //! The quorum client over these servers is in `lock-testkit-client`
 //! (`testkit-client/`), so that the module's tests do not depend on it.
 
+mod binary;
 mod built;
 mod clock;
 mod dirs;
@@ -33,6 +34,7 @@ mod server;
 mod tls;
 mod wait;
 
+pub use binary::{server_bin, server_name, server_version};
 pub use built::{clock_shim_path, module_path, repo_dir, target_dir};
 pub use clock::ClockFile;
 pub use dirs::{fresh_dir, TempDir};
@@ -51,8 +53,6 @@ pub use replies::{
     lock_snapshot, refusal, refused_code, run, stored_bytes, LockSnapshot,
 };
 pub use sentinel::{SentinelGroup, SentinelProcess, DOWN_AFTER_MS, SENTINEL_MASTER};
-pub use server::{
-    fast_sync, replicate, rewrite_aof, server_bin, server_clock_ms, server_name, server_version, Opts, Server,
-};
+pub use server::{fast_sync, replicate, rewrite_aof, server_clock_ms, Opts, Server};
 pub use tls::{certs, tls_or_skip, tls_support, Certs, TlsPort};
 pub use wait::wait_until;

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use redis::{cmd, Connection, Value};
 
+use crate::binary::server_name;
 use crate::nodes::start_all;
-use crate::server::{server_name, Opts, Server};
+use crate::server::{Opts, Server};
 use crate::wait::wait_until;
 
 /// How long a cluster may take to agree after a change.

@@ -1,15 +1,15 @@
 //! A real `redis-server` (or any binary of the matrix) with the module
-//! loaded: its start-up with retries, its process, its log; and the server
-//! under test's name, for failure messages.
+//! loaded: its start-up with retries, its process, its log.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Once, OnceLock};
+use std::sync::Once;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use redis::{cmd, Connection};
 
+use crate::binary::{server_bin, server_name};
 use crate::built::{clock_shim_path, module_path};
 use crate::dirs::fresh_dir;
 use crate::ports::{free_port, give_back};
@@ -18,49 +18,6 @@ use crate::wait::wait_until;
 
 /// How long a server may take to answer PING after it is spawned.
 const START_DEADLINE: Duration = Duration::from_secs(20);
-
-/// The server binary under test: `$LOCK_SERVER_BIN` (a path, or a name
-/// looked up on the PATH), by default `redis-server`.
-pub fn server_bin() -> String {
-    std::env::var("LOCK_SERVER_BIN")
-        .ok()
-        .filter(|bin| !bin.is_empty())
-        .unwrap_or_else(|| "redis-server".into())
-}
-
-/// The server under test as "Valkey 9.1.2 (path)", read once from the
-/// binary's `--version` line ("Valkey server v=9.1.2 ..."): failure messages
-/// name it, so that a failure in CI says which server it happened on.
-pub fn server_name() -> &'static str {
-    static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(|| {
-        let bin = server_bin();
-        let version = Command::new(&bin).arg("--version").output();
-        let line =
-            version.as_ref().map(|out| String::from_utf8_lossy(&out.stdout).into_owned()).unwrap_or_default();
-        match parse_version_line(&line) {
-            Some((product, version)) => format!("{product} {version} ({bin})"),
-            None => format!("{bin} (version unknown: {:?})", version.map(|out| out.status)),
-        }
-    })
-}
-
-/// ("Valkey", "9.1.2") from "Valkey server v=9.1.2 sha=... bits=64 ...".
-fn parse_version_line(line: &str) -> Option<(&str, &str)> {
-    let mut words = line.split_whitespace();
-    let product = words.next()?;
-    let version = words.find_map(|word| word.strip_prefix("v="))?;
-    Some((product, version))
-}
-
-/// The server's product and version, e.g. ("Redis", (8, 2)), for the few
-/// tests whose expectations differ between servers.
-pub fn server_version() -> (String, (u32, u32)) {
-    let name = server_name();
-    let (product, version) = name.split_once(' ').unwrap_or((name, ""));
-    let mut numbers = version.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse().ok());
-    (product.to_string(), (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0)))
-}
 
 /// From the first server a test process starts: every panic message (a
 /// failed assertion anywhere in the test) ends with the server under test.

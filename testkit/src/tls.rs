@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::binary::{server_bin, server_name};
 use crate::built::repo_dir;
 use crate::dirs::fresh_dir;
-use crate::server::{server_bin, server_name};
 
 /// The certificates of this test process: `scripts/test-certs` says which
 /// (`ca`, `server`, `client`, `expired`, `wrong-name`, `other-ca`, each as
