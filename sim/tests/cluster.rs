@@ -149,7 +149,7 @@ fn an_arrived_lock_is_not_taken_over_by_expiry_before_a_quarantine_but_its_relea
 /// bugs fail (scripts/mutants.toml, `sim-*`): no slot wait (token order),
 /// no raise at a lock's arrival (token order), no quarantine of an arrived
 /// lock (mutual exclusion), the source's writes not streamed during
-/// Valkey's atomic migration (mutual exclusion), a promoted replica
+/// Valkey's atomic migration (token order), a promoted replica
 /// without its quarantine (mutual exclusion).
 #[test]
 fn a_released_lock_s_token_survives_a_reshard() {
@@ -163,6 +163,7 @@ fn a_released_lock_s_token_survives_a_reshard() {
         (8_634, &all, &["slot 3139 stays open (the reshard stalls)", "(the atomic import completed)"]),
         (1_423, &all, &["MIGRATE res"]),
         (12_230, &all, &["atomic import (CLUSTER MIGRATESLOTS)", "(the atomic import completed)"]),
+        (202_079, &all, &["atomic import (CLUSTER MIGRATESLOTS)", "(the atomic import completed)"]),
         (273, &all, &["its replica n8 is promoted (and quarantines)"]),
         // A release by a client that holds nothing there (or whose lock has
         // run out on the importer's clock) ended an arrived lock's
