@@ -339,14 +339,19 @@ impl Node {
                 Reply::Int(*grants as i64)
             }
         };
-        // The keys a holder's release may free, of those the node has.
-        let releasing: Vec<&[u8]> = match &request {
-            Request::Release { key, .. } | Request::Exit { key, .. } => vec![*key],
-            Request::ReleaseAll { keys, .. } => keys.clone(),
-            _ => Vec::new(),
+        // The keys a holder's release may free: those the caller holds (a
+        // lock it held, run out, is found expired, not freed by it).
+        let (releasing, releaser): (Vec<&[u8]>, &[u8]) = match &request {
+            Request::Release { key, owner } | Request::Exit { key, owner, .. } => (vec![*key], owner),
+            Request::ReleaseAll { keys, owner } => (keys.clone(), owner),
+            _ => (Vec::new(), b""),
         };
-        let releasing: Vec<&[u8]> =
-            releasing.into_iter().filter(|key| self.keys.contains_key(*key)).collect();
+        let held = |key: &&[u8]| {
+            self.keys.get(*key).is_some_and(|h| {
+                h.records().iter().any(|(o, hold)| o.as_slice() == releaser && hold.deadline_ms > now)
+            })
+        };
+        let releasing: Vec<&[u8]> = releasing.into_iter().filter(held).collect();
         let reply = match request {
             // The simulated node serves no waits for sets: a set with
             // `WAIT` is refused, not answered as without it.
