@@ -371,7 +371,7 @@ impl Node {
         // the slots' waits.
         if self.durable_start.load(Ordering::Relaxed) {
             for (slot, until_ms) in ledger.slot_waits {
-                self.restore_slot_wait(slot, until_ms, now_ms, true);
+                self.restore_slot_wait(slot, until_ms, now_ms);
             }
         }
     }
@@ -684,12 +684,12 @@ impl Node {
         }
     }
 
-    /// A slot's wait as a record sets it (`OPEN`, 0 for none, or its end):
-    /// from the ledger or the AOF (`written`: its end was on another
-    /// process's clock, so it lasts the clock-jump tolerance longer, as a
-    /// restored removal quarantine does), or from a master.
-    pub fn restore_slot_wait(&self, slot: u16, until_ms: i64, now_ms: i64, written: bool) {
-        let until_ms = if written && until_ms != OPEN && until_ms != 0 {
+    /// A slot's wait as a record sets it (`OPEN`, 0 for none, or its end),
+    /// read back at a start without quarantine from the ledger or the AOF:
+    /// its end was on another process's clock, so it lasts the clock-jump
+    /// tolerance longer, as a restored removal quarantine does.
+    pub fn restore_slot_wait(&self, slot: u16, until_ms: i64, now_ms: i64) {
+        let until_ms = if until_ms != OPEN && until_ms != 0 {
             until_ms.saturating_add(self.settings.clock_jump_tolerance_ms.get())
         } else {
             until_ms
@@ -703,10 +703,8 @@ impl Node {
     /// act on a brand-new cluster, whose `CLUSTER ADDSLOTS` took slots
     /// nobody served before). Returns how many were in force.
     pub fn end_slot_waits(&self, now_ms: i64) -> usize {
-        let mut waits = locked(&self.slot_waits);
-        let ended = waits.in_force(now_ms);
-        waits.clear();
-        self.any_slot_wait.store(false, Ordering::Relaxed);
+        let ended = locked(&self.slot_waits).in_force(now_ms);
+        self.clear_slot_waits();
         for &(slot, _) in &ended {
             self.record(Record::Slot { slot, until_ms: 0 });
         }
@@ -741,11 +739,6 @@ impl Node {
     /// The quarantines started since the last call, to write now.
     pub fn take_records(&self) -> Vec<Record> {
         std::mem::take(&mut *locked(&self.records))
-    }
-
-    /// Whether quarantines wait to be written.
-    pub fn records_due(&self) -> bool {
-        !locked(&self.records).is_empty()
     }
 
     // --- what the node may have forgotten ---------------------------------

@@ -140,22 +140,6 @@ impl SlotWaits {
         }
     }
 
-    /// A wait read back (the ledger, the AOF, a master): kept as it was, or
-    /// the later end where one is in force already. Returns whether it is
-    /// in force.
-    pub fn restore(&mut self, slot: u16, until_ms: i64, now_ms: i64) -> bool {
-        if slot >= SLOTS || until_ms <= now_ms {
-            return false;
-        }
-        let wait = self.waits.entry(slot).or_default();
-        if until_ms == OPEN {
-            wait.open = true;
-        } else {
-            wait.until_ms = wait.until_ms.max(until_ms);
-        }
-        true
-    }
-
     /// A lock arrived at the key (its `key_hash`) of `slot`: while the slot
     /// waits, the key is not refused for it.
     pub fn arrived(&mut self, slot: u16, hash: u64) {
@@ -334,13 +318,12 @@ mod tests {
     }
 
     #[test]
-    fn restored_waits_keep_the_later_end_and_ended_ones_are_dropped() {
+    fn recorded_waits_are_set_as_written_and_ended_ones_are_dropped() {
         let mut w = SlotWaits::default();
-        assert!(!w.restore(5, NOW, NOW), "over already");
-        assert!(w.restore(5, NOW + 100, NOW));
-        assert!(w.restore(5, NOW + 50, NOW));
+        assert!(!w.set(5, NOW, NOW), "over already");
+        assert!(w.set(5, NOW + 100, NOW));
         assert_eq!(w.in_force(NOW), vec![(5, NOW + 100)]);
-        assert!(w.restore(6, OPEN, NOW), "an import still running at the save");
+        assert!(w.set(6, OPEN, NOW), "an import still running at the save");
         assert_eq!(w.in_force(NOW), vec![(5, NOW + 100), (6, OPEN)]);
         assert!(w.is_open(6) && !w.is_open(5) && !w.is_open(4));
         assert!(!w.cancel_open(5), "an ended import's wait stays");

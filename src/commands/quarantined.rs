@@ -54,7 +54,7 @@ fn run(cx: &Cx<'_>, argv: &[&[u8]]) -> Reply {
         // A replica's promotion quarantines it whole, and a start that may
         // have lost writes does: only a start without one keeps the waits.
         Quarantined::Slot { until_ms, slot } if loading && cx.node.durable_start() => {
-            cx.node.restore_slot_wait(slot, until_ms, cx.now_ms, true)
+            cx.node.restore_slot_wait(slot, until_ms, cx.now_ms)
         }
         Quarantined::Slot { .. } => {}
     }
