@@ -7,10 +7,10 @@
 //! of its own). Pure: parsed into addresses and credentials, or refused in
 //! words that say what to write instead.
 
-use redis::{ConnectionAddr, ConnectionInfo, ProtocolVersion, RedisConnectionInfo};
+use redis::ConnectionInfo;
 
 use super::redirect::Addr;
-use super::spelling::{authority, decode, Authority};
+use super::spelling::{authority, connection_info, decode, Authority};
 
 /// The form of a Sentinel member, for messages.
 pub(crate) const SENTINEL_FORM: &str = "redis+sentinel://[[user]:password@]host:port/master-name\
@@ -38,19 +38,12 @@ pub(crate) struct SentinelSpelling {
 impl SentinelSpelling {
     /// What a connection to a Sentinel at `addr` needs.
     pub fn sentinel_connection(&self, addr: &Addr) -> ConnectionInfo {
-        info(addr, self.sentinel_username.clone(), self.sentinel_password.clone())
+        connection_info(addr, self.sentinel_username.clone(), self.sentinel_password.clone())
     }
 
     /// What a connection to the master at `addr` needs.
     pub fn master_connection(&self, addr: &Addr) -> ConnectionInfo {
-        info(addr, self.username.clone(), self.password.clone())
-    }
-}
-
-fn info(addr: &Addr, username: Option<String>, password: Option<String>) -> ConnectionInfo {
-    ConnectionInfo {
-        addr: ConnectionAddr::Tcp(addr.host.clone(), addr.port),
-        redis: RedisConnectionInfo { db: 0, username, password, protocol: ProtocolVersion::RESP2 },
+        connection_info(addr, self.username.clone(), self.password.clone())
     }
 }
 

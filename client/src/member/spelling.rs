@@ -63,15 +63,19 @@ pub(crate) struct ClusterSpelling {
 impl ClusterSpelling {
     /// What a connection to the cluster's node at `addr` needs.
     pub fn connection(&self, addr: &Addr) -> ConnectionInfo {
-        ConnectionInfo {
-            addr: ConnectionAddr::Tcp(addr.host.clone(), addr.port),
-            redis: RedisConnectionInfo {
-                db: 0,
-                username: self.username.clone(),
-                password: self.password.clone(),
-                protocol: ProtocolVersion::RESP2,
-            },
-        }
+        connection_info(addr, self.username.clone(), self.password.clone())
+    }
+}
+
+/// A connection to `addr` (database 0, RESP2) with these credentials.
+pub(crate) fn connection_info(
+    addr: &Addr,
+    username: Option<String>,
+    password: Option<String>,
+) -> ConnectionInfo {
+    ConnectionInfo {
+        addr: ConnectionAddr::Tcp(addr.host.clone(), addr.port),
+        redis: RedisConnectionInfo { db: 0, username, password, protocol: ProtocolVersion::RESP2 },
     }
 }
 
