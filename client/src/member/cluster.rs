@@ -60,7 +60,7 @@ use super::redirect::{Addr, Redirect};
 use super::spelling::ClusterSpelling;
 use super::throttle::{Start, Throttle};
 use super::topology::{self, SlotMap, MASTERS_MAX};
-use super::NodeAnswers;
+use super::{describe, NodeAnswers};
 use crate::node::{as_raw, as_value, Limits, Node, OnReply, Replies, Request};
 use crate::quorum::Raw;
 use crate::resp::Reply;
@@ -635,15 +635,6 @@ async fn ask_topology(shared: &Arc<Shared>, addr: &Addr) -> Result<SlotMap, Stri
             }
         }
         Err(raw) => Err(describe(&raw)),
-    }
-}
-
-fn describe(raw: &Raw) -> String {
-    match raw {
-        Raw::ServerError { code, detail } => format!("{code} {detail}"),
-        Raw::TimedOut => "timed out".into(),
-        Raw::Unreachable(why) => why.clone(),
-        other => format!("unexpected reply {other:?}"),
     }
 }
 

@@ -51,6 +51,17 @@ pub(crate) fn uses_tls(text: &str) -> bool {
     spelling::scheme(text).is_some_and(|(_, tls)| tls)
 }
 
+/// A failed call to one node of a member, in words, for the member's
+/// "no" (a cluster's topology fetch, a Sentinel's search for the master).
+fn describe(raw: &Raw) -> String {
+    match raw {
+        Raw::ServerError { code, detail } => format!("{code} {detail}"),
+        Raw::TimedOut => "timed out".into(),
+        Raw::Unreachable(why) | Raw::ClusterUnavailable(why) => why.clone(),
+        other => format!("unexpected reply {other:?}"),
+    }
+}
+
 /// Each node's address with its answer (see [`Member::query_every_node`]).
 pub(crate) type NodeAnswers = Vec<(String, Result<Value, Raw>)>;
 

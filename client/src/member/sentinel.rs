@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use super::redirect::Addr;
 use super::sentinels::SentinelSpelling;
-use super::NodeAnswers;
+use super::{describe, NodeAnswers};
 use crate::node::{as_raw, as_value, Limits, Node, Request};
 use crate::quorum::Raw;
 use crate::tls::{TlsClient, TlsTarget};
@@ -310,15 +310,6 @@ fn master_addr(parts: &[Value]) -> Option<Addr> {
 /// Whether a `ROLE` reply says master.
 fn is_master(parts: &[Value]) -> bool {
     matches!(parts.first(), Some(Value::BulkString(role)) if role == b"master")
-}
-
-fn describe(raw: &Raw) -> String {
-    match raw {
-        Raw::ServerError { code, detail } => format!("{code} {detail}"),
-        Raw::TimedOut => "no answer in time".into(),
-        Raw::Unreachable(why) | Raw::ClusterUnavailable(why) => why.clone(),
-        other => format!("{other:?}"),
-    }
 }
 
 #[cfg(test)]
