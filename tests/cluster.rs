@@ -840,6 +840,41 @@ fn a_released_locks_token_stays_below_the_next_after_its_slot_moves() {
     }
 }
 
+/// A shared lock carries the highest token it granted, also a released
+/// holder's, while another holder keeps its key: the importer's counter
+/// rises to that one at the arrival, not only to the tokens of the holders
+/// that moved (the simulator's seed 9300335455: a reader fenced ahead
+/// released, the slot moved with an older reader, whose release on the
+/// importer let the next reader in below the released token). Classic
+/// migration on every server; Valkey's `MIGRATESLOTS` too where it runs.
+#[test]
+fn a_released_readers_token_moves_with_the_readers_left_and_stays_below_the_next() {
+    let (cluster, mut direct, on_node_0) = quarantined_cluster(3_000, "readers");
+    let nodes = &cluster.nodes;
+    let mut atomic = has_atomic_slot_migration();
+    for key in &on_node_0 {
+        let older = as_int(&run(&mut direct[0], &[b"LOCK.SHARED", key.as_bytes(), b"r1", b"30000"]).unwrap());
+        as_int(&run(&mut direct[0], &[b"LOCK.SHARED", key.as_bytes(), b"r2", b"30000"]).unwrap());
+        // r2's token two seconds of clock ahead of node 1's (a raise from a
+        // quorum member whose clock is ahead), then r2 leaves.
+        let ahead = (server_clock_ms(&mut direct[1]) + 2_000) * 1000;
+        assert_eq!(int(&mut direct[0], &["LOCK.FENCE", key, "r2", &ahead.to_string()]), 1);
+        assert_eq!(int(&mut direct[0], &["LOCK.RELEASE", key, "r2"]), 1);
+        let slot = keyslot(&mut direct[0], key);
+        if atomic {
+            cluster.migrate_slot_atomically(slot, &nodes[1]);
+        } else {
+            cluster.move_slot(slot, &nodes[1]);
+        }
+        atomic = false;
+        let target = &mut direct[1];
+        assert_eq!(int(target, &["LOCK.RELEASE", key, "r1"]), 1, "r1 releases it on node 1");
+        let granted = run(target, &[b"LOCK.SHARED", key.as_bytes(), b"r3", b"1000"]);
+        let Ok(Value::Int(token)) = granted else { panic!("granted again at once: {granted:?}") };
+        assert!(token > ahead, "the next token {token} is above the released reader's {ahead} (r1's was {older})");
+    }
+}
+
 /// An import whose command the server refuses (`SETSLOT IMPORTING` of a
 /// slot the node owns) leaves no wait behind; `CLUSTER ADDSLOTS` of a slot
 /// nobody served makes it wait like an import.

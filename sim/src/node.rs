@@ -14,7 +14,7 @@ use lock_core::imports::{self, SlotWaits};
 use lock_core::lock::{self, Admission, AllGrant, Exit, Grant};
 use lock_core::memory::Holders;
 use lock_core::quarantine;
-use lock_core::txn::{Changes, Txn};
+use lock_core::txn::{Changes, Stored, Txn};
 use lock_protocol::code::{ERR, QUARANTINE, WRONGTYPE};
 
 use crate::command::{self, Request};
@@ -664,7 +664,10 @@ impl Node {
         };
         let now = self.now_ms(virtual_ms);
         if self.rules == Rules::Module {
-            let top = holders.records().iter().map(|(_, hold)| hold.fence).max().unwrap_or(0);
+            // The key's top token: its holders', and a released holder's
+            // while others keep the key (a shared lock), as the module's
+            // stored header carries it.
+            let top = Stored::top_fence(&holders);
             self.fencer.raise_kept(top);
             self.ledger.reached(self.fencer.last(), virtual_ms, self.epoch);
             self.forgotten.arrived(key, now.saturating_add(self.quarantine_ms), now);
