@@ -871,7 +871,10 @@ fn a_released_readers_token_moves_with_the_readers_left_and_stays_below_the_next
         assert_eq!(int(target, &["LOCK.RELEASE", key, "r1"]), 1, "r1 releases it on node 1");
         let granted = run(target, &[b"LOCK.SHARED", key.as_bytes(), b"r3", b"1000"]);
         let Ok(Value::Int(token)) = granted else { panic!("granted again at once: {granted:?}") };
-        assert!(token > ahead, "the next token {token} is above the released reader's {ahead} (r1's was {older})");
+        assert!(
+            token > ahead,
+            "the next token {token} is above the released reader's {ahead} (r1's was {older})"
+        );
     }
 }
 
