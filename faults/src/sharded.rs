@@ -156,8 +156,8 @@ impl Sharded {
                 })
                 .collect();
             // Three Sentinels, a majority of them to call a master down;
-            // a failover timeout short enough for the run to see a second
-            // failover of the same member.
+            // a failover timeout short enough that an election that failed
+            // (a split vote) is tried again within the run.
             let sentinels = (spec.sentinels > 0).then(|| {
                 SentinelGroup::with(
                     SentinelSpec::new(opts(&spec), 1, 3)

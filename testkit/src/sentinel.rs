@@ -48,8 +48,9 @@ pub struct SentinelSpec {
     pub sentinels: usize,
     /// `sentinel down-after-milliseconds`.
     pub down_after_ms: u64,
-    /// `sentinel failover-timeout`: also how long after a failover the
-    /// Sentinels wait before they try another of the same master.
+    /// `sentinel failover-timeout`: how long an election may take before
+    /// the Sentinels give that attempt up, and half the wait before they
+    /// try the same master again after an attempt that failed.
     pub failover_timeout_ms: u64,
     /// A TLS port on every data node and Sentinel, showing this
     /// certificate; the Sentinels and the replicas reach the data nodes
