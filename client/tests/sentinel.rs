@@ -4,14 +4,16 @@
 //! master through the Sentinels, takes, fences, extends and releases
 //! there, follows a failover after a SIGKILL of the master, never gives a
 //! lock to two holders meanwhile, and grants again once the promoted
-//! master's quarantine is over.
+//! master's quarantine is over. The same member over TLS
+//! (`rediss+sentinel://`: the Sentinels and the data nodes on TLS ports)
+//! where the server under test has TLS (Redis 7.0 of the matrix).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lock_testkit_client::*;
-use redlock_client::{Config, Mode, Redlock};
+use redlock_client::{Config, Mode, Redlock, Tls};
 
 const QUARANTINE_MS: u64 = 2_000;
 
@@ -25,23 +27,31 @@ fn opts() -> Opts {
     Opts::new().aof_always().module_arg("quarantine-ms", &QUARANTINE_MS.to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sentinel_member_takes_fences_extends_and_releases_on_its_master() {
-    let group = SentinelGroup::start(opts(), 2, 3);
-    let rl = Redlock::connect([group.url()], config()).await.expect("connect");
+/// Takes, fences and extends a lock through `rl` (`group`'s first master
+/// as its one member), checks that the master holds it, releases it and
+/// checks that it is free there; then that `status()` names the master at
+/// `port` (its address as the Sentinels give it) and every Sentinel.
+async fn take_fence_extend_release(group: &SentinelGroup, rl: &Redlock, port: u16) {
     let guard = rl.try_acquire("orders", Mode::Plain, Duration::from_secs(10)).await.expect("acquire");
     let token = guard.fencing_token().await.expect("fence");
     assert!(token > 0);
     guard.extend(Duration::from_secs(10)).await.expect("extend");
     assert_eq!(holder(&group.nodes[0], "orders").as_deref(), Some(guard.token()), "held on the master");
+    guard.release().await.expect("release");
+    assert_eq!(holder(&group.nodes[0], "orders"), None);
     let status = rl.status().await;
     let node = &status.members[0].nodes[0].node;
     assert!(
-        node.contains(&format!("127.0.0.1:{}", group.nodes[0].port)) && node.contains("by 3 of 3 Sentinels"),
+        node.contains(&format!("127.0.0.1:{port}")) && node.contains("by 3 of 3 Sentinels"),
         "status names the master and the Sentinels reached: {node}"
     );
-    guard.release().await.expect("release");
-    assert_eq!(holder(&group.nodes[0], "orders"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_member_takes_fences_extends_and_releases_on_its_master() {
+    let group = SentinelGroup::start(opts(), 2, 3);
+    let rl = Redlock::connect([group.url()], config()).await.expect("connect");
+    take_fence_extend_release(&group, &rl, group.nodes[0].port).await;
     // A master name no Sentinel monitors: the member's "no", with why.
     let unknown = group.url().replace("/locks?", "/nosuch?");
     let other = Redlock::connect([unknown], config()).await.expect("connect");
@@ -50,6 +60,26 @@ async fn a_sentinel_member_takes_fences_extends_and_releases_on_its_master() {
     assert!(refused.to_string().contains("monitors no master named \"nosuch\""), "{refused}");
     rl.settle().await;
     other.settle().await;
+}
+
+/// A `rediss+sentinel://` member: the Sentinels and the data nodes with
+/// TLS ports, the Sentinels reaching the nodes and each other over TLS
+/// (`tls-replication yes`), so that they name the master's TLS port; the
+/// client trusts the test CA and reaches the Sentinels and the master by
+/// IP address over TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_member_over_tls_takes_fences_extends_and_releases() {
+    if !tls_or_skip("a_sentinel_member_over_tls_takes_fences_extends_and_releases") {
+        return;
+    }
+    let group = SentinelGroup::with(SentinelSpec::new(opts(), 1, 3).tls(TlsPort::new("server", false)));
+    let url = group.tls_url_of(0, "127.0.0.1");
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    let tls = Tls { ca_file: Some(certs().crt("ca")), ..Tls::default() };
+    let rl = Redlock::connect([url], Config { tls, ..config() }).await.expect("connect over TLS");
+    let port = group.nodes[0].tls_port.expect("a TLS port");
+    take_fence_extend_release(&group, &rl, port).await;
+    rl.settle().await;
 }
 
 /// What the contenders saw.

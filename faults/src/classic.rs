@@ -11,7 +11,12 @@
 //! A member spelled `redis+cluster://host:port?addr=host:port` is a whole
 //! cluster reached through the redis crate's cluster client (slots,
 //! `MOVED`, `ASK`), as users of the recipe do through their cluster
-//! clients: one vote, like a master.
+//! clients: one vote, like a master. A member spelled
+//! `redis+sentinel://host:port/master-name?addr=host:port` is a master
+//! under Sentinel, found as Sentinel-aware clients find it: the Sentinels
+//! are asked for the master's address (`SENTINEL GET-MASTER-ADDR-BY-NAME`,
+//! the first that answers), the connection goes there, and a failed call
+//! makes the next one ask again (so it follows a failover).
 //!
 //! The same plumbing also runs the second contrast, the semaphore a plain
 //! majority cannot bound: `LOCK.SEMAPHORE` on every module node, counted as
@@ -46,10 +51,12 @@ struct Slot {
     failed_at: Option<Instant>,
 }
 
-/// How a member is reached: one master, or a cluster through its seeds.
+/// How a member is reached: one master, a cluster through its seeds, or
+/// the master the Sentinels name.
 enum Target {
     Master(Client),
     Cluster(ClusterClient),
+    Sentinel { sentinels: Vec<Client>, name: String },
 }
 
 #[derive(Clone)]
@@ -71,14 +78,20 @@ impl Target {
     /// A member as the quorum client spells it (`redis://...` or
     /// `redis+cluster://host:port?addr=host:port...`).
     fn parse(url: &str, config: &Config) -> Target {
+        if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+            let (first, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let (first, name) = first.split_once('/').expect("redis+sentinel://host:port/master-name");
+            let sentinels = addresses(first, query)
+                .iter()
+                .map(|addr| Client::open(addr.as_str()).expect("Sentinel address"))
+                .collect();
+            return Target::Sentinel { sentinels, name: name.to_string() };
+        }
         let Some(rest) = url.strip_prefix("redis+cluster://") else {
             return Target::Master(Client::open(url).expect("node url"));
         };
         let (first, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let mut seeds = vec![format!("redis://{}", first.trim_end_matches('/'))];
-        seeds.extend(
-            query.split('&').filter_map(|pair| pair.strip_prefix("addr=")).map(|a| format!("redis://{a}")),
-        );
+        let seeds = addresses(first.trim_end_matches('/'), query);
         let client = ClusterClient::builder(seeds)
             .connection_timeout(config.connect_timeout)
             .response_timeout(config.command_timeout)
@@ -95,8 +108,40 @@ impl Target {
                 .await
                 .map(Conn::Master),
             Target::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            Target::Sentinel { sentinels, name } => {
+                let mut ask = redis::cmd("SENTINEL");
+                ask.arg("GET-MASTER-ADDR-BY-NAME").arg(name);
+                let mut failure = None;
+                for sentinel in sentinels {
+                    let named: RedisResult<(String, u16)> = async {
+                        let mut conn = sentinel.get_multiplexed_async_connection().await?;
+                        ask.query_async(&mut conn).await
+                    }
+                    .await;
+                    match named {
+                        Ok((host, port)) => {
+                            let master = Client::open(format!("redis://{host}:{port}/"))?;
+                            return master
+                                .get_multiplexed_async_connection_with_config(&AsyncConnectionConfig::new())
+                                .await
+                                .map(Conn::Master);
+                        }
+                        Err(e) => failure = Some(e),
+                    }
+                }
+                Err(failure.unwrap_or_else(|| (redis::ErrorKind::IoError, "no Sentinel").into()))
+            }
         }
     }
+}
+
+/// `redis://` addresses of `first` and of every `addr=` in `query`.
+fn addresses(first: &str, query: &str) -> Vec<String> {
+    let mut all = vec![format!("redis://{first}")];
+    all.extend(
+        query.split('&').filter_map(|pair| pair.strip_prefix("addr=")).map(|a| format!("redis://{a}")),
+    );
+    all
 }
 
 struct Node {
@@ -153,8 +198,9 @@ impl Node {
     async fn call(&self, cmd: &Cmd, config: &Config, command_timeout: Duration) -> Reply {
         let Some((mut conn, generation)) = self.connection(config).await else { return Reply::Unreachable };
         // A cluster client that failed is opened again: it reads the slots
-        // afresh (as cluster clients refresh their topology on errors).
-        let cluster = matches!(self.target, Target::Cluster(_));
+        // afresh (as cluster clients refresh their topology on errors); a
+        // Sentinel member's asks the Sentinels again.
+        let cluster = !matches!(self.target, Target::Master(_));
         match timeout(command_timeout, conn.request(cmd)).await {
             Err(_) => {
                 if cluster {

@@ -414,9 +414,13 @@ impl Run<'_> {
                 let reply = self.operator(node, &words).await;
                 self.event(fault.name(), format!("node {node}: {} ({reply:?})", words.join(" ")), start);
             }
-            // Faults inside cluster members: a sharded run injects them
-            // (tests/jepsen.rs); these masters have no cluster.
-            Fault::SlotMigration | Fault::ShardFailover | Fault::ShardPause | Fault::RedirectCut => {}
+            // Faults inside cluster and Sentinel members: a sharded run
+            // injects them (tests/jepsen.rs); these masters have neither.
+            Fault::SlotMigration
+            | Fault::ShardFailover
+            | Fault::ShardPause
+            | Fault::RedirectCut
+            | Fault::SentinelFailover => {}
         }
     }
 
@@ -451,8 +455,8 @@ impl Run<'_> {
                 Probe::Abandon => self.probe_abandon(&resource).await,
                 Probe::NodeRestart => self.probe_node_restart().await,
                 Probe::Semaphore => self.probe_semaphore(&resource).await,
-                Probe::ShardPromotion => {
-                    Err("the shard promotion probe runs with cluster members only".into())
+                Probe::ShardPromotion | Probe::SentinelPromotion => {
+                    Err("the member promotion probes run with cluster or Sentinel members only".into())
                 }
             };
             match result {

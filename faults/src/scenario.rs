@@ -67,6 +67,10 @@ pub enum Fault {
     /// Cluster members: a migration under way, and every client connection
     /// of both masters cut (the replies to redirected calls lost).
     RedirectCut,
+    /// Sentinel members: kill -9 of the master the Sentinels name, its
+    /// replica promoted by them once they find it down, the old master
+    /// restarted (the Sentinels turn it into a replica).
+    SentinelFailover,
 }
 
 impl Fault {
@@ -93,6 +97,7 @@ impl Fault {
             Fault::ShardFailover => "shard failover",
             Fault::ShardPause => "shard pause",
             Fault::RedirectCut => "redirects cut",
+            Fault::SentinelFailover => "Sentinel failover",
         }
     }
 }
@@ -167,6 +172,11 @@ pub enum Probe {
     /// TAKEOVER`); the rival lets go; P2 keeps trying until P1's validity
     /// ends (`sharded.rs`, run by the suite's `run_sharded`).
     ShardPromotion,
+    /// The same through Sentinel members (members 0-2, each a master and a
+    /// replica under one set of Sentinels): member 0's master, whose
+    /// replica missed P1's grant, killed; the Sentinels find it down and
+    /// promote the replica (a second or two: P1's TTL is longer).
+    SentinelPromotion,
     /// Readers P1 and P3 take a read lock with a short TTL and walk away
     /// (crashed); once both ran out, P2 takes the write lock over their
     /// expired holds, still stored, and P1 keeps trying to read until P2's
@@ -218,6 +228,9 @@ pub struct Scenario {
     /// Members that are Redis Clusters (`sharded.rs`; `nodes` is then the
     /// plain masters beside them): the cluster faults act on these.
     pub clusters: usize,
+    /// Members that are masters with a replica under Sentinel, after the
+    /// clusters (`sharded.rs`): the Sentinel faults act on these.
+    pub sentinels: usize,
 }
 
 impl Scenario {

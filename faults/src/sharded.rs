@@ -1,18 +1,26 @@
-//! The members of a run whose quorum has cluster members: real Redis /
-//! Valkey Clusters (the test kit's [`RedisCluster`], every node with the
-//! module, `appendfsync always`, a failover quarantine) beside plain
-//! masters; and the faults done inside a cluster: a slot migrated under
-//! load (`MIGRATE`, or Valkey's atomic `CLUSTER MIGRATESLOTS`), a shard's
-//! master killed and its replica promoted (the old master then restarts
-//! and rejoins as a replica), a shard's master paused (a partition of that
-//! shard from everyone), and the connections to a migrating slot's two
-//! masters cut (the replies to redirected calls lost). Every action on a
-//! process runs on a blocking thread.
+//! The members of a run whose quorum has cluster or Sentinel members:
+//! real Redis / Valkey Clusters (the test kit's [`RedisCluster`], every
+//! node with the module, `appendfsync always`, a failover quarantine),
+//! masters with a replica under Redis Sentinel (the kit's
+//! [`SentinelGroup`]: one set of three Sentinels watches every such
+//! member's master, as one Sentinel deployment watches many; the same
+//! node settings), and plain masters beside them; and the faults done
+//! inside a member: a slot migrated under load (`MIGRATE`, or Valkey's
+//! atomic `CLUSTER MIGRATESLOTS`), a shard's master killed and its replica
+//! promoted (the old master then restarts and rejoins as a replica), a
+//! shard's master paused (a partition of that shard from everyone), the
+//! connections to a migrating slot's two masters cut (the replies to
+//! redirected calls lost), and a Sentinel member's master killed, its
+//! replica promoted by the Sentinels (the old master restarted: the
+//! Sentinels turn it into a replica). Every action on a process runs on a
+//! blocking thread.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_testkit::{cmd, server_version, ClusterSpec, Opts, RedisCluster, Server};
+use lock_testkit::{
+    cmd, role, server_version, ClusterSpec, Opts, RedisCluster, SentinelGroup, SentinelSpec, Server,
+};
 
 /// How to start the members.
 #[derive(Clone, Debug)]
@@ -20,6 +28,8 @@ pub struct Spec {
     /// Cluster members, each of this many shards (a master and a replica).
     pub clusters: usize,
     pub shards: usize,
+    /// Sentinel members (a master and a replica each), after the clusters.
+    pub sentinels: usize,
     /// Plain masters beside them.
     pub masters: usize,
     /// `lock.quarantine-ms` (every node runs with `appendfsync always`: no
@@ -27,6 +37,8 @@ pub struct Spec {
     pub quarantine_ms: u64,
     /// `cluster-node-timeout`.
     pub node_timeout_ms: u64,
+    /// The Sentinels' `down-after-milliseconds`.
+    pub down_after_ms: u64,
     /// The lock module on every node (not for the classic recipe's run:
     /// plain Redis, as its users run it).
     pub module: bool,
@@ -35,9 +47,28 @@ pub struct Spec {
 pub struct Sharded {
     pub spec: Spec,
     clusters: Vec<Arc<Mutex<RedisCluster>>>,
+    /// The Sentinel members' data nodes and the Sentinels watching them.
+    sentinels: Option<Arc<Mutex<SentinelGroup>>>,
     masters: Vec<Server>,
     members: Vec<String>,
 }
+
+/// What a member that is not a plain master is.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A cluster member.
+    Cluster,
+    /// The Sentinel group's master `m`.
+    Sentinel(usize),
+}
+
+/// Sentinel's timers in the Sentinel members (`SentinelSpec::periods_ms`):
+/// a failover in 1.3-1.9 s, an old master back as a replica about 1.3 s
+/// after its restart (measured on a loaded 2-core machine), where the
+/// defaults take 2-2.6 s and 10 s or more.
+const SENTINEL_PERIODS_MS: u64 = 250;
+/// How long a Sentinel failover may take before the harness gives up.
+const FAILOVER_DEADLINE: Duration = Duration::from_secs(15);
 
 fn opts(spec: &Spec) -> Opts {
     let mut opts = Opts::new().aof_always().config("cluster-require-full-coverage", "no");
@@ -49,8 +80,27 @@ fn opts(spec: &Spec) -> Opts {
     opts
 }
 
-fn lock(cluster: &Mutex<RedisCluster>) -> std::sync::MutexGuard<'_, RedisCluster> {
-    cluster.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+fn lock<T>(held: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Master `m` of the Sentinel group as the Sentinels name it now, and its
+/// replicas (the other nodes of that member that say they replicate it).
+fn sentinel_master(group: &SentinelGroup, m: usize) -> Result<(usize, Vec<usize>), String> {
+    let master = group.master_index_of(m).ok_or_else(|| format!("no Sentinel names master {m}"))?;
+    let port = group.nodes[master].port;
+    let replicas = group
+        .nodes_of(m)
+        .filter(|&i| i != master && group.nodes[i].is_running())
+        .filter(|&i| {
+            let info: String =
+                cmd("INFO").arg("replication").query(&mut group.nodes[i].conn()).unwrap_or_default();
+            info.contains("role:slave")
+                && info.contains(&format!("master_port:{port}"))
+                && info.contains("master_link_status:up")
+        })
+        .collect();
+    Ok((master, replicas))
 }
 
 /// A slot migration inside one cluster: `key`'s slot, from the master
@@ -94,7 +144,7 @@ impl Sharded {
     /// for its own agreement).
     pub async fn start(spec: Spec) -> Sharded {
         let for_start = spec.clone();
-        let (clusters, masters) = tokio::task::spawn_blocking(move || {
+        let (clusters, sentinels, masters) = tokio::task::spawn_blocking(move || {
             let spec = for_start;
             let clusters: Vec<RedisCluster> = (0..spec.clusters)
                 .map(|_| {
@@ -105,20 +155,74 @@ impl Sharded {
                     )
                 })
                 .collect();
+            // Three Sentinels, a majority of them to call a master down;
+            // a failover timeout short enough that an election that failed
+            // (a split vote) is tried again within the run.
+            let sentinels = (spec.sentinels > 0).then(|| {
+                SentinelGroup::with(
+                    SentinelSpec::new(opts(&spec), 1, 3)
+                        .masters(spec.sentinels)
+                        .down_after_ms(spec.down_after_ms)
+                        .failover_timeout_ms(3_000)
+                        .periods_ms(SENTINEL_PERIODS_MS),
+                )
+            });
             let masters: Vec<Server> = (0..spec.masters).map(|_| Server::with(opts(&spec))).collect();
-            (clusters, masters)
+            (clusters, sentinels, masters)
         })
         .await
         .expect("start the members");
         let mut members: Vec<String> = clusters.iter().map(RedisCluster::member).collect();
+        if let Some(group) = &sentinels {
+            members.extend((0..spec.sentinels).map(|m| group.url_of(m)));
+        }
         members.extend(masters.iter().map(Server::url));
         let clusters = clusters.into_iter().map(|c| Arc::new(Mutex::new(c))).collect();
-        Sharded { spec, clusters, masters, members }
+        let sentinels = sentinels.map(|group| Arc::new(Mutex::new(group)));
+        Sharded { spec, clusters, sentinels, masters, members }
     }
 
-    /// The member strings the clients connect with: the clusters first.
+    /// The member strings the clients connect with: the clusters first,
+    /// then the Sentinel members, then the masters.
     pub fn urls(&self) -> Vec<String> {
         self.members.clone()
+    }
+
+    fn kind(&self, member: usize) -> Kind {
+        if member < self.clusters.len() {
+            Kind::Cluster
+        } else if member < self.clusters.len() + self.spec.sentinels {
+            Kind::Sentinel(member - self.clusters.len())
+        } else {
+            panic!("member {member} is a plain master")
+        }
+    }
+
+    /// Runs `f` on the Sentinel group on a blocking thread.
+    async fn sentinel_blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut SentinelGroup) -> T + Send + 'static,
+    ) -> T {
+        let group = self.sentinels.clone().expect("Sentinel members");
+        tokio::task::spawn_blocking(move || f(&mut lock(&group))).await.expect("a Sentinel action")
+    }
+
+    /// Runs `f` on a blocking thread with the node that serves `key` in
+    /// member `member` now: the master of its slot in a cluster, the
+    /// master the Sentinels name in a Sentinel member (`None`: none is).
+    async fn on_master<T: Send + 'static>(
+        &self,
+        member: usize,
+        key: String,
+        f: impl FnOnce(Option<&Server>) -> T + Send + 'static,
+    ) -> T {
+        match self.kind(member) {
+            Kind::Cluster => self.blocking(member, move |cluster| f(Some(cluster.master_of(&key)))).await,
+            Kind::Sentinel(m) => {
+                self.sentinel_blocking(move |group| f(group.master_index_of(m).map(|i| &group.nodes[i])))
+                    .await
+            }
+        }
     }
 
     /// Runs `f` on cluster member `member` on a blocking thread.
@@ -226,13 +330,48 @@ impl Sharded {
         .await
     }
 
-    /// A rival holds `key` on its master in cluster `member` for `ttl_ms`
-    /// (`LOCK.ACQUIRE` with the module, `SET NX PX` without): that member
-    /// refuses the key meanwhile. Whether it was set.
+    /// kill -9 of the master that Sentinel member `member`'s Sentinels
+    /// name; waits (bounded) until they have promoted its replica, then
+    /// restarts the killed node (from its AOF, a master again until the
+    /// Sentinels turn it into the new master's replica, about a second
+    /// later: the next failover of this member waits for that). Returns
+    /// what it did.
+    pub async fn sentinel_failover(&self, member: usize) -> String {
+        let Kind::Sentinel(m) = self.kind(member) else { panic!("member {member} is not a Sentinel member") };
+        self.sentinel_blocking(move |group| {
+            let (master, replicas) = match sentinel_master(group, m) {
+                Ok(found) => found,
+                Err(why) => return why,
+            };
+            let port = group.nodes[master].port;
+            if replicas.is_empty() {
+                return format!("master {port}: no replica in sync yet");
+            }
+            let killed = std::time::Instant::now();
+            group.nodes[master].kill();
+            let promoted = group.wait_failover(m, master, FAILOVER_DEADLINE);
+            let took = killed.elapsed();
+            group.nodes[master].restart();
+            match promoted {
+                Ok(i) => format!(
+                    "master {port} killed, {} promoted by the Sentinels after {} ms, {port} restarted",
+                    group.nodes[i].port,
+                    took.as_millis()
+                ),
+                Err(why) => format!("master {port} killed: {why}; {port} restarted"),
+            }
+        })
+        .await
+    }
+
+    /// A rival holds `key` on its master in member `member` (a cluster or
+    /// a Sentinel member) for `ttl_ms` (`LOCK.ACQUIRE` with the module,
+    /// `SET NX PX` without): that member refuses the key meanwhile.
+    /// Whether it was set.
     pub async fn block(&self, member: usize, key: String, token: &'static str, ttl_ms: u64) -> bool {
         let module = self.spec.module;
-        self.blocking(member, move |cluster| {
-            let mut c = cluster.master_of(&key).conn();
+        self.on_master(member, key.clone(), move |master| {
+            let Some(mut c) = master.map(Server::conn) else { return false };
             if module {
                 cmd("LOCK.ACQUIRE")
                     .arg(&key)
@@ -261,8 +400,8 @@ impl Sharded {
     /// The rival of [`Sharded::block`] lets go of `key`.
     pub async fn unblock(&self, member: usize, key: String, token: &'static str) {
         let module = self.spec.module;
-        self.blocking(member, move |cluster| {
-            let mut c = cluster.master_of(&key).conn();
+        self.on_master(member, key.clone(), move |master| {
+            let Some(mut c) = master.map(Server::conn) else { return };
             let _: redis::RedisResult<i64> = if module {
                 cmd("LOCK.RELEASE").arg(&key).arg(token).query(&mut c)
             } else {
@@ -277,40 +416,75 @@ impl Sharded {
         .await
     }
 
-    /// The replica of the master that serves `key` in cluster `member`
+    /// The replica of the master that serves `key` in member `member`
     /// stops (SIGSTOP) and the master drops its link: from now on the
     /// replica misses every write the master acknowledges. The ports of
     /// the master and the replica.
     pub async fn cut_replica(&self, member: usize, key: String) -> Result<(u16, u16), String> {
-        self.blocking(member, move |cluster| {
-            let master = cluster.master_of(&key);
-            let Some(replica) = cluster.replicas_of(master).first().map(|r| r.port) else {
-                return Err(format!("master {} of '{key}' has no replica in sync", master.port));
-            };
-            cluster.node(replica).signal("STOP");
+        let cut = |master: &Server, replica: &Server| {
+            replica.signal("STOP");
             let _: redis::RedisResult<i64> =
                 cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica").query(&mut master.conn());
-            Ok((master.port, replica))
-        })
-        .await
+            (master.port, replica.port)
+        };
+        match self.kind(member) {
+            Kind::Cluster => {
+                self.blocking(member, move |cluster| {
+                    let master = cluster.master_of(&key);
+                    let Some(replica) = cluster.replicas_of(master).first().copied() else {
+                        return Err(format!("master {} of '{key}' has no replica in sync", master.port));
+                    };
+                    Ok(cut(master, replica))
+                })
+                .await
+            }
+            Kind::Sentinel(m) => {
+                self.sentinel_blocking(move |group| {
+                    let (master, replicas) = sentinel_master(group, m)?;
+                    let Some(&replica) = replicas.first() else {
+                        return Err(format!("master {} has no replica in sync", group.nodes[master].port));
+                    };
+                    Ok(cut(&group.nodes[master], &group.nodes[replica]))
+                })
+                .await
+            }
+        }
     }
 
     /// The replica cut off by [`Sharded::cut_replica`] resumes; waits
-    /// (bounded) until the cluster agrees and every replica is in sync.
+    /// (bounded) until the cluster agrees and every replica is in sync (a
+    /// Sentinel member: until the replica's link is up again).
     pub async fn resume_replica(&self, member: usize, replica: u16) {
-        self.blocking(member, move |cluster| {
-            cluster.node(replica).signal("CONT");
-            cluster.wait_ok();
-        })
-        .await
+        match self.kind(member) {
+            Kind::Cluster => {
+                self.blocking(member, move |cluster| {
+                    cluster.node(replica).signal("CONT");
+                    cluster.wait_ok();
+                })
+                .await
+            }
+            Kind::Sentinel(m) => {
+                self.sentinel_blocking(move |group| {
+                    let index = group.nodes.iter().position(|n| n.port == replica).expect("the replica");
+                    group.nodes[index].signal("CONT");
+                    lock_testkit::wait_until(FAILOVER_DEADLINE, "the replica back in sync", || {
+                        sentinel_master(group, m).is_ok_and(|(_, replicas)| replicas.contains(&index))
+                    });
+                })
+                .await
+            }
+        }
     }
 
-    /// kill -9 of `master` in cluster `member`, its replica (cut off by
-    /// [`Sharded::cut_replica`]) resumed and promoted at once by
-    /// `CLUSTER FAILOVER TAKEOVER`; waits (bounded) until it is a master
-    /// and every running node of the cluster sends `key` to it: before
-    /// that, a client refreshing its slot map may still be sent to the
-    /// dead master, and a refusal would prove nothing.
+    /// kill -9 of `master` in member `member`, its replica (cut off by
+    /// [`Sharded::cut_replica`]) resumed and promoted: in a cluster at once
+    /// by `CLUSTER FAILOVER TAKEOVER`, waiting (bounded) until it is a
+    /// master and every running node of the cluster sends `key` to it
+    /// (before that, a client refreshing its slot map may still be sent to
+    /// the dead master, and a refusal would prove nothing); in a Sentinel
+    /// member by the Sentinels, once they find the master down, waiting
+    /// (bounded) until every Sentinel names the replica and it says it is
+    /// a master.
     pub async fn take_over(
         &self,
         member: usize,
@@ -318,6 +492,22 @@ impl Sharded {
         master: u16,
         replica: u16,
     ) -> Result<(), String> {
+        if let Kind::Sentinel(m) = self.kind(member) {
+            return self
+                .sentinel_blocking(move |group| {
+                    let old = group.nodes.iter().position(|n| n.port == master).expect("the master");
+                    group.nodes[old].kill();
+                    let index = group.nodes.iter().position(|n| n.port == replica).expect("the replica");
+                    group.nodes[index].signal("CONT");
+                    match group.wait_failover(m, old, FAILOVER_DEADLINE)? {
+                        promoted if promoted == index => Ok(()),
+                        other => {
+                            Err(format!("the Sentinels promoted {}, not {replica}", group.nodes[other].port))
+                        }
+                    }
+                })
+                .await;
+        }
         self.blocking(member, move |cluster| {
             let index = cluster.nodes.iter().position(|n| n.port == master).expect("the master's node");
             cluster.nodes[index].kill();
@@ -335,9 +525,7 @@ impl Sharded {
                     }
                 }
             };
-            while lock_testkit::role(node) != "master"
-                || !cluster.running().into_iter().all(routed_to_replica)
-            {
+            while role(node) != "master" || !cluster.running().into_iter().all(routed_to_replica) {
                 if std::time::Instant::now() > deadline {
                     return Err(format!(
                         "replica {replica} not promoted, or not known as the master of '{key}', within 10 s"
@@ -350,9 +538,19 @@ impl Sharded {
         .await
     }
 
-    /// The node at `port` in cluster `member` (killed) starts again and
-    /// rejoins; waits (bounded) until the cluster agrees again.
+    /// The node at `port` in member `member` (killed) starts again: it
+    /// rejoins a cluster, and the wait (bounded) is until the cluster
+    /// agrees again; in a Sentinel member the Sentinels turn it into the
+    /// new master's replica a little later.
     pub async fn rejoin(&self, member: usize, port: u16) {
+        if let Kind::Sentinel(_) = self.kind(member) {
+            return self
+                .sentinel_blocking(move |group| {
+                    let index = group.nodes.iter().position(|n| n.port == port).expect("the node");
+                    group.nodes[index].restart();
+                })
+                .await;
+        }
         self.blocking(member, move |cluster| {
             let index = cluster.nodes.iter().position(|n| n.port == port).expect("the node");
             cluster.nodes[index].restart();
@@ -364,16 +562,21 @@ impl Sharded {
     /// Nodes that died by themselves (not killed by a fault), as
     /// "PORT died" lines.
     pub async fn dead(&self) -> Vec<String> {
-        let clusters = self.clusters.clone();
+        let (clusters, sentinels) = (self.clusters.clone(), self.sentinels.clone());
         tokio::task::spawn_blocking(move || {
             let mut dead = Vec::new();
-            for cluster in &clusters {
-                let mut cluster = lock(cluster);
-                for node in &mut cluster.nodes {
+            let mut look = |nodes: &mut Vec<Server>| {
+                for node in nodes {
                     if node.is_running() && node.wait_exit(Duration::from_millis(1)).is_some() {
                         dead.push(format!("{} died", node.port));
                     }
                 }
+            };
+            for cluster in &clusters {
+                look(&mut lock(cluster).nodes);
+            }
+            if let Some(group) = &sentinels {
+                look(&mut lock(group).nodes);
             }
             dead
         })
@@ -383,9 +586,10 @@ impl Sharded {
 
     /// Stops every node (by PID).
     pub async fn shut_down(self) {
-        let Sharded { clusters, masters, .. } = self;
+        let Sharded { clusters, sentinels, masters, .. } = self;
         let _ = tokio::task::spawn_blocking(move || {
             drop(clusters);
+            drop(sentinels);
             drop(masters);
         })
         .await;

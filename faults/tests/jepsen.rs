@@ -111,6 +111,7 @@ const BASE: Scenario = Scenario {
     replica: false,
     misuse: false,
     clusters: 0,
+    sentinels: 0,
 };
 
 /// `lock.clock-jump-tolerance-ms` where nodes restart from an AOF: the
@@ -334,11 +335,39 @@ const SCENARIOS: &[Scenario] = &[
         tolerance_ms: Some(RESTART_TOLERANCE_MS),
         ..BASE
     },
+    Scenario {
+        name: "sentinels",
+        // Three members, each a master and its replica under one set of
+        // three Sentinels: a member's master killed (-9), its replica
+        // promoted by the Sentinels once they find it down, the old master
+        // restarted (they turn it into a replica). The classic recipe over
+        // the same topology without the module (a Sentinel-aware client)
+        // runs the probe only: member 0's replica that missed P1's grant,
+        // promoted, lets P2 in.
+        faults: &[Fault::SentinelFailover],
+        probes: &[Probe::SentinelPromotion],
+        impls: BOTH_IMPLS,
+        contrast_must_fail: true,
+        nodes: 0,
+        sentinels: 3,
+        work: Work::Long,
+        quarantine_ms: SENTINEL_QUARANTINE_MS,
+        aof: true,
+        tolerance_ms: Some(RESTART_TOLERANCE_MS),
+        ..BASE
+    },
 ];
 
 /// `cluster-node-timeout` of the cluster members: a shard's master fails
 /// over in seconds; a shard pause stays below it.
 const CLUSTER_NODE_TIMEOUT_MS: u64 = 2_000;
+/// The Sentinels' `down-after-milliseconds` in the Sentinel members.
+const SENTINEL_DOWN_AFTER_MS: u64 = 500;
+/// `lock.quarantine-ms` of the Sentinel members: the SentinelPromotion
+/// probe's P1 holds for 100 ms less, and that must outlast the Sentinels'
+/// failover (1.3-1.9 s measured, longer on a loaded machine) with time
+/// left for P2 to try at the promoted replica.
+const SENTINEL_QUARANTINE_MS: u64 = 3_500;
 
 /// The one-node workers: three plain (WAIT and not), two reentrant, three
 /// permit holders, three read-write.
@@ -605,7 +634,7 @@ async fn probers(imp: Impl, urls: &[String], ctx: &Arc<Ctx>, count: usize) -> Ve
 }
 
 async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, index: u64) -> Report {
-    if scenario.clusters > 0 {
+    if scenario.clusters > 0 || scenario.sentinels > 0 {
         return run_sharded(scenario, imp, settings, index).await;
     }
     let started = Instant::now();
@@ -758,10 +787,11 @@ async fn run_one(scenario: &'static Scenario, imp: Impl, settings: &Settings, in
     }
 }
 
-/// A run whose quorum has cluster members (`sharded.rs`): the workers go
-/// through the quorum client over the members; the nemesis injects the
-/// faults inside the clusters (no probes: the ordering across redirects is
-/// the client's own, tested deterministically in its crate).
+/// A run whose quorum has cluster or Sentinel members (`sharded.rs`): the
+/// workers go through the quorum client over the members; after the
+/// member promotion probe, the nemesis injects the faults inside the
+/// members (the ordering across redirects is the client's own, tested
+/// deterministically in its crate).
 async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings, index: u64) -> Report {
     let started = Instant::now();
     let seed = mix(settings.seed, index);
@@ -770,9 +800,11 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
         clusters: scenario.clusters,
         // Three: a failover needs a majority of the masters to vote.
         shards: 3,
+        sentinels: scenario.sentinels,
         masters: scenario.nodes,
         quarantine_ms: scenario.quarantine_ms,
         node_timeout_ms: CLUSTER_NODE_TIMEOUT_MS,
+        down_after_ms: SENTINEL_DOWN_AFTER_MS,
         module,
     };
     let members = Sharded::start(spec).await;
@@ -799,11 +831,13 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
     let mut rng = StdRng::seed_from_u64(seed);
     tokio::time::sleep(ms(300)).await;
     let (mut probes, mut inconclusive) = (Vec::new(), Vec::new());
-    for probe in scenario.probes {
+    for &probe in scenario.probes {
         let mut why = String::new();
         // Retried (an earlier failure may still keep a member from granting).
         for _ in 0..3 {
-            match probe_shard_promotion(&members, &ctx, &probers, scenario, module, bound, &mut rng).await {
+            match probe_member_promotion(probe, &members, &ctx, &probers, scenario, module, bound, &mut rng)
+                .await
+            {
                 Ok(note) => {
                     probes.push(format!("{probe:?}: {note}"));
                     why.clear();
@@ -831,7 +865,10 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
         }
         tokio::time::sleep(gap).await;
         let fault = scenario.faults[rng.gen_range(0..scenario.faults.len())];
-        let member = rng.gen_range(0..scenario.clusters);
+        let member = match fault {
+            Fault::SentinelFailover => scenario.clusters + rng.gen_range(0..scenario.sentinels),
+            _ => rng.gen_range(0..scenario.clusters),
+        };
         let key = names[rng.gen_range(0..names.len())].clone();
         let start = ctx.rec.now();
         let detail = match fault {
@@ -842,7 +879,8 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
             Fault::ShardFailover => members.fail_over(member, key).await,
             Fault::ShardPause => members.pause(member, key, ms(rng.gen_range(200..1_000))).await,
             Fault::RedirectCut => members.cut_redirects(member, key, ms(rng.gen_range(50..300))).await,
-            other => panic!("{}: {} is not a cluster fault", scenario.name, other.name()),
+            Fault::SentinelFailover => members.sentinel_failover(member).await,
+            other => panic!("{}: {} is not a cluster or Sentinel fault", scenario.name, other.name()),
         };
         ctx.rec.event(fault.name(), format!("member {member}: {detail}"), start, ctx.rec.now());
         for dead in members.dead().await {
@@ -904,7 +942,12 @@ async fn run_sharded(scenario: &'static Scenario, imp: Impl, settings: &Settings
 /// replica and member 1 grant P2 while P1 holds (an overlap the checker
 /// reports). This project: the promoted replica is quarantined for longer
 /// than P1's TTL, so P2 gets one vote of three.
-async fn probe_shard_promotion(
+/// [`Probe::SentinelPromotion`]: the same through three Sentinel members;
+/// member 0's replica is promoted by the Sentinels once they find its
+/// master down (which P1's TTL outlasts).
+#[allow(clippy::too_many_arguments)]
+async fn probe_member_promotion(
+    probe: Probe,
     members: &Sharded,
     ctx: &Ctx,
     probers: &[Worker],
@@ -921,21 +964,25 @@ async fn probe_shard_promotion(
     // P2 must try for 1 s at least (a cluster client that met the dead
     // master reads the slots afresh first; CI once saw the classic P2
     // refused throughout a short window).
+    // A Sentinel failover takes the Sentinels' detection and election on
+    // top: 1.5 s more for the classic P1.
     let (ttl, least_try) = if module {
         (ms(scenario.quarantine_ms.saturating_sub(100)).max(scenario.ttl()), ms(100))
+    } else if probe == Probe::SentinelPromotion {
+        (ms(4_500), ms(1_000))
     } else {
         (ms(3_000), ms(1_000))
     };
     let start = ctx.rec.now();
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     if !members.block(1, KEY.into(), RIVAL, ttl_ms + 10_000).await {
-        return Err("ShardPromotion probe: the rival could not hold the key on member 1".into());
+        return Err(format!("{probe:?} probe: the rival could not hold the key on member 1"));
     }
     let (master, replica) = match members.cut_replica(0, KEY.into()).await {
         Ok(ports) => ports,
         Err(why) => {
             members.unblock(1, KEY.into(), RIVAL).await;
-            return Err(format!("ShardPromotion probe: {why}"));
+            return Err(format!("{probe:?} probe: {why}"));
         }
     };
     let h1 = p1.try_acquire_ttl(KEY, Want::Plain, ttl).await;
@@ -945,14 +992,16 @@ async fn probe_shard_promotion(
         Err(why) => {
             // Nothing to promote over: the replica catches up again.
             members.resume_replica(0, replica).await;
-            return Err(format!("ShardPromotion probe: P1 not granted: {why}"));
+            return Err(format!("{probe:?} probe: P1 not granted: {why}"));
         }
     };
+    let killed = Instant::now();
     if let Err(why) = members.take_over(0, KEY.into(), master, replica).await {
         p1.finish(h1).await;
         members.rejoin(0, master).await;
-        return Err(format!("ShardPromotion probe: P1 granted, no promotion: {why}"));
+        return Err(format!("{probe:?} probe: P1 granted, no promotion: {why}"));
     }
+    let took = killed.elapsed();
     if let Some(base) = p1.read(&mut h1) {
         p1.careful_write(&mut h1, base);
     }
@@ -970,11 +1019,15 @@ async fn probe_shard_promotion(
         tokio::time::sleep(ms(rng.gen_range(2..8))).await;
     }
     p1.finish(h1).await;
+    let promoted = match probe {
+        Probe::SentinelPromotion => format!("by the Sentinels {} ms after the kill", took.as_millis()),
+        _ => "at once".to_string(),
+    };
     let what = format!(
         "member 0's master {master} of '{KEY}' killed after granting P1 (its replica {replica} cut off), \
-         the replica promoted at once"
+         the replica promoted {promoted}"
     );
-    ctx.rec.event("shard promotion (probe)", what.clone(), start, ctx.rec.now());
+    ctx.rec.event(&format!("{probe:?} (probe)"), what.clone(), start, ctx.rec.now());
     members.rejoin(0, master).await;
     let mut note = format!(
         "{what}; P2 tried {attempts} times from {} ms before the end of P1's validity: {}",
@@ -991,7 +1044,7 @@ async fn probe_shard_promotion(
     }
     if validity_end.saturating_sub(first_try) < least_try {
         return Err(format!(
-            "ShardPromotion probe: P2 began trying less than {} ms before P1's validity ended ({note})",
+            "{probe:?} probe: P2 began trying less than {} ms before P1's validity ended ({note})",
             least_try.as_millis()
         ));
     }

@@ -52,7 +52,9 @@ pub use replies::{
     command_calls, err_text, holders_in, info_field, info_int, info_stat, int, is_held, lock_info,
     lock_snapshot, refusal, refused_code, run, stored_bytes, LockSnapshot,
 };
-pub use sentinel::{SentinelGroup, SentinelProcess, DOWN_AFTER_MS, SENTINEL_MASTER};
-pub use server::{fast_sync, replicate, rewrite_aof, server_clock_ms, Opts, Server};
+pub use sentinel::{
+    master_name, SentinelGroup, SentinelProcess, SentinelSpec, DOWN_AFTER_MS, SENTINEL_MASTER,
+};
+pub use server::{fast_sync, replicate, replicate_to, rewrite_aof, server_clock_ms, Opts, Server};
 pub use tls::{certs, tls_or_skip, tls_support, Certs, TlsPort};
 pub use wait::wait_until;

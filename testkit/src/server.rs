@@ -301,9 +301,15 @@ pub fn fast_sync() -> Opts {
 
 /// Makes `replica` replicate `master` and waits (bounded) for the link.
 pub fn replicate(replica: &Server, master: &Server) -> Duration {
+    replicate_to(replica, master.port)
+}
+
+/// Makes `replica` replicate the master at `port` (its TLS port, for a
+/// replica with `tls-replication yes`) and waits (bounded) for the link.
+pub fn replicate_to(replica: &Server, port: u16) -> Duration {
     let t = Instant::now();
     let mut r = replica.conn();
-    let ok: String = cmd("REPLICAOF").arg("127.0.0.1").arg(master.port).query(&mut r).unwrap();
+    let ok: String = cmd("REPLICAOF").arg("127.0.0.1").arg(port).query(&mut r).unwrap();
     assert_eq!(ok, "OK");
     wait_until(Duration::from_secs(20), "master_link_status:up", || {
         let text: String = cmd("INFO").arg("replication").query(&mut r).unwrap();
