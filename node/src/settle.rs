@@ -23,8 +23,10 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use napi::bindgen_prelude::{spawn, PromiseRaw, ToNapiValue};
+use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
 use napi::{sys, Env, Error, JsError, Result, Status};
+
+use crate::runtime;
 
 /// Makes the settled value on the JavaScript thread.
 type Make = Box<dyn FnOnce(sys::napi_env) -> Result<sys::napi_value> + Send>;
@@ -134,6 +136,7 @@ where
     F: Future<Output = T> + Send + 'static,
 {
     let env = env.raw();
+    let runtime = runtime::get()?;
     let local = Local::get(env)?;
     let mut deferred = ptr::null_mut();
     let mut promise = ptr::null_mut();
@@ -144,7 +147,7 @@ where
         check(unsafe { sys::napi_ref_threadsafe_function(env, local.tsfn) }, "napi_ref_threadsafe_function")?;
     }
     let mut done = Done { shared: local.shared.clone(), deferred: deferred as usize };
-    spawn(async move {
+    runtime.submit(async move {
         let value = call.await;
         // SAFETY: on the JavaScript thread, with its env.
         done.finish(Box::new(move |env| unsafe { T::to_napi_value(env, value) }));
