@@ -38,7 +38,7 @@ struct Finished {
     value: Make,
 }
 
-/// What the runtime's threads and the JavaScript thread share.
+/// What the runtime's thread and the JavaScript thread share.
 struct Shared {
     /// Finished calls the JavaScript thread has not settled yet.
     queue: Mutex<Vec<Finished>>,
@@ -56,7 +56,7 @@ struct Tsfn(sys::napi_threadsafe_function);
 unsafe impl Send for Tsfn {}
 
 thread_local! {
-    /// The JavaScript thread's queue (each worker thread has its own).
+    /// The JavaScript thread's queue (each of Node's worker threads has its own).
     static LOCAL: RefCell<Option<Rc<Local>>> = const { RefCell::new(None) };
 }
 
