@@ -227,9 +227,12 @@ unsafe extern "C" fn call_js(
         }
     }
     if shared.pending.fetch_sub(settled, Ordering::Relaxed) == settled {
-        if let Some(tsfn) = &*shared.wake.lock().unwrap_or_else(PoisonError::into_inner) {
-            // SAFETY: on its JavaScript thread, while alive.
-            unsafe { sys::napi_unref_threadsafe_function(env, tsfn.0) };
+        // Through this thread's own handle, not `wake`: the runtime's thread
+        // holds that lock while it wakes this one, which then often runs
+        // first and would wait for it (a futex, two context switches).
+        if let Some(local) = LOCAL.with(|l| l.borrow().clone()) {
+            // SAFETY: on its JavaScript thread, alive while `LOCAL` has it.
+            unsafe { sys::napi_unref_threadsafe_function(env, local.tsfn) };
         }
     }
 }
