@@ -46,24 +46,28 @@ function tallyOf(native) {
   });
 }
 
-// The same from what a release resolves to: the native TallyRow's
-// Float64Array (TallyInfo's counts in order, NaN for no quarantine time,
-// no failure text), or a TallyInfo when there is a failure text.
+// The same from what a release resolves to: the native TallyRow, one
+// number for the usual tally (nodes, need, yes, no and pending, 10 bits
+// each from the lowest; every other count 0, no text), else a TallyInfo.
+const TALLY_FIELD = 1024;
+
 function tallyOfRow(row) {
-  if (!(row instanceof Float64Array)) return tallyOf(row);
+  if (typeof row !== "number") return tallyOf(row);
+  const field = (i) => Math.floor(row / TALLY_FIELD ** i) % TALLY_FIELD;
   return Object.freeze({
-    nodes: row[0],
-    need: row[1],
-    yes: row[2],
-    no: row[3],
-    quarantined: row[4],
-    quarantineLeft: Number.isNaN(row[5]) ? null : row[5],
-    unreachable: row[6],
-    timedOut: row[7],
-    failed: row[8],
+    nodes: field(0),
+    need: field(1),
+    yes: field(2),
+    no: field(3),
+    quarantined: 0,
+    quarantineLeft: null,
+    unreachable: 0,
+    firstUnreachable: null,
+    timedOut: 0,
+    failed: 0,
     firstFailure: null,
-    pending: row[9],
-    clusterUnavailable: row[10],
+    pending: field(4),
+    clusterUnavailable: 0,
     firstClusterUnavailable: null,
   });
 }

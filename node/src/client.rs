@@ -59,15 +59,16 @@ impl From<TlsArg> for Tls {
 
 /// Connects to every node, in parallel, each within `connect_timeout` ms.
 /// Unreachable nodes are no error: later calls try them again.
-#[napi]
-pub async fn connect(
+#[napi(ts_return_type = "Promise<Client | Failure>")]
+pub fn connect(
+    env: Env,
     nodes: Vec<String>,
     connect_timeout: f64,
     command_timeout: f64,
     reconnect_backoff: f64,
     tls: Option<TlsArg>,
-) -> Outcome<Client> {
-    let connected = async {
+) -> Result<PromiseRaw<'static, Outcome<Client>>> {
+    let connected = async move {
         let config = Config {
             connect_timeout: MS.duration("connectTimeout", connect_timeout)?,
             command_timeout: MS.duration("commandTimeout", command_timeout)?,
@@ -76,7 +77,7 @@ pub async fn connect(
         };
         Ok(Client { redlock: Redlock::connect(nodes, config).await?, aborts: Arc::default() })
     };
-    outcome(connected.await)
+    settle::promise(&env, async move { outcome(connected.await) })
 }
 
 /// The result of a reentrant enter.
@@ -331,23 +332,27 @@ impl Client {
     }
 
     /// `LOCK.INFO` on every node, in node order.
-    #[napi]
-    pub async fn info(&self, resource: String) -> Vec<NodeReport> {
+    #[napi(ts_return_type = "Promise<NodeReport[]>")]
+    pub fn info(&self, env: Env, resource: String) -> Result<PromiseRaw<'static, Vec<NodeReport>>> {
         let redlock = self.redlock.clone();
-        redlock.info(&resource).await.into_iter().map(node_report).collect()
+        settle::promise(
+            &env,
+            async move { redlock.info(&resource).await.into_iter().map(node_report).collect() },
+        )
     }
 
     /// `INFO lock` on every node: can a majority grant now, and if not why
     /// (the client's `Redlock::status`).
-    #[napi]
-    pub async fn status(&self) -> QuorumStatusInfo {
+    #[napi(ts_return_type = "Promise<QuorumStatusInfo>")]
+    pub fn status(&self, env: Env) -> Result<PromiseRaw<'static, QuorumStatusInfo>> {
         let redlock = self.redlock.clone();
-        quorum_status(redlock.status().await)
+        settle::promise(&env, async move { quorum_status(redlock.status().await) })
     }
 
     /// Waits (bounded) for the calls earlier rounds left in the background.
-    #[napi]
-    pub async fn settle(&self) {
-        self.redlock.clone().settle().await;
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn settle(&self, env: Env) -> Result<PromiseRaw<'static, ()>> {
+        let redlock = self.redlock.clone();
+        settle::promise(&env, async move { redlock.settle().await })
     }
 }

@@ -7,11 +7,8 @@
 //! their fields and their documentation live in JavaScript, as they do in
 //! Python).
 
-use std::mem::size_of_val;
-use std::ptr;
-
 use napi::bindgen_prelude::{BigInt, Either, ToNapiValue, TypeName, ValueType};
-use napi::{check_status, sys};
+use napi::sys;
 use napi_derive::napi;
 use redlock_client::bindings::{blocker_text, readiness_out, retry_policy, Unit};
 use redlock_client::{
@@ -190,61 +187,59 @@ impl TallyInfo {
     }
 }
 
-/// A tally as a release resolves to it. Without a failure's text (the
-/// usual case): a Float64Array of its counts in [`TallyInfo`]'s field order
-/// without the texts (NaN for no quarantine time), made in three calls,
-/// where an object costs a call, a property name and a new shape per field
-/// (`failure.js`'s `tallyOfRow` names them); with one, the [`TallyInfo`].
+/// A tally as a release resolves to it. The usual one (every count zero
+/// but nodes, need, yes, no and pending, each below 1024, and no text): one
+/// number, the five counts [`TALLY_BITS`] bits each in that order from the
+/// lowest, which costs no allocation on either side (an object costs a call,
+/// a property name and a shape per field; a typed array, a buffer the
+/// garbage collector sweeps); `failure.js`'s `tallyOfRow` names them. Any
+/// other: the [`TallyInfo`].
 pub struct TallyRow(pub TallyInfo);
+
+/// The bits of each count in a packed [`TallyRow`] (five fit a double's
+/// 53 exactly).
+const TALLY_BITS: u32 = 10;
+
+impl TallyRow {
+    fn packed(t: &TallyInfo) -> Option<f64> {
+        let texts = t.first_failure.is_some()
+            || t.first_cluster_unavailable.is_some()
+            || t.first_unreachable.is_some();
+        let others = t.quarantined | t.unreachable | t.timed_out | t.failed | t.cluster_unavailable;
+        if texts || others != 0 || t.quarantine_left.is_some() {
+            return None;
+        }
+        let mut packed = 0u64;
+        for count in [t.pending, t.no, t.yes, t.need, t.nodes] {
+            if count >= 1 << TALLY_BITS {
+                return None;
+            }
+            packed = packed << TALLY_BITS | u64::from(count);
+        }
+        // Below 2^50: exact.
+        Some(packed as f64)
+    }
+}
 
 impl TypeName for TallyRow {
     fn type_name() -> &'static str {
-        "Float64Array | TallyInfo"
+        "number | TallyInfo"
     }
 
     fn value_type() -> ValueType {
-        ValueType::Object
+        ValueType::Unknown
     }
 }
 
 impl ToNapiValue for TallyRow {
     unsafe fn to_napi_value(env: sys::napi_env, row: Self) -> napi::Result<sys::napi_value> {
-        let t = row.0;
-        if t.first_failure.is_some() || t.first_cluster_unavailable.is_some() {
-            // SAFETY: as napi-rs calls it.
-            return unsafe { TallyInfo::to_napi_value(env, t) };
-        }
-        let counts = [
-            t.nodes.into(),
-            t.need.into(),
-            t.yes.into(),
-            t.no.into(),
-            t.quarantined.into(),
-            t.quarantine_left.unwrap_or(f64::NAN),
-            t.unreachable.into(),
-            t.timed_out.into(),
-            t.failed.into(),
-            t.pending.into(),
-            t.cluster_unavailable.into(),
-        ];
-        let mut data = ptr::null_mut();
-        let mut buffer = ptr::null_mut();
-        let mut array = ptr::null_mut();
-        // SAFETY: `env` is the JavaScript thread's, as napi-rs gives it to a
-        // conversion; the new buffer holds `counts` exactly.
+        // SAFETY: as napi-rs calls it.
         unsafe {
-            check_status!(sys::napi_create_arraybuffer(env, size_of_val(&counts), &mut data, &mut buffer))?;
-            ptr::copy_nonoverlapping(counts.as_ptr(), data.cast::<f64>(), counts.len());
-            check_status!(sys::napi_create_typedarray(
-                env,
-                sys::TypedarrayType::float64_array,
-                counts.len(),
-                buffer,
-                0,
-                &mut array
-            ))?;
+            match TallyRow::packed(&row.0) {
+                Some(packed) => f64::to_napi_value(env, packed),
+                None => TallyInfo::to_napi_value(env, row.0),
+            }
         }
-        Ok(array)
     }
 }
 

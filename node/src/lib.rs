@@ -6,11 +6,12 @@
 //! `redlock_client` crate. This layer only converts: JavaScript arguments
 //! into the crate's types (modes, milliseconds, retry policies), its
 //! results into JavaScript values, and its futures into Promises, run on
-//! napi-rs's Tokio runtime (one per process) and settled through one
-//! queue per JavaScript thread (`settle.rs`).
+//! one current-thread Tokio runtime on a thread of its own (`runtime.rs`)
+//! and settled through one queue per JavaScript thread (`settle.rs`).
 //!
 //! - `client.rs`: [`client::Client`], a `Redlock`, and [`client::connect`];
 //! - `held.rs`: [`held::Held`], a `Guard`, and its loss report;
+//! - `runtime.rs`: the runtime, and the queue that hands it calls;
 //! - `settle.rs`: the Promises of the calls, settled on the JavaScript
 //!   thread in batches;
 //! - `convert.rs`: modes, durations, tallies, lock reports, and errors,
@@ -30,6 +31,7 @@
 pub mod client;
 pub mod convert;
 pub mod held;
+pub mod runtime;
 pub mod settle;
 
 /// The workspace's version (Cargo.toml), as the package's `version`

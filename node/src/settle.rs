@@ -23,8 +23,10 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use napi::bindgen_prelude::{spawn, PromiseRaw, ToNapiValue};
+use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
 use napi::{sys, Env, Error, JsError, Result, Status};
+
+use crate::runtime;
 
 /// Makes the settled value on the JavaScript thread.
 type Make = Box<dyn FnOnce(sys::napi_env) -> Result<sys::napi_value> + Send>;
@@ -36,7 +38,7 @@ struct Finished {
     value: Make,
 }
 
-/// What the runtime's threads and the JavaScript thread share.
+/// What the runtime's thread and the JavaScript thread share.
 struct Shared {
     /// Finished calls the JavaScript thread has not settled yet.
     queue: Mutex<Vec<Finished>>,
@@ -54,7 +56,7 @@ struct Tsfn(sys::napi_threadsafe_function);
 unsafe impl Send for Tsfn {}
 
 thread_local! {
-    /// The JavaScript thread's queue (each worker thread has its own).
+    /// The JavaScript thread's queue (each of Node's worker threads has its own).
     static LOCAL: RefCell<Option<Rc<Local>>> = const { RefCell::new(None) };
 }
 
@@ -134,6 +136,7 @@ where
     F: Future<Output = T> + Send + 'static,
 {
     let env = env.raw();
+    let runtime = runtime::get()?;
     let local = Local::get(env)?;
     let mut deferred = ptr::null_mut();
     let mut promise = ptr::null_mut();
@@ -144,7 +147,7 @@ where
         check(unsafe { sys::napi_ref_threadsafe_function(env, local.tsfn) }, "napi_ref_threadsafe_function")?;
     }
     let mut done = Done { shared: local.shared.clone(), deferred: deferred as usize };
-    spawn(async move {
+    runtime.submit(async move {
         let value = call.await;
         // SAFETY: on the JavaScript thread, with its env.
         done.finish(Box::new(move |env| unsafe { T::to_napi_value(env, value) }));
@@ -224,9 +227,12 @@ unsafe extern "C" fn call_js(
         }
     }
     if shared.pending.fetch_sub(settled, Ordering::Relaxed) == settled {
-        if let Some(tsfn) = &*shared.wake.lock().unwrap_or_else(PoisonError::into_inner) {
-            // SAFETY: on its JavaScript thread, while alive.
-            unsafe { sys::napi_unref_threadsafe_function(env, tsfn.0) };
+        // Through this thread's own handle, not `wake`: the runtime's thread
+        // holds that lock while it wakes this one, which then often runs
+        // first and would wait for it (a futex, two context switches).
+        if let Some(local) = LOCAL.with(|l| l.borrow().clone()) {
+            // SAFETY: on its JavaScript thread, alive while `LOCAL` has it.
+            unsafe { sys::napi_unref_threadsafe_function(env, local.tsfn) };
         }
     }
 }
