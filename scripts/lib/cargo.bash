@@ -8,3 +8,15 @@ cargo_target_dir() {
   (cd "$top" && cargo metadata --format-version 1 --no-deps) |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])'
 }
+
+# The cargo profile that scripts/bench and scripts/jepsen build their
+# programs with (not the module: LOCK_MODULE_SO or the release build):
+# release, as their figures are measured on release builds, unless
+# LOCK_BUILD_PROFILE names another. scripts/check-scripts sets `ci`, the
+# tests' profile, so that its smoke runs use what scripts/test has built
+# (target/ci) instead of building again.
+#
+#   build_profile       prints the profile's name
+build_profile() {
+  echo "${LOCK_BUILD_PROFILE:-release}"
+}
