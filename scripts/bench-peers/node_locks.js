@@ -104,7 +104,9 @@ async function makeClient(args) {
     const fenced = args.client === "ours-fenced";
     const options = contended ? { ttl: TTL_MS, wait: RETRY_WITHIN_MS, retryDelay: [2, 10] } : { ttl: TTL_MS };
     return {
-      label: `redlock-client ${versionOf("redlock-client")}${fenced ? " (fenced)" : ""}`,
+      // The package's version export (the workspace's): node/package.json
+      // has none, only the release's packed copy gets one.
+      label: `redlock-client ${require("redlock-client").version}${fenced ? " (fenced)" : ""}`,
       async cycle(resource) {
         const t0 = process.hrtime.bigint();
         let lock;
