@@ -74,10 +74,6 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const jitter = () => 2 + Math.random() * 8;
 
 function versionOf(name) {
-  // node/'s package.json has no version (the release stamps the
-  // workspace's); the package says it itself.
-  const own = require(name).version;
-  if (typeof own === "string") return own;
   const path = require("node:path");
   const fs = require("node:fs");
   let dir = path.dirname(require.resolve(name));
