@@ -61,7 +61,6 @@ def run_driver(bench, what, command, args, cluster, prefix, key):
     (the table says so in its cells) with `key`'s fields (those the
     table's rows are told apart by), and the bench goes on."""
     limit = run_limit(args)
-    load_before = loadavg.now()[0]
     try:
         done = subprocess.run([*args.client_prefix, *command], capture_output=True, text=True, timeout=limit)
     except subprocess.TimeoutExpired:
@@ -72,7 +71,6 @@ def run_driver(bench, what, command, args, cluster, prefix, key):
             raise SystemExit(f"{bench}: {what} failed ({done.returncode}):\n{done.stderr[-3000:]}")
         row = json.loads(done.stdout.strip().splitlines()[-1])
     row["left_keys"] = sum(len(s.call("KEYS", f"{prefix}:*")) for s in cluster.servers)  # type: ignore[arg-type]
-    row["load"] = max(load_before, loadavg.now()[0])
     return row
 
 
@@ -119,7 +117,9 @@ def measure(args, jobs, step, run):
         for round_no in range(1, args.runs + 1):
             shift = (round_no - 1) * step % len(jobs)
             for job in jobs[shift:] + jobs[:shift]:
-                rows.append(run(cluster, job, round_no))
+                # Each row is judged by the load before the run began
+                # (scripts/lib/loadavg.py says why).
+                rows.append({**run(cluster, job, round_no), "load": load_before[0]})
         took = time.monotonic() - started
         load_after = loadavg.now()
         server = server_name().split(" (")[0]

@@ -4,9 +4,13 @@ scripts' tables (the bash ones use scripts/lib/load.bash, the same rule).
 Other work on the machine slows some clients more than others (a
 single-threaded peer more than a client whose I/O runs on threads of its
 own), so figures taken under load are no evidence for a comparison: a run
-taken above a 1-minute load average of COMPARABLE is marked "not
-comparable". Instruction counts (callgrind) do not depend on the load; the
-scripts that count them print it all the same.
+started above a 1-minute load average of COMPARABLE is marked "not
+comparable". Only the load before the run tells of other work: a
+benchmark keeps both cores busy itself (servers on one, clients on the
+other), so the load average during and after it is 2 to 4 of its own,
+and a row's load would mark every row but the first. The load after is
+printed for the reader. Instruction counts (callgrind) do not depend on
+the load; the scripts that count them print it all the same.
 """
 
 import os
@@ -24,18 +28,18 @@ def text(load):
 
 
 def line(before, after):
-    """The load average before and after a run, and, when either is above
-    COMPARABLE, the line that says the run is not comparable."""
-    out = f"load average before {text(before)}, after {text(after)}"
-    if max(before[0], after[0]) > COMPARABLE:
-        out += ("\nNOT COMPARABLE: taken above a load average of "
+    """The load average before and after a run, and, when the one before is
+    above COMPARABLE, the line that says the run is not comparable."""
+    out = f"load average before {text(before)}, after {text(after)} (the benchmark's own load)"
+    if before[0] > COMPARABLE:
+        out += ("\nNOT COMPARABLE: started above a load average of "
                 f"{COMPARABLE:g} (other work on the machine slows some clients more than others)")
     return out
 
 
 def mark(load):
-    """A table row's suffix for a run whose highest 1-minute load average
-    was `load`: empty, or that it is not comparable."""
+    """A table row's suffix for a run that started at the 1-minute load
+    average `load`: empty, or that it is not comparable."""
     return "" if load <= COMPARABLE else f" (not comparable: load {load:.2f})"
 
 
