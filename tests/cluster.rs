@@ -780,6 +780,28 @@ fn an_imported_lock_is_not_taken_over_by_expiry_before_the_quarantine_but_its_re
     assert!(left <= QUARANTINE_MS - arrived.elapsed().as_millis() as i64 + 50, "{left}");
 }
 
+/// Raises `owner`'s token on node 0 to two seconds of clock ahead of node
+/// 1's, as a raise from a quorum member whose clock is ahead would put
+/// there; the token.
+fn fence_ahead(direct: &mut [Connection], key: &str, owner: &str) -> i64 {
+    let ahead = (server_clock_ms(&mut direct[1]) + 2_000) * 1000;
+    assert_eq!(int(&mut direct[0], &["LOCK.FENCE", key, owner, &ahead.to_string()]), 1);
+    ahead
+}
+
+/// Moves `key`'s slot from node 0 to node 1: by Valkey's `MIGRATESLOTS`
+/// the first time where it runs (`atomic` then turns false), else by
+/// `MIGRATE`.
+fn move_to_node_1(cluster: &RedisCluster, direct: &mut [Connection], key: &str, atomic: &mut bool) {
+    let slot = keyslot(&mut direct[0], key);
+    if *atomic {
+        cluster.migrate_slot_atomically(slot, &cluster.nodes[1]);
+    } else {
+        cluster.move_slot(slot, &cluster.nodes[1]);
+    }
+    *atomic = false;
+}
+
 /// A lock released before its slot moves leaves no key to carry its last
 /// token, which the exporter's counter issued up to a second ahead of its
 /// clock plus what the masters' clocks disagree by (a raise from the
@@ -794,25 +816,17 @@ fn an_imported_lock_is_not_taken_over_by_expiry_before_the_quarantine_but_its_re
 fn a_released_locks_token_stays_below_the_next_after_its_slot_moves() {
     const QUARANTINE_MS: i64 = 3_000;
     let (cluster, mut direct, on_node_0) = quarantined_cluster(QUARANTINE_MS, "carried");
-    let nodes = &cluster.nodes;
     let (released, carried) = (&on_node_0[0], &on_node_0[1]);
     let mut atomic = has_atomic_slot_migration();
     for key in [released, carried] {
         // A token two seconds of clock ahead of node 1's, as a raise from a
         // quorum member whose clock is ahead would put there.
         as_int(&run(&mut direct[0], &[b"LOCK.ACQUIRE", key.as_bytes(), b"h1", b"30000"]).unwrap());
-        let ahead = (server_clock_ms(&mut direct[1]) + 2_000) * 1000;
-        assert_eq!(int(&mut direct[0], &["LOCK.FENCE", key, "h1", &ahead.to_string()]), 1);
+        let ahead = fence_ahead(&mut direct, key, "h1");
         if key == released {
             assert_eq!(int(&mut direct[0], &["LOCK.RELEASE", key, "h1"]), 1);
         }
-        let slot = keyslot(&mut direct[0], key);
-        if atomic {
-            cluster.migrate_slot_atomically(slot, &nodes[1]);
-        } else {
-            cluster.move_slot(slot, &nodes[1]);
-        }
-        atomic = false;
+        move_to_node_1(&cluster, &mut direct, key, &mut atomic);
         let target = &mut direct[1];
         if key == released {
             let refused = run(target, &[b"LOCK.ACQUIRE", key.as_bytes(), b"h2", b"1000"]);
@@ -850,23 +864,14 @@ fn a_released_locks_token_stays_below_the_next_after_its_slot_moves() {
 #[test]
 fn a_released_readers_token_moves_with_the_readers_left_and_stays_below_the_next() {
     let (cluster, mut direct, on_node_0) = quarantined_cluster(3_000, "readers");
-    let nodes = &cluster.nodes;
     let mut atomic = has_atomic_slot_migration();
     for key in &on_node_0 {
         let older = as_int(&run(&mut direct[0], &[b"LOCK.SHARED", key.as_bytes(), b"r1", b"30000"]).unwrap());
         as_int(&run(&mut direct[0], &[b"LOCK.SHARED", key.as_bytes(), b"r2", b"30000"]).unwrap());
-        // r2's token two seconds of clock ahead of node 1's (a raise from a
-        // quorum member whose clock is ahead), then r2 leaves.
-        let ahead = (server_clock_ms(&mut direct[1]) + 2_000) * 1000;
-        assert_eq!(int(&mut direct[0], &["LOCK.FENCE", key, "r2", &ahead.to_string()]), 1);
+        // r2's token ahead of node 1's clock, then r2 leaves.
+        let ahead = fence_ahead(&mut direct, key, "r2");
         assert_eq!(int(&mut direct[0], &["LOCK.RELEASE", key, "r2"]), 1);
-        let slot = keyslot(&mut direct[0], key);
-        if atomic {
-            cluster.migrate_slot_atomically(slot, &nodes[1]);
-        } else {
-            cluster.move_slot(slot, &nodes[1]);
-        }
-        atomic = false;
+        move_to_node_1(&cluster, &mut direct, key, &mut atomic);
         let target = &mut direct[1];
         assert_eq!(int(target, &["LOCK.RELEASE", key, "r1"]), 1, "r1 releases it on node 1");
         let granted = run(target, &[b"LOCK.SHARED", key.as_bytes(), b"r3", b"1000"]);
