@@ -200,10 +200,10 @@ impl Node {
         // A cluster client that failed is opened again: it reads the slots
         // afresh (as cluster clients refresh their topology on errors); a
         // Sentinel member's asks the Sentinels again.
-        let cluster = !matches!(self.target, Target::Master(_));
+        let reopen = !matches!(self.target, Target::Master(_));
         match timeout(command_timeout, conn.request(cmd)).await {
             Err(_) => {
-                if cluster {
+                if reopen {
                     self.forget(generation).await;
                 }
                 Reply::TimedOut
@@ -211,7 +211,7 @@ impl Node {
             Ok(Ok(Value::ServerError(_))) => Reply::Error,
             Ok(Ok(value)) => Reply::Value(value),
             Ok(Err(e)) => {
-                if cluster
+                if reopen
                     || e.is_io_error()
                     || e.is_connection_dropped()
                     || e.is_connection_refusal()

@@ -84,6 +84,11 @@ fn lock<T>(held: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The index in `nodes` of the node at `port` (one the harness started).
+fn index_of(nodes: &[Server], port: u16) -> usize {
+    nodes.iter().position(|n| n.port == port).unwrap_or_else(|| panic!("no node at port {port}"))
+}
+
 /// Master `m` of the Sentinel group as the Sentinels name it now, and its
 /// replicas (the other nodes of that member that say they replicate it).
 fn sentinel_master(group: &SentinelGroup, m: usize) -> Result<(usize, Vec<usize>), String> {
@@ -271,7 +276,7 @@ impl Sharded {
     pub async fn fail_over(&self, member: usize, key: String) -> String {
         self.blocking(member, move |cluster| {
             let port = cluster.master_of(&key).port;
-            let index = cluster.nodes.iter().position(|n| n.port == port).expect("the master's node");
+            let index = index_of(&cluster.nodes, port);
             if cluster.replicas_of(cluster.node(port)).is_empty() {
                 return format!("{port}: no replica in sync yet");
             }
@@ -465,7 +470,7 @@ impl Sharded {
             }
             Kind::Sentinel(m) => {
                 self.sentinel_blocking(move |group| {
-                    let index = group.nodes.iter().position(|n| n.port == replica).expect("the replica");
+                    let index = index_of(&group.nodes, replica);
                     group.nodes[index].signal("CONT");
                     lock_testkit::wait_until(FAILOVER_DEADLINE, "the replica back in sync", || {
                         sentinel_master(group, m).is_ok_and(|(_, replicas)| replicas.contains(&index))
@@ -495,9 +500,9 @@ impl Sharded {
         if let Kind::Sentinel(m) = self.kind(member) {
             return self
                 .sentinel_blocking(move |group| {
-                    let old = group.nodes.iter().position(|n| n.port == master).expect("the master");
+                    let old = index_of(&group.nodes, master);
                     group.nodes[old].kill();
-                    let index = group.nodes.iter().position(|n| n.port == replica).expect("the replica");
+                    let index = index_of(&group.nodes, replica);
                     group.nodes[index].signal("CONT");
                     match group.wait_failover(m, old, FAILOVER_DEADLINE)? {
                         promoted if promoted == index => Ok(()),
@@ -509,7 +514,7 @@ impl Sharded {
                 .await;
         }
         self.blocking(member, move |cluster| {
-            let index = cluster.nodes.iter().position(|n| n.port == master).expect("the master's node");
+            let index = index_of(&cluster.nodes, master);
             cluster.nodes[index].kill();
             let node = cluster.node(replica);
             node.signal("CONT");
@@ -546,13 +551,13 @@ impl Sharded {
         if let Kind::Sentinel(_) = self.kind(member) {
             return self
                 .sentinel_blocking(move |group| {
-                    let index = group.nodes.iter().position(|n| n.port == port).expect("the node");
+                    let index = index_of(&group.nodes, port);
                     group.nodes[index].restart();
                 })
                 .await;
         }
         self.blocking(member, move |cluster| {
-            let index = cluster.nodes.iter().position(|n| n.port == port).expect("the node");
+            let index = index_of(&cluster.nodes, port);
             cluster.nodes[index].restart();
             cluster.wait_ok();
         })
