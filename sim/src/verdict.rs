@@ -6,7 +6,12 @@
 //! serves it (a master; each shard master of a cluster) is up, reachable
 //! and out of quarantine. Its verdict must not be that a majority can
 //! ("status over-counts"). When the truth changed during the call (looked
-//! at every millisecond), the moment is skipped. The other way (a verdict of "no" while a majority
+//! at every millisecond, node by node), the moment is skipped: `status()`
+//! asks the nodes one after another, so a member whose reason for refusing
+//! moved from one node to another during the call (one shard master's
+//! quarantine ended, then another's client was cut off) was seen granting
+//! node by node, though never at one moment (seeds 9304252319 and
+//! 9304315553 of the `upgrade` scenario). The other way (a verdict of "no" while a majority
 //! can) is not a violation: a lost or late `INFO` reply makes a node look
 //! unreachable.
 
@@ -25,15 +30,22 @@ const CALLS_MAX: usize = 4;
 /// Between two calls, at least.
 const CALL_GAP_MS: u64 = 150;
 
-/// Whether each member can grant now, as the simulated world has it for
-/// client [`AS_CLIENT`].
-fn granting(w: &World, members: usize) -> Vec<bool> {
+/// Each member's serving nodes and whether each can grant now, as the
+/// simulated world has it for client [`AS_CLIENT`].
+fn node_truth(w: &World, members: usize) -> Vec<Vec<(usize, bool)>> {
     let now = w.now_ms();
     let grants = |n: usize| {
         let reachable = !w.partitioned.get(AS_CLIENT).and_then(|p| p.get(n)).copied().unwrap_or(false);
         w.nodes.get(n).is_some_and(|node| node.up && reachable && node.quarantine_left_ms(now) == 0)
     };
-    (0..members).map(|m| cluster::member_masters(&w.clusters, m).into_iter().all(grants)).collect()
+    (0..members)
+        .map(|m| cluster::member_masters(&w.clusters, m).into_iter().map(|n| (n, grants(n))).collect())
+        .collect()
+}
+
+/// Whether each member can grant: every node that serves it can.
+fn granting(truth: &[Vec<(usize, bool)>]) -> Vec<bool> {
+    truth.iter().map(|nodes| nodes.iter().all(|&(_, grants)| grants)).collect()
 }
 
 /// Watches until `until_ms`: the violations found.
@@ -51,8 +63,8 @@ pub async fn watch(world: Shared, members: usize, until_ms: u64) -> Vec<String> 
     let mut found = Vec::new();
     let mut calls = 0;
     while calls < CALLS_MAX && started.elapsed() < Duration::from_millis(until_ms) {
-        let before = granting(&net::lock(&world), members);
-        let count = before.iter().filter(|&&g| g).count();
+        let before = node_truth(&net::lock(&world), members);
+        let count = granting(&before).iter().filter(|&&g| g).count();
         if count >= need {
             tokio::time::sleep(Duration::from_millis(LOOK_EVERY_MS)).await;
             continue;
@@ -68,7 +80,7 @@ pub async fn watch(world: Shared, members: usize, until_ms: u64) -> Vec<String> 
                 biased;
                 status = &mut call => break status,
                 _ = tokio::time::sleep(Duration::from_millis(1)) => {
-                    steady &= granting(&net::lock(&world), members) == before;
+                    steady &= node_truth(&net::lock(&world), members) == before;
                 }
             }
         };
@@ -80,15 +92,21 @@ pub async fn watch(world: Shared, members: usize, until_ms: u64) -> Vec<String> 
 }
 
 /// The verdict `status` of a call from `at` ms against the truth, which was
-/// `before` when it began and stayed so throughout (`steady`): a violation
-/// when it says a majority can grant while fewer can.
-fn judge(world: &Shared, before: &[bool], steady: bool, at: i64, status: &QuorumStatus) -> Option<String> {
+/// `before` when it began and stayed so throughout, node by node (`steady`):
+/// a violation when it says a majority can grant while fewer can.
+fn judge(
+    world: &Shared,
+    before: &[Vec<(usize, bool)>],
+    steady: bool,
+    at: i64,
+    status: &QuorumStatus,
+) -> Option<String> {
     let mut w = net::lock(world);
     let (members, need) = (before.len(), status.need);
-    let count = before.iter().filter(|&&g| g).count();
+    let count = granting(before).iter().filter(|&&g| g).count();
     let now = w.now_ms();
     w.history.note(now, format!("operator: status() from {at} ms: {}", status.summary()));
-    (status.grants() && steady && granting(&w, members) == before).then(|| {
+    (status.grants() && steady && node_truth(&w, members) == before).then(|| {
         format!(
             "status over-counts: status() from {at} to {now} ms says a majority can grant ({}), but {count} of {members} members can (need {need})",
             status.summary()

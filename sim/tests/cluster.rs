@@ -188,3 +188,36 @@ fn a_released_lock_s_token_survives_a_reshard() {
         }
     }
 }
+
+/// `status()` asks the nodes one after another. In these histories a
+/// cluster member could not grant throughout a call, but for a different
+/// node's reason before and after a moment inside it (a promoted master's
+/// quarantine ended, then client 0 was cut off from another shard master;
+/// a shard master's partition healed as another died): each node was seen
+/// granting when asked, the member never granted as a whole. The verdict
+/// judges such a call as one whose truth changed, not as an over-count; it
+/// still judges calls through which every node stayed as it was.
+#[test]
+fn a_status_that_saw_each_node_grant_in_turn_is_not_an_over_count() {
+    let upgrade = Setup::upgrade();
+    for (seed, faults) in [
+        (
+            9_304_252_319,
+            &["operator: status() from 1609 ms: a majority can grant now", "c0 x n5 partitioned"][..],
+        ),
+        (
+            9_304_315_553,
+            &["operator: status() from 1280 ms: a majority can grant now", "shard 1's master n4 dies"],
+        ),
+    ] {
+        let outcome = run::run(seed, &upgrade, &run::schedule(seed, &upgrade));
+        assert!(outcome.violations.is_empty(), "seed {seed}: {:?}\n{}", outcome.violations, outcome.history);
+        for fault in faults {
+            assert!(
+                outcome.history.contains(fault),
+                "seed {seed} no longer has `{fault}`:\n{}",
+                outcome.history
+            );
+        }
+    }
+}
