@@ -349,6 +349,15 @@ def start_cluster(
                                       directory=where, dir_prefix=dir_prefix, prefix=prefix, deadline=deadline,
                                       detach=detach))
         ids = [call(n.port, "CLUSTER", "MYID") for n in nodes]
+        # Each node its own config epoch before they meet (as redis-cli
+        # --cluster create does): nodes that all start at 0 resolve the
+        # collision by bumping their epochs one by one after the cluster is
+        # ok, and a slot moved meanwhile can be claimed back by its old
+        # owner's new, higher epoch.
+        for epoch, node in enumerate(nodes, start=1):
+            reply = call(node.port, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
+            if reply != "OK":
+                raise RuntimeError(f"CLUSTER SET-CONFIG-EPOCH: {reply}")
         per = 1 + replicas
         for shard in range(shards):
             first, last = shard * 16384 // shards, (shard + 1) * 16384 // shards - 1

@@ -71,20 +71,26 @@ pub fn module_path() -> PathBuf {
 }
 
 /// The LD_PRELOAD clock shim (`testkit/shim/clockshim.c`, which says what
-/// it does), compiled once per test binary.
+/// it does), compiled once per test binary. Test binaries run at the same
+/// time (scripts/test runs two servers' suites side by side), so each
+/// compiles to a file of its own and renames it into place: a server that
+/// has the shim loaded keeps the file it mapped, and none loads a file
+/// that another compiler is still writing.
 pub fn clock_shim_path() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| {
             let out = target_dir().join("clockshim.so");
+            let partial = target_dir().join(format!("clockshim.so.{}", std::process::id()));
             let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("shim/clockshim.c");
             let status = Command::new("cc")
                 .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
-                .arg(&out)
+                .arg(&partial)
                 .arg(&src)
                 .status()
                 .expect("run cc for the clock shim");
             assert!(status.success(), "compiling the clock shim failed");
+            std::fs::rename(&partial, &out).expect("move the clock shim into place");
             out
         })
         .clone()

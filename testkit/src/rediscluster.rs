@@ -116,6 +116,18 @@ impl RedisCluster {
             let id: String = cmd("CLUSTER").arg("MYID").query(&mut node.conn()).expect("CLUSTER MYID");
             cluster.ids.insert(node.port, id);
         }
+        // Each node its own config epoch before they meet (as redis-cli
+        // --cluster create does): nodes that all start at 0 resolve the
+        // collision by bumping their epochs one by one after the cluster is
+        // ok, and a slot moved meanwhile could be claimed back by its old
+        // owner's new, higher epoch (the new owner then sends the slot's
+        // keys to the old one, which sends them back: a redirect loop).
+        for (epoch, node) in (1..).zip(&cluster.nodes) {
+            ok(
+                cmd("CLUSTER").arg("SET-CONFIG-EPOCH").arg(epoch).query(&mut node.conn()),
+                "CLUSTER SET-CONFIG-EPOCH",
+            );
+        }
         let shards = cluster.spec.shards;
         for shard in 0..shards {
             let first = shard * 16_384 / shards;
