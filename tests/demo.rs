@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use lock_testkit::target_dir;
+use lock_testkit::{outside_cargo_test, target_dir};
 
 struct Demo {
     state: PathBuf,
@@ -20,7 +20,9 @@ struct Demo {
 
 impl Demo {
     fn run(&self, args: &[&str]) -> Output {
-        Command::new(repo().join("scripts/run"))
+        // As from a shell: its cargo builds what the release built, not a
+        // variant for this test's environment.
+        outside_cargo_test(&mut Command::new(repo().join("scripts/run")))
             .args(args)
             .env("LOCK_RUN_DIR", &self.state)
             .env("CARGO_TARGET_DIR", &self.target)

@@ -25,5 +25,6 @@ build_profile() {
 # and Node.js bindings' crates and the man pages' writer (scripts/test says
 # why). A build of another script that names them too gets the same
 # features (cargo unifies them over the packages selected) and so finds
-# scripts/test's build of its profile, not a build of its own.
+# scripts/test's build of its profile, not a build of its own
+# (scripts/bench-tls, in Python, names the same list: TESTED_PACKAGES).
 tested_packages=(--workspace --exclude redlock-client-python --exclude redlock-client-node --exclude redlock-docgen)

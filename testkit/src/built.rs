@@ -12,6 +12,34 @@ pub fn repo_dir() -> PathBuf {
     kit.parent().map(PathBuf::from).unwrap_or(kit)
 }
 
+/// `cmd` without the variables cargo sets for a test process (the test's
+/// package: `CARGO_MANIFEST_DIR`, `CARGO_PKG_NAME`, ...; `OUT_DIR`), for a
+/// cargo started from a test, directly or through a script. Build scripts
+/// rerun when such a variable differs from their last run (ring's reads
+/// them), so a cargo build inherited the test's and built ring, the TLS
+/// crates and the client again, and the next build from a plain shell
+/// (the README check, the release) built them back: some 70 s each time
+/// on 2 cores. Cargo's own settings (`CARGO_HOME`, `CARGO_TARGET_DIR`,
+/// `CARGO_BUILD_*`, ...) stay.
+pub fn outside_cargo_test(cmd: &mut Command) -> &mut Command {
+    const SET_FOR_TESTS: [&str; 7] = [
+        "CARGO_PKG_",
+        "CARGO_MANIFEST_",
+        "CARGO_CRATE_",
+        "CARGO_BIN_",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_TARGET_TMPDIR",
+        "OUT_DIR",
+    ];
+    for (name, _) in std::env::vars_os() {
+        let set_for_tests = name.to_str().is_some_and(|n| SET_FOR_TESTS.iter().any(|p| n.starts_with(p)));
+        if set_for_tests {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd
+}
+
 /// Where cargo puts what it builds, as cargo says (`cargo metadata`:
 /// `$CARGO_TARGET_DIR`, a `.cargo/config.toml`'s `build.target-dir`, or the
 /// workspace's `target/`), asked once per test binary.
@@ -57,7 +85,7 @@ pub fn module_path() -> PathBuf {
             if let Ok(path) = std::env::var("LOCK_MODULE_SO") {
                 return PathBuf::from(path);
             }
-            let status = Command::new(env!("CARGO"))
+            let status = outside_cargo_test(&mut Command::new(env!("CARGO")))
                 .args(["build", "--release", "--lib", "--quiet"])
                 .current_dir(repo_dir())
                 .status()

@@ -35,7 +35,7 @@ mod tls;
 mod wait;
 
 pub use binary::{server_bin, server_name, server_version};
-pub use built::{clock_shim_path, module_path, repo_dir, target_dir};
+pub use built::{clock_shim_path, module_path, outside_cargo_test, repo_dir, target_dir};
 pub use clock::ClockFile;
 pub use dirs::{fresh_dir, TempDir};
 pub use forget::{
