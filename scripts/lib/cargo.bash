@@ -26,5 +26,5 @@ build_profile() {
 # why). A build of another script that names them too gets the same
 # features (cargo unifies them over the packages selected) and so finds
 # scripts/test's build of its profile, not a build of its own
-# (scripts/bench-tls, in Python, names the same list: TESTED_PACKAGES).
+# (scripts/bench-tls, in Python, reads this list from here).
 tested_packages=(--workspace --exclude redlock-client-python --exclude redlock-client-node --exclude redlock-docgen)

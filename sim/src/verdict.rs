@@ -43,9 +43,9 @@ fn node_truth(w: &World, members: usize) -> Vec<Vec<(usize, bool)>> {
         .collect()
 }
 
-/// Whether each member can grant: every node that serves it can.
-fn granting(truth: &[Vec<(usize, bool)>]) -> Vec<bool> {
-    truth.iter().map(|nodes| nodes.iter().all(|&(_, grants)| grants)).collect()
+/// How many members can grant: those every serving node of which can.
+fn members_granting(truth: &[Vec<(usize, bool)>]) -> usize {
+    truth.iter().filter(|nodes| nodes.iter().all(|&(_, grants)| grants)).count()
 }
 
 /// Watches until `until_ms`: the violations found.
@@ -64,7 +64,7 @@ pub async fn watch(world: Shared, members: usize, until_ms: u64) -> Vec<String> 
     let mut calls = 0;
     while calls < CALLS_MAX && started.elapsed() < Duration::from_millis(until_ms) {
         let before = node_truth(&net::lock(&world), members);
-        let count = granting(&before).iter().filter(|&&g| g).count();
+        let count = members_granting(&before);
         if count >= need {
             tokio::time::sleep(Duration::from_millis(LOOK_EVERY_MS)).await;
             continue;
@@ -103,7 +103,7 @@ fn judge(
 ) -> Option<String> {
     let mut w = net::lock(world);
     let (members, need) = (before.len(), status.need);
-    let count = granting(before).iter().filter(|&&g| g).count();
+    let count = members_granting(before);
     let now = w.now_ms();
     w.history.note(now, format!("operator: status() from {at} ms: {}", status.summary()));
     (status.grants() && steady && node_truth(&w, members) == before).then(|| {
