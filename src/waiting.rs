@@ -115,8 +115,11 @@ fn full(reason: Full, per_key_max: usize) -> String {
 /// cannot be served yet, with a timer armed for when it may be. A key
 /// refused to newcomers (a quarantine, the eviction guard) answers its
 /// waiters the reason at once, as a new WAIT would be, rather than leaving
-/// them to time out without knowing why. Opens the key itself: call it with
-/// the key closed. Returns true if a waiter was handed the lock.
+/// them to time out without knowing why; a key that now holds something
+/// that is not a lock answers `WRONGTYPE` first, as a new call would (and
+/// as a set's waiter served from another of its keys is answered). Opens
+/// the key itself: call it with the key closed. Returns true if a waiter
+/// was handed the lock.
 ///
 /// Each round serves at least one waiter or stops, so the loop is bounded
 /// by the queue's length (`lock.max-waiters`).
@@ -127,7 +130,11 @@ pub fn serve_key(call: &Call<'_>, node: &Node, now_ms: i64) -> bool {
     let key = call.key_id();
     if let Some(refusal) = node.refusal(key.0, &key.1, now_ms) {
         if queued(node, &key) > 0 {
-            fail_all(call, node, now_ms, &key, &grants::counted_refusal(&node.stats, &refusal));
+            let line = match not_a_lock(call, node, now_ms) {
+                Some(failure) => failure.line(),
+                None => grants::counted_refusal(&node.stats, &refusal),
+            };
+            fail_all(call, node, now_ms, &key, &line);
         }
         return false;
     }
@@ -148,6 +155,15 @@ pub fn serve_key(call: &Call<'_>, node: &Node, now_ms: i64) -> bool {
             Round::Stop => return any_served,
         }
     }
+}
+
+/// Why nobody can be granted the call's key whatever its quarantine: it
+/// holds something that is not a lock (overwritten by `SET` or another
+/// type), or a lock value the module could not have written. Which of a
+/// set waiter's keys fires its timer first must not change its answer.
+fn not_a_lock(call: &Call<'_>, node: &Node, now_ms: i64) -> Option<Failure> {
+    let key = call.open_key(false)?;
+    keystate::load(&key, &node.rules(now_ms)).err()
 }
 
 /// How a round of [`serve_key`] ended.

@@ -1447,8 +1447,11 @@ fn quarantine_and_waiter_errors_read_as_documented() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 
     // A waiter for a set whose held key is overwritten by another command:
-    // the key is quarantined (the lock may have been forgotten), and the
-    // waiter's answer names the key.
+    // the key now holds something that is not a lock, so the waiter is
+    // answered WRONGTYPE naming the key, as a new call would be, whichever
+    // of its keys' timers fires first (the free key's +1 ms one, or the
+    // overwritten key's); the key is quarantined too (the lock may have
+    // been forgotten), which shows once the value is gone.
     let _: i64 = q(&mut c, &[b"LOCK.ACQUIRE", b"b", b"holder", b"30000"]);
     let mut waiter = server.conn();
     let mut waits = cmd("LOCK.MACQUIRE");
@@ -1457,8 +1460,14 @@ fn quarantine_and_waiter_errors_read_as_documented() {
     wait_until(Duration::from_secs(5), "the waiter queued", || info_stat(&mut c, "waiters") == 1);
     let _: String = q(&mut c, &[b"SET", b"b", b"not a lock any more"]);
     let answer = err_text(waiter.recv_response().and_then(Value::extract_error));
-    let overwritten = format!("{} (key #2 of the set, 'b')", key.replace("(del)", "(set)"));
-    assert!(same_text(&overwritten, &answer), "{answer:?} is not {overwritten:?}");
+    let not_a_lock =
+        "WRONGTYPE Operation against a key holding the wrong kind of value (not a lock) (key #2 of \
+                      the set, 'b')";
+    assert!(same_text(not_a_lock, &answer), "{answer:?} is not {not_a_lock:?}");
+    let _: i64 = q(&mut c, &[b"DEL", b"b"]);
+    let overwritten = key.replace("(del)", "(set)");
+    let wrong = mismatches(&mut c, &[doc(words("LOCK.ACQUIRE b t2 100"), overwritten)]);
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 
     // The node's quarantine after a promotion (a master made a replica of
     // nothing and back).

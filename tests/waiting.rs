@@ -823,14 +823,15 @@ fn max_waiters_bounds_the_queue() {
 
 #[test]
 fn overwrite_with_another_type_fails_the_waiters() {
-    // By default an overwrite of a live lock quarantines the key, and its
-    // waiters are told so; with the removal quarantine off, they are told
-    // the key is no lock any more.
-    overwrite_fails_the_waiters(Opts::new(), "QUARANTINE");
-    overwrite_fails_the_waiters(Opts::new().module_arg("removal-quarantine", "no"), "WRONGTYPE");
+    // The waiters are told the key is no lock any more, as a new call
+    // would be. By default the overwrite of a live lock also quarantines
+    // the key, which refuses grants once the value is gone.
+    overwrite_fails_the_waiters(Opts::new(), true);
+    overwrite_fails_the_waiters(Opts::new().module_arg("removal-quarantine", "no"), false);
 }
 
-fn overwrite_fails_the_waiters(opts: Opts, expect: &str) {
+fn overwrite_fails_the_waiters(opts: Opts, quarantines: bool) {
+    let expect = "WRONGTYPE";
     let s = Server::with(opts);
     let mut c = s.conn();
     let before = counters(&mut c);
@@ -875,6 +876,20 @@ fn overwrite_fails_the_waiters(opts: Opts, expect: &str) {
     std::thread::sleep(Duration::from_millis(50));
     let t: String = cmd("TYPE").arg("o2").query(&mut c).unwrap();
     assert_eq!(t, "list");
+    // Once the value is gone, the quarantine (if on) refuses the key.
+    for key in ["o", "o2"] {
+        let _: i64 = cmd("DEL").arg(key).query(&mut c).unwrap();
+        let got = cmd("LOCK.ACQUIRE").arg(key).arg("late").arg(100).query::<Value>(&mut c);
+        if quarantines {
+            let e = err_text(got);
+            assert!(
+                e.starts_with("QUARANTINE") && e.contains("another command (set)") == (key == "o"),
+                "{key}: {e}"
+            );
+        } else {
+            assert!(token(&got).is_some(), "{key}: {got:?}");
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -255,6 +255,26 @@ pub(crate) fn explain(error: &std::io::Error, name: Option<&ServerName<'_>>) -> 
     }
 }
 
+/// Whether `error` is the node's TLS alert (explained by [`explain`] as a
+/// refusal).
+pub(crate) fn is_alert(error: &std::io::Error) -> bool {
+    let tls = error.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    matches!(tls, Some(rustls::Error::AlertReceived(_)))
+}
+
+/// `why` a TLS connection ended before its first reply, without the
+/// node's alert: in TLS 1.3 a node that requires a client certificate
+/// checks it after the client's side of the handshake is done, and its
+/// refusal may reach the client as a reset or an end of stream alone (the
+/// client's first command crossed the node's close).
+/// `peer`: `host:port`.
+pub(crate) fn refused_after_handshake(peer: &str, why: &str) -> String {
+    format!(
+        "{why} before {peer}'s first reply: the node may have refused the TLS handshake: if it requires a client \
+         certificate (tls-auth-clients), give one it trusts as tls_cert_file and tls_key_file"
+    )
+}
+
 /// The certificate verifier of [`Tls::insecure_skip_verify`]: accepts any
 /// certificate for any name; still checks that the server holds the key
 /// of the certificate it sent (the handshake's signatures).

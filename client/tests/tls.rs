@@ -162,6 +162,65 @@ async fn each_tls_failure_names_the_node_and_its_cause() {
     guard.release().await.unwrap();
 }
 
+/// A node that requires a client certificate checks it after the client's
+/// side of the TLS 1.3 handshake. When the client's first command crosses
+/// the node's close, its alert may never be read: the client sees a reset
+/// or an end of stream alone, and must still suggest the certificate.
+/// Played by a TLS listener (the test CA's server certificate) that closes
+/// each connection right after its handshake: with a reset (linger 0),
+/// then with a plain close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_right_after_the_handshake_still_suggests_a_client_certificate() {
+    for reset in [true, false] {
+        let (port, node) = closing_tls_node(reset).await;
+        let error = failure(&format!("rediss://127.0.0.1:{port}/"), trusting_the_test_ca(false)).await;
+        node.abort();
+        assert_says(
+            &error,
+            &[
+                &format!("before 127.0.0.1:{port}'s first reply"),
+                "may have refused the TLS handshake",
+                "tls_cert_file and tls_key_file",
+            ],
+        );
+    }
+}
+
+/// A loopback TLS listener that completes each handshake and closes the
+/// connection at once, without an alert (with a reset when `reset`).
+async fn closing_tls_node(reset: bool) -> (u16, tokio::task::JoinHandle<()>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(certs().crt("server")).unwrap().collect::<Result<_, _>>().unwrap();
+    let key = PrivateKeyDer::from_pem_file(certs().key("server")).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let node = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            if let Ok(tls) = acceptor.accept(tcp).await {
+                let (tcp, _) = tls.into_inner();
+                if reset {
+                    // Linger 0: the close sends a reset (and cannot block,
+                    // which is why tokio deprecates the setting).
+                    #[allow(deprecated)]
+                    let _ = tcp.set_linger(Some(Duration::ZERO));
+                }
+                drop(tcp);
+            }
+        }
+    });
+    (port, node)
+}
+
 /// A TLS failure is one node's "no": a majority over TLS still grants, and
 /// settings with no TLS member, or that cannot be read, are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

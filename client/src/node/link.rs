@@ -59,6 +59,8 @@ pub(super) struct Link {
     write: WriteHalf,
     waiting: Arc<Mutex<Waiting>>,
     reader: JoinHandle<()>,
+    /// `host:port`, for errors.
+    peer: String,
     /// The write buffer, kept between writes.
     out: Vec<u8>,
 }
@@ -71,6 +73,10 @@ struct Waiting {
     calls: VecDeque<Written>,
     /// Why the connection is closed, once it is.
     closed: Option<String>,
+    /// A reply came: a TLS node that answers once has accepted this client
+    /// (one that requires a client certificate may refuse it only after
+    /// the client's side of the handshake is done).
+    answered: bool,
 }
 
 /// A call written on the connection, waiting for its replies.
@@ -109,8 +115,9 @@ impl Link {
         };
         let (read, write) = connected.map_err(Raw::Unreachable)?;
         let waiting = Arc::new(Mutex::new(Waiting::default()));
-        let reader = tokio::spawn(read_replies(read, waiting.clone(), format!("{host}:{port}")));
-        let mut link = Link { write, waiting, reader, out: Vec::new() };
+        let peer = format!("{host}:{port}");
+        let reader = tokio::spawn(read_replies(read, waiting.clone(), peer.clone()));
+        let mut link = Link { write, waiting, reader, peer, out: Vec::new() };
         for (what, cmd) in handshake(info) {
             let (done, answer) = oneshot::channel();
             let job = Job {
@@ -203,6 +210,14 @@ impl Link {
         self.out = bytes;
         let why = match written {
             Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) if write.is_tls() => {
+                let why = format!("connection lost: {}", tls::explain(&e, None));
+                if self.waiting().answered || tls::is_alert(&e) {
+                    format!("{why} ({})", self.peer)
+                } else {
+                    tls::refused_after_handshake(&self.peer, &why)
+                }
+            }
             Ok(Err(e)) => format!("connection lost: {e}"),
             Err(_) => "a write timed out (the node does not read)".to_string(),
         };
@@ -267,15 +282,26 @@ async fn read_replies(mut read: ReadHalf, waiting: Arc<Mutex<Waiting>>, peer: St
             }
         }
         buf.drain(..used);
+        let mut alert = false;
         let why = match read.read(&mut chunk).await {
             Ok(0) => "connection closed by the node".to_string(),
             Ok(n) => {
                 buf.extend_from_slice(&chunk[..n]);
                 continue;
             }
-            Err(e) if read.is_tls() => format!("connection to {peer} lost: {}", tls::explain(&e, None)),
+            Err(e) if read.is_tls() => {
+                alert = tls::is_alert(&e);
+                format!("connection to {peer} lost: {}", tls::explain(&e, None))
+            }
             Err(e) => format!("connection lost: {e}"),
         };
+        // A node that requires a client certificate refuses a client
+        // without one after the client's side of the TLS handshake: with an
+        // alert (explained above), or, when the client's first command
+        // crossed the node's close, with a reset or an end of stream alone.
+        if !answered && read.is_tls() && !alert && buf.is_empty() && !lock(&waiting).calls.is_empty() {
+            break tls::refused_after_handshake(&peer, &why);
+        }
         // A TLS port drops a plain client at its first command, unanswered.
         if !answered && !read.is_tls() && buf.is_empty() && !lock(&waiting).calls.is_empty() {
             break format!("{why} before its first reply (if {peer} is a TLS port, use rediss://)");
@@ -290,6 +316,7 @@ async fn read_replies(mut read: ReadHalf, waiting: Arc<Mutex<Waiting>>, peer: St
 fn deliver(waiting: &Mutex<Waiting>, reply: Reply) -> Result<(), String> {
     let complete = {
         let mut waiting = lock(waiting);
+        waiting.answered = true;
         let Some(call) = waiting.calls.front_mut() else {
             return Err("a reply no call asked for".into());
         };
