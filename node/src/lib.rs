@@ -6,12 +6,15 @@
 //! `redlock_client` crate. This layer only converts: JavaScript arguments
 //! into the crate's types (modes, milliseconds, retry policies), its
 //! results into JavaScript values, and its futures into Promises, run on
-//! one current-thread Tokio runtime on a thread of its own (`runtime.rs`)
-//! and settled through one queue per JavaScript thread (`settle.rs`).
+//! a current-thread Tokio runtime that the JavaScript thread drives from
+//! its event loop (`jsloop.rs`; elsewhere than on Linux, one on a thread of
+//! its own, `runtime.rs`) and settled through one queue per JavaScript
+//! thread (`settle.rs`).
 //!
 //! - `client.rs`: [`client::Client`], a `Redlock`, and [`client::connect`];
 //! - `held.rs`: [`held::Held`], a `Guard`, and its loss report;
-//! - `runtime.rs`: the runtime, and the queue that hands it calls;
+//! - `jsloop.rs`: the JavaScript thread's runtime, driven by libuv;
+//! - `runtime.rs`: where a call runs; the fallback runtime on its thread;
 //! - `settle.rs`: the Promises of the calls, settled on the JavaScript
 //!   thread in batches;
 //! - `convert.rs`: modes, durations, tallies, lock reports, and errors,
@@ -31,6 +34,7 @@
 pub mod client;
 pub mod convert;
 pub mod held;
+pub mod jsloop;
 pub mod runtime;
 pub mod settle;
 

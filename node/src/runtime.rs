@@ -1,6 +1,10 @@
-//! The runtime every call runs on: one current-thread Tokio runtime,
-//! driven by a thread of its own, for the whole process, and the queue
-//! through which the JavaScript thread hands it calls.
+//! Where a call runs: on the JavaScript thread's own runtime, driven by
+//! that thread (`jsloop.rs`), where it can be made (Linux); else on the
+//! runtime below.
+//!
+//! The fallback runtime: one current-thread Tokio runtime, driven by a
+//! thread of its own, for the whole process, and the queue through which
+//! the JavaScript thread hands it calls.
 //!
 //! napi-rs's runtime is a multi-thread one (a worker per CPU, work
 //! stealing): every call from JavaScript went through the scheduler's
@@ -30,7 +34,18 @@ use std::thread;
 use napi::{Error, Result, Status};
 use tokio::runtime::{Builder, Handle};
 
-type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
+/// A call: its future, which settles its Promise.
+pub type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Starts `call`: on the JavaScript thread's runtime of `env` if it has
+/// one, else on the process's runtime thread.
+pub(crate) fn submit(env: napi::sys::napi_env, call: Call) -> Result<()> {
+    match crate::jsloop::here(env) {
+        Some(driver) => driver.submit(call),
+        None => get()?.submit(call),
+    }
+    Ok(())
+}
 
 pub struct Runtime {
     handle: Handle,
@@ -60,10 +75,10 @@ fn start() -> std::result::Result<Runtime, String> {
 
 impl Runtime {
     /// Starts `call` on the runtime.
-    pub fn submit(&'static self, call: impl Future<Output = ()> + Send + 'static) {
+    pub fn submit(&'static self, call: Call) {
         let was_empty = {
             let mut submitted = self.submitted.lock().unwrap_or_else(PoisonError::into_inner);
-            submitted.push(Box::pin(call));
+            submitted.push(call);
             submitted.len() == 1
         };
         // A queue that was not empty has its start on the way: it takes the

@@ -14,6 +14,10 @@
 //! under way (it is referenced then, unreferenced when none is), as a
 //! pending Promise of napi-rs's does. When the environment goes away, Node
 //! finalizes it; calls that end later are dropped with their values.
+//!
+//! Where the JavaScript thread drives the runtime itself (`jsloop.rs`), a
+//! call that ends while it does joins the same queue without a wake-up:
+//! the driver settles the queue when its turn ends ([`settle_here`]).
 
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -26,7 +30,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
 use napi::{sys, Env, Error, JsError, Result, Status};
 
-use crate::runtime;
+use crate::{jsloop, runtime};
 
 /// Makes the settled value on the JavaScript thread.
 type Make = Box<dyn FnOnce(sys::napi_env) -> Result<sys::napi_value> + Send>;
@@ -136,7 +140,6 @@ where
     F: Future<Output = T> + Send + 'static,
 {
     let env = env.raw();
-    let runtime = runtime::get()?;
     let local = Local::get(env)?;
     let mut deferred = ptr::null_mut();
     let mut promise = ptr::null_mut();
@@ -147,11 +150,14 @@ where
         check(unsafe { sys::napi_ref_threadsafe_function(env, local.tsfn) }, "napi_ref_threadsafe_function")?;
     }
     let mut done = Done { shared: local.shared.clone(), deferred: deferred as usize };
-    runtime.submit(async move {
-        let value = call.await;
-        // SAFETY: on the JavaScript thread, with its env.
-        done.finish(Box::new(move |env| unsafe { T::to_napi_value(env, value) }));
-    });
+    runtime::submit(
+        env,
+        Box::pin(async move {
+            let value = call.await;
+            // SAFETY: on the JavaScript thread, with its env.
+            done.finish(Box::new(move |env| unsafe { T::to_napi_value(env, value) }));
+        }),
+    )?;
     Ok(PromiseRaw::new(env, promise))
 }
 
@@ -174,8 +180,9 @@ impl Done {
             was_empty
         };
         // A queue that was not empty has a wake-up on its way already: the
-        // JavaScript thread takes the whole queue when it comes.
-        if was_empty {
+        // JavaScript thread takes the whole queue when it comes. One that
+        // drives the runtime itself settles the queue after its turn.
+        if was_empty && !jsloop::driving_here() {
             if let Some(tsfn) = &*self.shared.wake.lock().unwrap_or_else(PoisonError::into_inner) {
                 // SAFETY: alive while `wake` has it (the finalizer clears it
                 // under the same lock). Fails only once Node is closing it.
@@ -210,10 +217,26 @@ unsafe extern "C" fn call_js(
 ) {
     // SAFETY: the Arc given at creation, alive until the finalizer.
     let shared = unsafe { &*(context as *const Shared) };
+    // Closing (no env): the values are dropped unsettled.
+    if !env.is_null() {
+        settle(env, shared);
+    }
+}
+
+/// On the JavaScript thread of `env`, inside a handle scope: settles every
+/// call its runtime finished (the driver's, after its turn). Returns how
+/// many it settled, and how many are still under way.
+pub fn settle_here(env: sys::napi_env) -> (usize, usize) {
+    let Some(local) = LOCAL.with(|l| l.borrow().clone()) else { return (0, 0) };
+    let settled = settle(env, &local.shared);
+    (settled, local.shared.pending.load(Ordering::Relaxed))
+}
+
+/// Settles every finished call of `shared`; how many.
+fn settle(env: sys::napi_env, shared: &Shared) -> usize {
     let finished = std::mem::take(&mut *shared.queue.lock().unwrap_or_else(PoisonError::into_inner));
-    if env.is_null() || finished.is_empty() {
-        // Closing (env gone): the values are dropped unsettled.
-        return;
+    if finished.is_empty() {
+        return 0;
     }
     let settled = finished.len();
     for Finished { deferred, value } in finished {
@@ -235,6 +258,7 @@ unsafe extern "C" fn call_js(
             unsafe { sys::napi_unref_threadsafe_function(env, local.tsfn) };
         }
     }
+    settled
 }
 
 /// Node finalizes the thread-safe function (the environment goes away):
