@@ -15,12 +15,12 @@ use redlock_client::{Config, Error, Redlock, Tls};
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
+use crate::call;
 use crate::convert::{
     node_report, outcome, policy, quorum_status, Failure, NodeReport, Outcome, QuorumStatusInfo, Retry,
     TallyInfo, TallyRow,
 };
 use crate::held::Held;
-use crate::settle;
 
 const MS: Unit = Unit::Milliseconds;
 
@@ -77,7 +77,7 @@ pub fn connect(
         };
         Ok(Client { redlock: Redlock::connect(nodes, config).await?, aborts: Arc::default() })
     };
-    settle::promise(&env, async move { outcome(connected.await) })
+    call::promise(&env, async move { outcome(connected.await) })
 }
 
 /// The result of a reentrant enter.
@@ -174,9 +174,9 @@ impl Client {
                 Handle::try_current().map_err(|e| Error::InvalidArgument(format!("no runtime: {e}")))?;
             Ok(Held::new(HeldLock::new(guard, fenced, runtime)))
         };
-        let Some(id) = abort else { return settle::promise(env, async move { outcome(taken.await) }) };
+        let Some(id) = abort else { return call::promise(env, async move { outcome(taken.await) }) };
         let aborts = self.aborts.clone();
-        settle::promise(env, async move {
+        call::promise(env, async move {
             let aborted = aborts.get(id);
             let result = tokio::select! {
                 taken = taken => outcome(taken),
@@ -266,7 +266,7 @@ impl Client {
     ) -> Result<PromiseRaw<'static, Outcome<TallyRow>>> {
         let redlock = self.redlock.clone();
         let mode = mode(&mode_name, permits);
-        settle::promise(&env, async move {
+        call::promise(&env, async move {
             let released = bindings::release_by_token(&redlock, &resources, many, &token, mode).await;
             outcome(released.map(|tally| TallyRow(TallyInfo::of(&tally))))
         })
@@ -286,7 +286,7 @@ impl Client {
         permits: Option<u32>,
     ) -> Result<PromiseRaw<'static, Outcome<f64>>> {
         let redlock = self.redlock.clone();
-        settle::promise(&env, async move {
+        call::promise(&env, async move {
             let extended = async move {
                 let ttl = MS.duration("ttl", ttl)?;
                 let mode = mode(&mode_name, permits);
@@ -306,7 +306,7 @@ impl Client {
         ttl: f64,
     ) -> Result<PromiseRaw<'static, Outcome<EnteredInfo>>> {
         let redlock = self.redlock.clone();
-        settle::promise(&env, async move {
+        call::promise(&env, async move {
             let entered =
                 async move { bindings::enter(&redlock, &resource, &owner, MS.duration("ttl", ttl)?).await };
             outcome(entered.await.map(|(fencing_token, left)| EnteredInfo {
@@ -326,16 +326,17 @@ impl Client {
     ) -> Result<PromiseRaw<'static, Outcome<f64>>> {
         let redlock = self.redlock.clone();
         // Hold counts are small; a double carries them exactly.
-        settle::promise(&env, async move {
-            outcome(redlock.exit(&resource, &owner).await.map(|left| left as f64))
-        })
+        call::promise(
+            &env,
+            async move { outcome(redlock.exit(&resource, &owner).await.map(|left| left as f64)) },
+        )
     }
 
     /// `LOCK.INFO` on every node, in node order.
     #[napi(ts_return_type = "Promise<NodeReport[]>")]
     pub fn info(&self, env: Env, resource: String) -> Result<PromiseRaw<'static, Vec<NodeReport>>> {
         let redlock = self.redlock.clone();
-        settle::promise(
+        call::promise(
             &env,
             async move { redlock.info(&resource).await.into_iter().map(node_report).collect() },
         )
@@ -346,13 +347,13 @@ impl Client {
     #[napi(ts_return_type = "Promise<QuorumStatusInfo>")]
     pub fn status(&self, env: Env) -> Result<PromiseRaw<'static, QuorumStatusInfo>> {
         let redlock = self.redlock.clone();
-        settle::promise(&env, async move { quorum_status(redlock.status().await) })
+        call::promise(&env, async move { quorum_status(redlock.status().await) })
     }
 
     /// Waits (bounded) for the calls earlier rounds left in the background.
     #[napi(ts_return_type = "Promise<void>")]
     pub fn settle(&self, env: Env) -> Result<PromiseRaw<'static, ()>> {
         let redlock = self.redlock.clone();
-        settle::promise(&env, async move { redlock.settle().await })
+        call::promise(&env, async move { redlock.settle().await })
     }
 }

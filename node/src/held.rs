@@ -10,8 +10,8 @@ use napi_derive::napi;
 use redlock_client::bindings::{mode_out, wait_for_loss, HeldLock, Unit};
 use redlock_client::{Error, Watchdog};
 
+use crate::call;
 use crate::convert::{outcome, Failure, FailureInfo, Outcome, TallyInfo, TallyRow};
-use crate::settle;
 
 /// Called once, on the JavaScript thread, with the failure that says why
 /// the lock is lost. Weak: waiting for a loss does not keep the process
@@ -96,7 +96,7 @@ impl Held {
     #[napi(ts_return_type = "Promise<bigint | Failure>")]
     pub fn fence(&self, env: Env) -> Result<PromiseRaw<'static, Outcome<BigInt>>> {
         let held = self.held.clone();
-        settle::promise(&env, async move { outcome(held.fence().await.map(BigInt::from)) })
+        call::promise(&env, async move { outcome(held.fence().await.map(BigInt::from)) })
     }
 
     /// Extends the lock for `ttl` ms (default: the TTL it was taken with);
@@ -104,7 +104,7 @@ impl Held {
     #[napi(ts_return_type = "Promise<number | Failure>")]
     pub fn extend(&self, env: Env, ttl: Option<f64>) -> Result<PromiseRaw<'static, Outcome<f64>>> {
         let held = self.held.clone();
-        settle::promise(&env, async move {
+        call::promise(&env, async move {
             let extended = async move {
                 let ttl = ttl.map(|ttl| Unit::Milliseconds.duration("ttl", ttl)).transpose()?;
                 held.extend(ttl).await
@@ -117,7 +117,7 @@ impl Held {
     #[napi(ts_return_type = "Promise<TallyRow | Failure>")]
     pub fn release(&self, env: Env) -> Result<PromiseRaw<'static, Outcome<TallyRow>>> {
         let held = self.held.clone();
-        settle::promise(&env, async move {
+        call::promise(&env, async move {
             outcome(held.release().await.map(|tally| TallyRow(TallyInfo::of(&tally))))
         })
     }
@@ -127,7 +127,7 @@ impl Held {
     #[napi(ts_return_type = "Promise<DetachedInfo | Failure>")]
     pub fn detach(&self, env: Env) -> Result<PromiseRaw<'static, Outcome<DetachedInfo>>> {
         let held = self.held.clone();
-        settle::promise(&env, async move {
+        call::promise(&env, async move {
             outcome(held.detach().await.map(|detached| DetachedInfo {
                 token: detached.token,
                 fencing_token: detached.fencing_token.map(BigInt::from),
@@ -146,7 +146,7 @@ impl Held {
         duration_max: f64,
     ) -> Result<PromiseRaw<'static, Outcome<()>>> {
         let held = self.held.clone();
-        settle::promise(&env, async move {
+        call::promise(&env, async move {
             let started = async move {
                 let duration_max = Unit::Milliseconds.duration("durationMax", duration_max)?;
                 held.start_watchdog(Watchdog { renewals_max, duration_max }).await

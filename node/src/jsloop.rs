@@ -59,14 +59,6 @@ use crate::settle;
 thread_local! {
     /// This thread's driver, once made (None inside: it could not be).
     static HERE: RefCell<Option<Option<Rc<Driver>>>> = const { RefCell::new(None) };
-    /// Set while this thread drives its runtime: a call that ends then is
-    /// settled after the turn, with no wake-up.
-    static DRIVING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether this thread is driving its runtime now.
-pub(crate) fn driving_here() -> bool {
-    DRIVING.with(Cell::get)
 }
 
 /// The driver of the JavaScript thread of `env`, made at its first call;
@@ -198,7 +190,7 @@ impl Driver {
     /// looks at epoll that do not wait.
     fn drive(&self) {
         let calls = std::mem::take(&mut *self.submitted.borrow_mut());
-        DRIVING.with(|d| d.set(true));
+        settle::driving(true);
         self.runtime.block_on(async move {
             for call in calls {
                 tokio::spawn(call);
@@ -207,7 +199,7 @@ impl Driver {
                 tokio::task::yield_now().await;
             }
         });
-        DRIVING.with(|d| d.set(false));
+        settle::driving(false);
     }
 
     /// The JavaScript thread drives from now on (the helper stops).

@@ -13,8 +13,10 @@
 //!
 //! - `client.rs`: [`client::Client`], a `Redlock`, and [`client::connect`];
 //! - `held.rs`: [`held::Held`], a `Guard`, and its loss report;
+//! - `call.rs`: a call's Promise, and where its future runs;
 //! - `jsloop.rs`: the JavaScript thread's runtime, driven by libuv;
-//! - `runtime.rs`: where a call runs; the fallback runtime on its thread;
+//! - `runtime.rs`: the runtime thread, where the JavaScript thread cannot
+//!   drive one;
 //! - `settle.rs`: the Promises of the calls, settled on the JavaScript
 //!   thread in batches;
 //! - `convert.rs`: modes, durations, tallies, lock reports, and errors,
@@ -31,6 +33,7 @@
 
 // Public so that what only napi-rs's registration uses (`connect`) counts
 // as used in every build.
+pub mod call;
 pub mod client;
 pub mod convert;
 pub mod held;

@@ -1,10 +1,8 @@
-//! Where a call runs: on the JavaScript thread's own runtime, driven by
-//! that thread (`jsloop.rs`), where it can be made (Linux); else on the
-//! runtime below.
-//!
-//! The fallback runtime: one current-thread Tokio runtime, driven by a
-//! thread of its own, for the whole process, and the queue through which
-//! the JavaScript thread hands it calls.
+//! The runtime thread: where calls run when the JavaScript thread cannot
+//! drive a runtime itself (`jsloop.rs`: not on Linux, or with
+//! `REDLOCK_NODE_RUNTIME=thread`). One current-thread Tokio runtime,
+//! driven by a thread of its own, for the whole process, and the queue
+//! through which the JavaScript thread hands it calls.
 //!
 //! napi-rs's runtime is a multi-thread one (a worker per CPU, work
 //! stealing): every call from JavaScript went through the scheduler's
@@ -36,16 +34,6 @@ use tokio::runtime::{Builder, Handle};
 
 /// A call: its future, which settles its Promise.
 pub type Call = Pin<Box<dyn Future<Output = ()> + Send>>;
-
-/// Starts `call`: on the JavaScript thread's runtime of `env` if it has
-/// one, else on the process's runtime thread.
-pub(crate) fn submit(env: napi::sys::napi_env, call: Call) -> Result<()> {
-    match crate::jsloop::here(env) {
-        Some(driver) => driver.submit(call),
-        None => get()?.submit(call),
-    }
-    Ok(())
-}
 
 pub struct Runtime {
     handle: Handle,

@@ -19,9 +19,8 @@
 //! call that ends while it does joins the same queue without a wake-up:
 //! the driver settles the queue when its turn ends ([`settle_here`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
-use std::future::Future;
 use std::ptr;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,8 +28,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
 use napi::{sys, Env, Error, JsError, Result, Status};
-
-use crate::{jsloop, runtime};
 
 /// Makes the settled value on the JavaScript thread.
 type Make = Box<dyn FnOnce(sys::napi_env) -> Result<sys::napi_value> + Send>;
@@ -62,6 +59,14 @@ unsafe impl Send for Tsfn {}
 thread_local! {
     /// The JavaScript thread's queue (each of Node's worker threads has its own).
     static LOCAL: RefCell<Option<Rc<Local>>> = const { RefCell::new(None) };
+    /// Set while this thread drives its runtime (`jsloop.rs`): a call that
+    /// ends then is settled after the turn, with no wake-up.
+    static DRIVING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This thread drives its runtime (`on`) or stops.
+pub(crate) fn driving(on: bool) {
+    DRIVING.with(|d| d.set(on));
 }
 
 struct Local {
@@ -132,13 +137,8 @@ impl Local {
     }
 }
 
-/// Runs `call` on the runtime; returns its Promise, which `call`'s value
-/// (made into a JavaScript value on the JavaScript thread) settles.
-pub fn promise<T, F>(env: &Env, call: F) -> Result<PromiseRaw<'static, T>>
-where
-    T: ToNapiValue + Send + 'static,
-    F: Future<Output = T> + Send + 'static,
-{
+/// A Promise for a call about to start, and what settles it.
+pub(crate) fn begin<T>(env: &Env) -> Result<(PromiseRaw<'static, T>, Done)> {
     let env = env.raw();
     let local = Local::get(env)?;
     let mut deferred = ptr::null_mut();
@@ -149,28 +149,27 @@ where
         // SAFETY: this thread's thread-safe function, alive while `LOCAL` has it.
         check(unsafe { sys::napi_ref_threadsafe_function(env, local.tsfn) }, "napi_ref_threadsafe_function")?;
     }
-    let mut done = Done { shared: local.shared.clone(), deferred: deferred as usize };
-    runtime::submit(
-        env,
-        Box::pin(async move {
-            let value = call.await;
-            // SAFETY: on the JavaScript thread, with its env.
-            done.finish(Box::new(move |env| unsafe { T::to_napi_value(env, value) }));
-        }),
-    )?;
-    Ok(PromiseRaw::new(env, promise))
+    let done = Done { shared: local.shared.clone(), deferred: deferred as usize };
+    Ok((PromiseRaw::new(env, promise), done))
 }
 
 /// A call under way: settles its Promise once, with the call's value or,
 /// if the task is dropped before (a panic, the runtime shutting down),
 /// with an error.
-struct Done {
+pub(crate) struct Done {
     shared: Arc<Shared>,
     /// 0 once handed to the queue.
     deferred: usize,
 }
 
 impl Done {
+    /// Settles the Promise with `value` (made into a JavaScript value on
+    /// the JavaScript thread).
+    pub(crate) fn with<T: ToNapiValue + Send + 'static>(mut self, value: T) {
+        // SAFETY: run on the JavaScript thread, with its env.
+        self.finish(Box::new(move |env| unsafe { T::to_napi_value(env, value) }));
+    }
+
     fn finish(&mut self, value: Make) {
         let deferred = std::mem::take(&mut self.deferred);
         let was_empty = {
@@ -182,7 +181,7 @@ impl Done {
         // A queue that was not empty has a wake-up on its way already: the
         // JavaScript thread takes the whole queue when it comes. One that
         // drives the runtime itself settles the queue after its turn.
-        if was_empty && !jsloop::driving_here() {
+        if was_empty && !DRIVING.with(Cell::get) {
             if let Some(tsfn) = &*self.shared.wake.lock().unwrap_or_else(PoisonError::into_inner) {
                 // SAFETY: alive while `wake` has it (the finalizer clears it
                 // under the same lock). Fails only once Node is closing it.
