@@ -145,7 +145,7 @@ impl Driver {
         self.drive();
         // Inside a JavaScript call: its handle scope holds the values, and
         // the reactions run when it returns.
-        let (_, under_way) = settle::settle_here(self.env);
+        let under_way = settle::settle_here(self.env);
         self.in_turn.set(false);
         self.after(under_way);
     }
@@ -173,7 +173,7 @@ impl Driver {
                 sys::napi_create_object(env, &mut resource);
                 let mut scope = ptr::null_mut();
                 sys::napi_open_callback_scope(env, resource, self.async_context, &mut scope);
-                (_, under_way) = settle::settle_here(env);
+                under_way = settle::settle_here(env);
                 // Runs the reactions (and so the calls they make).
                 sys::napi_close_callback_scope(env, scope);
                 if self.submitted.borrow().is_empty() {
@@ -237,7 +237,6 @@ unsafe extern "C" fn env_gone(data: *mut c_void) {
     // SAFETY: the Rc leaked in `here`, taken back once.
     let driver = unsafe { Rc::from_raw(data as *const Driver) };
     driver.uv.close();
-    driver.owner.set(Owner::Helper);
     driver.helper.keep();
     let _ = HERE.try_with(|h| h.borrow_mut().take());
 }

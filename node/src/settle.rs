@@ -224,18 +224,18 @@ unsafe extern "C" fn call_js(
 
 /// On the JavaScript thread of `env`, inside a handle scope: settles every
 /// call its runtime finished (the driver's, after its turn). Returns how
-/// many it settled, and how many are still under way.
-pub fn settle_here(env: sys::napi_env) -> (usize, usize) {
-    let Some(local) = LOCAL.with(|l| l.borrow().clone()) else { return (0, 0) };
-    let settled = settle(env, &local.shared);
-    (settled, local.shared.pending.load(Ordering::Relaxed))
+/// many calls are still under way.
+pub fn settle_here(env: sys::napi_env) -> usize {
+    let Some(local) = LOCAL.with(|l| l.borrow().clone()) else { return 0 };
+    settle(env, &local.shared);
+    local.shared.pending.load(Ordering::Relaxed)
 }
 
-/// Settles every finished call of `shared`; how many.
-fn settle(env: sys::napi_env, shared: &Shared) -> usize {
+/// Settles every finished call of `shared`.
+fn settle(env: sys::napi_env, shared: &Shared) {
     let finished = std::mem::take(&mut *shared.queue.lock().unwrap_or_else(PoisonError::into_inner));
     if finished.is_empty() {
-        return 0;
+        return;
     }
     let settled = finished.len();
     for Finished { deferred, value } in finished {
@@ -257,7 +257,6 @@ fn settle(env: sys::napi_env, shared: &Shared) -> usize {
             unsafe { sys::napi_unref_threadsafe_function(env, local.tsfn) };
         }
     }
-    settled
 }
 
 /// Node finalizes the thread-safe function (the environment goes away):

@@ -73,9 +73,10 @@ struct Waiting {
     calls: VecDeque<Written>,
     /// Why the connection is closed, once it is.
     closed: Option<String>,
-    /// A reply came: a TLS node that answers once has accepted this client
-    /// (one that requires a client certificate may refuse it only after
-    /// the client's side of the handshake is done).
+    /// A reply came: the node took this client as it speaks (a TLS node
+    /// that requires a client certificate may refuse one only after the
+    /// client's side of the handshake; a TLS port drops a plain client at
+    /// its first command).
     answered: bool,
 }
 
@@ -260,14 +261,12 @@ fn handshake(info: &ConnectionInfo) -> Vec<(&'static str, Cmd)> {
 async fn read_replies(mut read: ReadHalf, waiting: Arc<Mutex<Waiting>>, peer: String) {
     let mut buf: Vec<u8> = Vec::with_capacity(16 * 1024);
     let mut chunk = vec![0u8; 16 * 1024];
-    let mut answered = false;
     let why = 'read: loop {
         let mut used = 0;
         loop {
             match resp::parse(&buf[used..]) {
                 Ok(Some((reply, len))) => {
                     used += len;
-                    answered = true;
                     if let Err(why) = deliver(&waiting, reply) {
                         break 'read why;
                     }
@@ -275,7 +274,11 @@ async fn read_replies(mut read: ReadHalf, waiting: Arc<Mutex<Waiting>>, peer: St
                 Ok(None) => break,
                 // A TLS record (a handshake or an alert) where a reply was
                 // expected.
-                Err(_) if !answered && !read.is_tls() && matches!(buf.first(), Some(0x15 | 0x16)) => {
+                Err(_)
+                    if !read.is_tls()
+                        && matches!(buf.first(), Some(0x15 | 0x16))
+                        && !lock(&waiting).answered =>
+                {
                     break 'read format!("{peer} answered in TLS: a TLS port, use rediss://");
                 }
                 Err(why) => break 'read format!("malformed reply: {why}"),
@@ -295,15 +298,22 @@ async fn read_replies(mut read: ReadHalf, waiting: Arc<Mutex<Waiting>>, peer: St
             }
             Err(e) => format!("connection lost: {e}"),
         };
-        // A node that requires a client certificate refuses a client
-        // without one after the client's side of the TLS handshake: with an
-        // alert (explained above), or, when the client's first command
-        // crossed the node's close, with a reset or an end of stream alone.
-        if !answered && read.is_tls() && !alert && buf.is_empty() && !lock(&waiting).calls.is_empty() {
+        // Lost before the first reply, with calls waiting: the node may not
+        // take this client as it speaks.
+        let unanswered = buf.is_empty() && {
+            let waiting = lock(&waiting);
+            !waiting.answered && !waiting.calls.is_empty()
+        };
+        if unanswered && read.is_tls() && !alert {
+            // A node that requires a client certificate refuses a client
+            // without one after the client's side of the TLS handshake:
+            // with an alert (explained above), or, when the client's first
+            // command crossed the node's close, with a reset or an end of
+            // stream alone.
             break tls::refused_after_handshake(&peer, &why);
         }
-        // A TLS port drops a plain client at its first command, unanswered.
-        if !answered && !read.is_tls() && buf.is_empty() && !lock(&waiting).calls.is_empty() {
+        if unanswered && !read.is_tls() {
+            // A TLS port drops a plain client at its first command.
             break format!("{why} before its first reply (if {peer} is a TLS port, use rediss://)");
         }
         break why;
