@@ -49,8 +49,10 @@ pub fn get() -> Result<&'static Runtime> {
 }
 
 fn start() -> std::result::Result<Runtime, String> {
+    // I/O and time only, as jsloop.rs's.
     let runtime = Builder::new_current_thread()
-        .enable_all()
+        .enable_io()
+        .enable_time()
         .build()
         .map_err(|e| format!("redlock-client: the runtime could not start: {e}"))?;
     let handle = runtime.handle().clone();

@@ -218,24 +218,33 @@ unsafe extern "C" fn call_js(
     let shared = unsafe { &*(context as *const Shared) };
     // Closing (no env): the values are dropped unsettled.
     if !env.is_null() {
-        settle(env, shared);
+        settle(env, shared, usize::MAX);
     }
 }
 
-/// On the JavaScript thread of `env`, inside a handle scope: settles every
-/// call its runtime finished (the driver's, after its turn). Returns how
-/// many calls are still under way.
-pub fn settle_here(env: sys::napi_env) -> usize {
-    let Some(local) = LOCAL.with(|l| l.borrow().clone()) else { return 0 };
-    settle(env, &local.shared);
-    local.shared.pending.load(Ordering::Relaxed)
+/// On the JavaScript thread of `env`, inside a handle scope: settles the
+/// calls its runtime finished (the driver's, after a drive), at most
+/// `most`, in the order they finished. Returns how many calls are still
+/// under way, and whether finished ones are left for the next round.
+pub fn settle_here(env: sys::napi_env, most: usize) -> (usize, bool) {
+    let Some(local) = LOCAL.with(|l| l.borrow().clone()) else { return (0, false) };
+    let more = settle(env, &local.shared, most);
+    (local.shared.pending.load(Ordering::Relaxed), more)
 }
 
-/// Settles every finished call of `shared`.
-fn settle(env: sys::napi_env, shared: &Shared) {
-    let finished = std::mem::take(&mut *shared.queue.lock().unwrap_or_else(PoisonError::into_inner));
+/// Settles the first `most` finished calls of `shared`; returns whether
+/// more are left.
+fn settle(env: sys::napi_env, shared: &Shared, most: usize) -> bool {
+    let (finished, more) = {
+        let mut queue = shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        if queue.len() <= most {
+            (std::mem::take(&mut *queue), false)
+        } else {
+            (queue.drain(..most).collect::<Vec<_>>(), true)
+        }
+    };
     if finished.is_empty() {
-        return;
+        return more;
     }
     let settled = finished.len();
     for Finished { deferred, value } in finished {
@@ -257,6 +266,7 @@ fn settle(env: sys::napi_env, shared: &Shared) {
             unsafe { sys::napi_unref_threadsafe_function(env, local.tsfn) };
         }
     }
+    more
 }
 
 /// Node finalizes the thread-safe function (the environment goes away):
