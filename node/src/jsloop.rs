@@ -31,7 +31,11 @@
 //!   tasks that only the next turn runs, with no new event to call for
 //!   one; and Tokio does not say when its next timer is due. While calls
 //!   are under way a 1 ms timer turns the runtime (a call's timeout, a
-//!   retry's delay, such a straggler: 1 ms late at most). Ending the turn
+//!   retry's delay, such a straggler: 1 ms late at most). When the calls
+//!   under way only wait (a lock's queue, a long retry delay: 20 timer
+//!   turns with nothing to do), the helper below takes the runtime, so
+//!   that a wait of seconds does not wake the JavaScript thread a thousand
+//!   times a second. Ending the turn
 //!   only once epoll is empty (a park hook that polls it) left fewer
 //!   stragglers but cost more than they do: one caller's cycles/s were the
 //!   same, 64 tasks' 20% lower (docs/evidence.md).
@@ -104,6 +108,8 @@ pub struct Driver {
     submitted: RefCell<Vec<Call>>,
     in_turn: Cell<bool>,
     owner: Cell<Owner>,
+    /// Timer turns in a row that settled nothing, with no reply between.
+    quiet_ticks: Cell<u32>,
     helper: Arc<Helper>,
 }
 
@@ -135,6 +141,7 @@ impl Driver {
             submitted: RefCell::new(Vec::new()),
             in_turn: Cell::new(false),
             owner: Cell::new(Owner::Helper),
+            quiet_ticks: Cell::new(0),
             helper,
         })
     }
@@ -151,21 +158,23 @@ impl Driver {
         self.drive();
         // Inside a JavaScript call: its handle scope holds the values, and
         // the reactions run when it returns.
-        let (under_way, _) = settle::settle_here(self.env, usize::MAX);
+        let under_way = settle::settle_here(self.env, usize::MAX).under_way;
         self.in_turn.set(false);
+        self.quiet_ticks.set(0);
         self.after(under_way);
     }
 
     /// A turn from the event loop (replies came, or the timer): drives,
     /// settles in a callback scope, and drives again for the calls that
     /// the reactions made.
-    fn turn(&self) {
+    fn turn(&self, cause: Cause) {
         if self.in_turn.get() || self.owner.get() != Owner::Js {
             return;
         }
         self.in_turn.set(true);
         let env = self.env;
         let mut under_way = 0;
+        let mut settled = 0;
         // SAFETY: on the JavaScript thread of `env`, from its event loop
         // (no JavaScript on the stack); every scope opened is closed.
         unsafe {
@@ -182,17 +191,20 @@ impl Driver {
                 // The last round settles all that is left: nothing else
                 // would wake this thread for calls already finished.
                 let most = if round == TURN_ROUNDS { usize::MAX } else { SETTLE_CHUNK };
-                let (left, more) = settle::settle_here(env, most);
-                under_way = left;
+                let round = settle::settle_here(env, most);
+                under_way = round.under_way;
+                settled += round.settled;
                 // Runs the reactions (and so the calls they make).
                 sys::napi_close_callback_scope(env, scope);
-                if self.submitted.borrow().is_empty() && !more {
+                if self.submitted.borrow().is_empty() && !round.more {
                     break;
                 }
             }
             sys::napi_close_handle_scope(env, handles);
         }
         self.in_turn.set(false);
+        let quiet = cause == Cause::Timer && settled == 0 && self.submitted.borrow().is_empty();
+        self.quiet_ticks.set(if quiet { self.quiet_ticks.get() + 1 } else { 0 });
         self.after(under_way);
     }
 
@@ -222,12 +234,17 @@ impl Driver {
         self.uv.start();
     }
 
-    /// After a turn: with no call under way, the helper drives.
+    /// After a turn: with no call under way, or with calls that only wait
+    /// (a server-side wait, a retry's delay: [`QUIET_TICKS`] timer turns
+    /// with nothing to do), the helper drives. The calls under way then end
+    /// on the helper, and their Promises are settled through the
+    /// thread-safe function, as on the runtime thread.
     fn after(&self, under_way: usize) {
-        if self.owner.get() != Owner::Js {
+        if self.owner.get() != Owner::Js || !self.submitted.borrow().is_empty() {
             return;
         }
-        if under_way == 0 && self.submitted.borrow().is_empty() {
+        if under_way == 0 || self.quiet_ticks.get() >= QUIET_TICKS {
+            self.quiet_ticks.set(0);
             self.uv.stop();
             self.owner.set(Owner::Helper);
             self.helper.go();
@@ -235,11 +252,25 @@ impl Driver {
     }
 }
 
+/// What started a turn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    /// The runtime's epoll descriptor is readable.
+    Readable,
+    /// The 1 ms timer.
+    Timer,
+}
+
 /// Yields per drive: the calls' writes, the replies that came meanwhile,
 /// and the calls they complete.
 const YIELDS: usize = 3;
 /// Drives per event-loop turn at most.
 const TURN_ROUNDS: usize = 64;
+/// Timer turns in a row with nothing to do before the helper takes the
+/// runtime: a call that waits longer (a lock's queue, a retry's delay of
+/// 50-200 ms) does not wake the JavaScript thread every ms, and a retry
+/// delay of a few ms stays on the JavaScript thread.
+const QUIET_TICKS: u32 = 20;
 /// Calls settled per round of a turn: the calls their reactions make are
 /// written before the next ones settle, so that the nodes work on them
 /// while the JavaScript thread runs the rest (64 tasks: +27% cycles/s
@@ -494,15 +525,15 @@ extern "C" fn free_handle_cb(handle: *mut c_void) {
 }
 
 extern "C" fn on_readable(_handle: *mut c_void, _status: c_int, _events: c_int) {
-    turn_here();
+    turn_here(Cause::Readable);
 }
 
 extern "C" fn on_timer(_handle: *mut c_void) {
-    turn_here();
+    turn_here(Cause::Timer);
 }
 
-fn turn_here() {
+fn turn_here(cause: Cause) {
     if let Some(Some(driver)) = HERE.with(|h| h.borrow().clone()) {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.turn()));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.turn(cause)));
     }
 }

@@ -226,15 +226,26 @@ unsafe extern "C" fn call_js(
 /// calls its runtime finished (the driver's, after a drive), at most
 /// `most`, in the order they finished. Returns how many calls are still
 /// under way, and whether finished ones are left for the next round.
-pub fn settle_here(env: sys::napi_env, most: usize) -> (usize, bool) {
-    let Some(local) = LOCAL.with(|l| l.borrow().clone()) else { return (0, false) };
-    let more = settle(env, &local.shared, most);
-    (local.shared.pending.load(Ordering::Relaxed), more)
+pub fn settle_here(env: sys::napi_env, most: usize) -> Settled {
+    let Some(local) = LOCAL.with(|l| l.borrow().clone()) else { return Settled::default() };
+    let (settled, more) = settle(env, &local.shared, most);
+    Settled { under_way: local.shared.pending.load(Ordering::Relaxed), settled, more }
 }
 
-/// Settles the first `most` finished calls of `shared`; returns whether
-/// more are left.
-fn settle(env: sys::napi_env, shared: &Shared, most: usize) -> bool {
+/// What [`settle_here`] did.
+#[derive(Default)]
+pub struct Settled {
+    /// Calls still under way.
+    pub under_way: usize,
+    /// Calls settled now.
+    pub settled: usize,
+    /// Finished calls left for the next round.
+    pub more: bool,
+}
+
+/// Settles the first `most` finished calls of `shared`; returns how many,
+/// and whether more are left.
+fn settle(env: sys::napi_env, shared: &Shared, most: usize) -> (usize, bool) {
     let (finished, more) = {
         let mut queue = shared.queue.lock().unwrap_or_else(PoisonError::into_inner);
         if queue.len() <= most {
@@ -244,7 +255,7 @@ fn settle(env: sys::napi_env, shared: &Shared, most: usize) -> bool {
         }
     };
     if finished.is_empty() {
-        return more;
+        return (0, more);
     }
     let settled = finished.len();
     for Finished { deferred, value } in finished {
@@ -266,7 +277,7 @@ fn settle(env: sys::napi_env, shared: &Shared, most: usize) -> bool {
             unsafe { sys::napi_unref_threadsafe_function(env, local.tsfn) };
         }
     }
-    more
+    (settled, more)
 }
 
 /// Node finalizes the thread-safe function (the environment goes away):

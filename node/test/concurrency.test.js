@@ -109,3 +109,34 @@ test("64 tasks on resources of their own all succeed at once", { timeout: 60_000
   }
   await sleep(0);
 });
+
+// The voluntary context switches of this process's main thread (the
+// JavaScript thread) so far: each time it went to sleep and was woken.
+function jsThreadWakeUps() {
+  const status = require("node:fs").readFileSync(`/proc/${process.pid}/task/${process.pid}/status`, "utf8");
+  return Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(status)[1]);
+}
+
+test(
+  "a call that only waits does not wake the JavaScript thread every millisecond",
+  { timeout: 60_000, skip: process.platform !== "linux" && "reads /proc" },
+  async (t) => {
+    const resource = resourceName(t);
+    const locks = await Redlock.connect(cluster.urls);
+    const holder = await locks.tryAcquire(resource, { ttl: 10_000 });
+    // About 1.5 s of waiting: attempts 300-400 ms apart, each refused.
+    const before = jsThreadWakeUps();
+    const started = Date.now();
+    const error = await locks.acquire(resource, { ttl: 5_000, wait: 1_500, retryDelay: [300, 400] }).catch((e) => e);
+    const waited = Date.now() - started;
+    const wakeUps = jsThreadWakeUps() - before;
+    assert.ok(error instanceof Error, `the acquire of a held lock succeeded: ${error}`);
+    assert.ok(waited >= 1_000, `the wait ended after ${waited} ms`);
+    // Driven by the 1 ms timer for the whole wait, the thread would wake
+    // some 1,500 times; once the helper drives, only for the attempts'
+    // first few ms and the settling.
+    assert.ok(wakeUps < 300, `the JavaScript thread woke ${wakeUps} times in a ${waited} ms wait`);
+    await holder.release();
+    await locks.close();
+  },
+);
