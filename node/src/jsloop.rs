@@ -191,12 +191,12 @@ impl Driver {
                 // The last round settles all that is left: nothing else
                 // would wake this thread for calls already finished.
                 let most = if round == TURN_ROUNDS { usize::MAX } else { SETTLE_CHUNK };
-                let round = settle::settle_here(env, most);
-                under_way = round.under_way;
-                settled += round.settled;
+                let now = settle::settle_here(env, most);
+                under_way = now.under_way;
+                settled += now.settled;
                 // Runs the reactions (and so the calls they make).
                 sys::napi_close_callback_scope(env, scope);
-                if self.submitted.borrow().is_empty() && !round.more {
+                if self.submitted.borrow().is_empty() && !now.more {
                     break;
                 }
             }

@@ -224,8 +224,9 @@ unsafe extern "C" fn call_js(
 
 /// On the JavaScript thread of `env`, inside a handle scope: settles the
 /// calls its runtime finished (the driver's, after a drive), at most
-/// `most`, in the order they finished. Returns how many calls are still
-/// under way, and whether finished ones are left for the next round.
+/// `most`, in the order they finished. Returns what it did: how many it
+/// settled, how many calls are still under way, and whether finished ones
+/// are left for the next round.
 pub fn settle_here(env: sys::napi_env, most: usize) -> Settled {
     let Some(local) = LOCAL.with(|l| l.borrow().clone()) else { return Settled::default() };
     let (settled, more) = settle(env, &local.shared, most);
